@@ -1,0 +1,42 @@
+// The harness (spec/domain.md §2): replays a trace through one or more policies,
+// measures retained mass and heavy-hitter recall before each policy acts, and
+// polices the contract (every victim valid and held, the budget met).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kvevict/metrics.h"
+#include "kvevict/policy.h"
+#include "kvevict/trace.h"
+
+namespace kvevict {
+
+// Called after each step with (step, total steps); may be empty.
+using ProgressFn = std::function<void(std::uint32_t, std::uint32_t)>;
+
+struct RunSlot {
+  Policy* policy = nullptr;
+  std::int64_t budget = 0;
+};
+
+// Runs every (policy, budget) over one pass of the trace: each step is
+// generated once and its top-32 set computed once, whatever the number of runs.
+// `max_steps` truncates to a prefix (checked against the trace). Throws
+// ParameterError for a budget < 1 and ContractError when a policy breaks the
+// contract (naming the policy, the victim and the step).
+// `seconds`, when given, receives each run's own time (its policy and metric
+// work, not the shared trace generation).
+std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
+                                std::optional<std::int64_t> max_steps = std::nullopt,
+                                const ProgressFn& progress = {},
+                                std::vector<double>* seconds = nullptr);
+
+// One policy, one budget.
+RunTotals run(Policy& policy, Trace& trace, std::int64_t budget,
+              std::optional<std::int64_t> max_steps = std::nullopt);
+
+}  // namespace kvevict

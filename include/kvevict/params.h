@@ -1,0 +1,34 @@
+// Parameters as the tool, the vector files and the bindings give them: named
+// integers ("recentWindow" -> 64). Each policy turns them into its own typed
+// struct and validates that struct in its constructor.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvevict {
+
+// Ordered (key, value) pairs; a later duplicate key overrides an earlier one.
+using ParamMap = std::vector<std::pair<std::string, std::int64_t>>;
+
+// Parses a whole string as a base-10 integer. `what` names the thing for the
+// error message ("--budget", "recentWindow"). Throws ParameterError for empty
+// text, trailing characters, fractions, or values outside int64.
+std::int64_t parse_integer(std::string_view text, std::string_view what);
+
+// Splits "key=value" into the pair, the value parsed with parse_integer.
+// Throws ParameterError when '=' or the key is missing.
+std::pair<std::string, std::int64_t> parse_assignment(std::string_view text);
+
+// Parses a comma-separated list of integers ("256,512,1024"); names the bad
+// entry when one does not parse.
+std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_view what);
+
+// Sets or replaces `key` in `params`.
+void set_param(ParamMap& params, std::string_view key, std::int64_t value);
+
+}  // namespace kvevict

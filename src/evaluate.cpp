@@ -1,0 +1,149 @@
+#include "kvevict/evaluate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "kvevict/errors.h"
+#include "kvevict/registry.h"
+
+namespace kvevict {
+
+namespace {
+bool has_param(const PolicyInfo& info, std::string_view key) {
+  return std::any_of(info.params.begin(), info.params.end(),
+                     [&](const ParamInfo& p) { return p.name == key; });
+}
+}  // namespace
+
+std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
+  std::unique_ptr<Trace> trace = open_trace(options.trace);
+  if (options.steps) checked_steps(*trace, *options.steps);
+
+  std::vector<std::unique_ptr<Policy>> built;
+  std::vector<RunSlot> slots;
+  std::vector<RunRow> rows;
+  for (const RunSpec& spec : specs) {
+    const PolicyInfo& info = find_policy(spec.policy);
+    ParamMap params = spec.params;
+    set_param(params, "budget", spec.budget);
+    built.push_back(info.make(params));
+    slots.push_back({built.back().get(), spec.budget});
+    RunRow row;
+    row.policy = info.name;
+    row.trace = trace->id();
+    row.budget = spec.budget;
+    row.params = info.effective(params);
+    row.memory_bytes = built.back()->memory_bytes();
+    rows.push_back(std::move(row));
+  }
+
+  std::vector<double> seconds;
+  const std::vector<RunTotals> totals =
+      run_many(slots, *trace, options.steps, options.progress, &seconds);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].totals = totals[i];
+    rows[i].metrics = metrics_of(totals[i]);
+    rows[i].seconds = seconds[i];
+  }
+  return rows;
+}
+
+std::int64_t ranking_budget(std::vector<std::int64_t> budgets) {
+  if (budgets.empty()) throw ParameterError("no budgets given");
+  std::sort(budgets.begin(), budgets.end());
+  return budgets[(budgets.size() - 1) / 2];
+}
+
+std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options) {
+  std::vector<std::string> names = request.policies;
+  if (names.empty()) {
+    for (const PolicyInfo* info : policies()) names.push_back(info->name);
+  }
+  std::vector<std::int64_t> budgets = request.budgets;
+  if (budgets.empty()) throw ParameterError("compare: the budget list is empty");
+  std::sort(budgets.begin(), budgets.end());
+  budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
+
+  // Resolve the overrides per policy, refusing any that would be ignored.
+  std::map<std::string, ParamMap> per_policy;
+  for (const auto& [key, value] : request.overrides) {
+    const std::size_t dot = key.find('.');
+    if (dot == std::string::npos) {
+      if (key == "budget") throw ParameterError("compare: set budgets with --budgets, not --set budget");
+      bool used = false;
+      for (const std::string& name : names) {
+        if (has_param(find_policy(name), key)) {
+          set_param(per_policy[name], key, value);
+          used = true;
+        }
+      }
+      if (!used) {
+        throw ParameterError(fmt::format("compare: no compared policy has a parameter '{}'", key));
+      }
+      continue;
+    }
+    const std::string policy = key.substr(0, dot);
+    const std::string param = key.substr(dot + 1);
+    const PolicyInfo& info = find_policy(policy);
+    if (std::find(names.begin(), names.end(), info.name) == names.end()) {
+      throw ParameterError(fmt::format("compare: '{}' sets a parameter of {}, which is not compared",
+                                       key, policy));
+    }
+    if (param == "budget") throw ParameterError("compare: set budgets with --budgets, not --set");
+    if (!has_param(info, param)) {
+      std::string known;
+      for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
+      throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", policy, param, known));
+    }
+    set_param(per_policy[info.name], param, value);
+  }
+
+  std::vector<RunSpec> specs;
+  for (const std::string& name : names) {
+    for (const std::int64_t b : budgets) specs.push_back({name, per_policy[name], b});
+  }
+  std::vector<RunRow> rows = evaluate(specs, options);
+
+  const std::int64_t rank_budget = ranking_budget(budgets);
+  std::map<std::string, double> mass_at_rank;
+  for (const RunRow& r : rows) {
+    if (r.budget == rank_budget) mass_at_rank[r.policy] = r.metrics.retained_attention_mass;
+  }
+  // Stable: equal masses keep catalogue (or request) order.
+  std::stable_sort(rows.begin(), rows.end(), [&](const RunRow& a, const RunRow& b) {
+    if (a.policy == b.policy) return a.budget < b.budget;
+    return mass_at_rank[a.policy] > mass_at_rank[b.policy];
+  });
+  return rows;
+}
+
+std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& options) {
+  const PolicyInfo& info = find_policy(request.policy);
+  if (!has_param(info, request.param)) {
+    std::string known;
+    for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
+    throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", info.name,
+                                     request.param, known));
+  }
+  if (request.values.empty()) throw ParameterError("sweep: no values to sweep");
+  std::vector<RunSpec> specs;
+  for (const std::int64_t v : request.values) {
+    if (request.param == "budget") {
+      specs.push_back({info.name, request.params, v});
+      continue;
+    }
+    if (request.budgets.empty()) throw ParameterError("sweep: the budget list is empty");
+    for (const std::int64_t b : request.budgets) {
+      ParamMap params = request.params;
+      set_param(params, request.param, v);
+      specs.push_back({info.name, params, b});
+    }
+  }
+  return evaluate(specs, options);
+}
+
+}  // namespace kvevict

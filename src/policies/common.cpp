@@ -1,0 +1,69 @@
+#include "policies/common.h"
+
+#include <fmt/format.h>
+
+namespace kvevict::detail {
+
+void fail_param(std::string_view title, std::string_view param, std::int64_t value,
+                std::string_view rule) {
+  throw ParameterError(fmt::format("{}: {} ({}) {}", title, param, value, rule));
+}
+
+void check_budget(std::string_view title, std::int64_t budget) {
+  check_at_least(title, "budget", budget, 1);
+  check_at_most(title, "budget", budget, kMaxBudget,
+                "(storage is sized from it at construction)");
+}
+
+void check_at_least(std::string_view title, std::string_view param, std::int64_t value,
+                    std::int64_t minimum) {
+  if (value < minimum) fail_param(title, param, value, fmt::format("must be at least {}", minimum));
+}
+
+void check_at_most(std::string_view title, std::string_view param, std::int64_t value,
+                   std::int64_t maximum, std::string_view why) {
+  if (value > maximum) {
+    fail_param(title, param, value,
+               why.empty() ? fmt::format("must be at most {}", maximum)
+                           : fmt::format("must be at most {} {}", maximum, why));
+  }
+}
+
+void check_recent_window(std::string_view title, std::int64_t recent_window, std::int64_t budget,
+                         std::string_view what_chooses) {
+  check_at_least(title, "recentWindow", recent_window, 0);
+  if (recent_window >= budget) {
+    fail_param(title, "recentWindow", recent_window,
+               fmt::format("must be smaller than budget ({}): there would be nothing for {} to "
+                           "choose between",
+                           budget, what_chooses));
+  }
+}
+
+void check_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
+                     std::size_t held_after, std::size_t capacity, std::int64_t budget) {
+  if (pos < 0) throw ContractError(fmt::format("{}: position {} is negative", title, pos));
+  if (pos > std::int64_t{std::numeric_limits<Position>::max()}) {
+    throw ContractError(fmt::format("{}: position {} does not fit in 32 bits", title, pos));
+  }
+  if (pos <= newest) {
+    throw ContractError(fmt::format(
+        "{}: position {} must be greater than every position held (the newest is {})", title, pos,
+        newest));
+  }
+  if (held_after > capacity) {
+    throw ContractError(fmt::format(
+        "{}: asked to hold {} positions with a budget of {}; the caller's budget must match the "
+        "policy's",
+        title, held_after, budget));
+  }
+}
+
+void check_evict_budget(std::string_view title, std::int64_t budget) {
+  if (budget < 0) {
+    throw ContractError(fmt::format("{}: evict was asked for a budget of {}; it must be at least 0",
+                                    title, budget));
+  }
+}
+
+}  // namespace kvevict::detail

@@ -1,0 +1,261 @@
+// kvevict -- the command-line tool. Parsing and printing only: every decision
+// is made by the library, where the bindings reach it too.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kvevict/errors.h"
+#include "kvevict/evaluate.h"
+#include "kvevict/registry.h"
+#include "kvevict/trace.h"
+#include "kvevict/vectors.h"
+#include "output.h"
+
+namespace {
+
+using namespace kvevict;
+
+// Progress on stderr for long evaluations, only when a person is watching.
+ProgressFn progress_for(const std::string& what) {
+  if (isatty(STDERR_FILENO) == 0) return {};
+  return [what](std::uint32_t step, std::uint32_t total) {
+    if (step % 128 == 0 || step == total) {
+      std::fprintf(stderr, "\r%s: step %u/%u", what.c_str(), step, total);
+      if (step == total) std::fprintf(stderr, "\r\033[K");
+    }
+  };
+}
+
+ParamMap parse_sets(const std::vector<std::string>& sets) {
+  ParamMap params;
+  for (const std::string& s : sets) {
+    const auto [key, value] = parse_assignment(s);
+    set_param(params, key, value);
+  }
+  return params;
+}
+
+EvaluateOptions options_of(const std::string& trace, std::optional<std::int64_t> steps,
+                           const std::string& what) {
+  EvaluateOptions options;
+  options.trace = trace;
+  options.steps = steps;
+  options.progress = progress_for(what);
+  return options;
+}
+
+void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int64_t>& steps) {
+  cmd->add_option("--trace", trace, "trace id (see `kvevict trace --help`)")->capture_default_str();
+  cmd->add_option("--steps", steps, "replay only the first N decode steps");
+}
+
+int cmd_list(const std::string& format) {
+  if (format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const PolicyInfo* info : policies()) {
+      nlohmann::json params = nlohmann::json::array();
+      for (const auto& p : info->params) {
+        params.push_back({{"name", p.name}, {"default", p.default_value}, {"help", p.help}});
+      }
+      out.push_back({{"name", info->name}, {"summary", info->summary}, {"params", params}});
+    }
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+  std::vector<std::vector<std::string>> cells{{"policy", "parameters (defaults)", "summary"}};
+  for (const PolicyInfo* info : policies()) {
+    std::string params;
+    for (const auto& p : info->params) {
+      params += fmt::format("{}{}={}", params.empty() ? "" : " ", p.name, p.default_value);
+    }
+    cells.push_back({info->name, params, info->summary});
+  }
+  cli::print_aligned(std::cout, cells);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kvevict: KV-cache eviction policies for LLM decoding, measured on reproducible traces.\n"
+      "Retained attention mass and heavy-hitter recall are proxies for model quality."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kvevict 0.1.0");
+
+  // list
+  std::string list_format = "table";
+  auto* list = app.add_subcommand("list", "List the policies, their parameters and defaults");
+  list->add_option("--format", list_format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+
+  // run
+  std::string run_policy;
+  std::optional<std::int64_t> run_budget;
+  std::vector<std::string> run_sets;
+  std::string run_trace = "decode-4096";
+  std::optional<std::int64_t> run_steps;
+  std::string run_format = "table";
+  auto* run_cmd = app.add_subcommand("run", "Replay a trace through one policy at one budget");
+  run_cmd->add_option("--policy", run_policy, "policy name (see `kvevict list`)")->required();
+  run_cmd->add_option("--budget", run_budget, "positions held after each eviction (default: the policy's, 512)");
+  run_cmd->add_option("--set", run_sets, "parameter as KEY=VALUE, e.g. recentWindow=64 (repeatable)");
+  add_trace_options(run_cmd, run_trace, run_steps);
+  run_cmd->add_option("--format", run_format, "table, json or csv")
+      ->check(CLI::IsMember({"table", "json", "csv"}))->capture_default_str();
+
+  // compare
+  std::string cmp_policies = "all";
+  std::string cmp_budgets = "256,512,1024";
+  std::vector<std::string> cmp_sets;
+  std::string cmp_trace = "decode-4096";
+  std::optional<std::int64_t> cmp_steps;
+  std::string cmp_format = "table";
+  auto* cmp = app.add_subcommand(
+      "compare", "Every chosen policy at every budget, ranked by retained mass at the middle budget");
+  cmp->add_option("--policies", cmp_policies, "comma-separated names, or all")->capture_default_str();
+  cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
+  cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  add_trace_options(cmp, cmp_trace, cmp_steps);
+  cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // sweep
+  std::string sw_policy;
+  std::string sw_param;
+  std::string sw_budgets = "256,512,1024";
+  std::vector<std::string> sw_sets;
+  std::string sw_trace = "decode-4096";
+  std::optional<std::int64_t> sw_steps;
+  std::string sw_format = "table";
+  auto* sw = app.add_subcommand("sweep", "One policy, one parameter over a list of values, at each budget");
+  sw->add_option("--policy", sw_policy, "policy name")->required();
+  sw->add_option("--param", sw_param, "KEY=V1,V2,... e.g. recentWindow=16,32,64")->required();
+  sw->add_option("--budgets", sw_budgets, "comma-separated budgets")->capture_default_str();
+  sw->add_option("--set", sw_sets, "other parameters as KEY=VALUE (repeatable)");
+  add_trace_options(sw, sw_trace, sw_steps);
+  sw->add_option("--format", sw_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // trace
+  std::string tr_trace = "decode-4096";
+  std::optional<std::int64_t> tr_steps;
+  bool tr_hash = false;
+  auto* tr = app.add_subcommand("trace", "Inspect a trace; known ids: decode-4096");
+  add_trace_options(tr, tr_trace, tr_steps);
+  tr->add_flag("--hash", tr_hash, "print the FNV-1a parity hash of the steps as a decimal number");
+
+  // vectors
+  std::vector<std::string> vec_paths;
+  auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
+  vec->add_option("paths", vec_paths, "files or folders")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (list->parsed()) return cmd_list(list_format);
+
+    if (run_cmd->parsed()) {
+      ParamMap params = parse_sets(run_sets);
+      std::int64_t budget = find_policy(run_policy).effective(params).front().second;
+      for (const auto& [k, v] : params) {
+        if (k == "budget") budget = v;
+      }
+      if (run_budget) budget = *run_budget;
+      const std::vector<RunRow> rows =
+          evaluate({{run_policy, params, budget}}, options_of(run_trace, run_steps, "run"));
+      if (run_format == "json") {
+        std::cout << cli::row_json(rows.front()).dump(2) << '\n';
+      } else if (run_format == "csv") {
+        cli::print_rows(std::cout, rows, "csv", false);
+      } else {
+        cli::print_run_table(std::cout, rows.front());
+      }
+      return 0;
+    }
+
+    if (cmp->parsed()) {
+      CompareRequest request;
+      request.policies = parse_policy_list(cmp_policies);
+      request.budgets = parse_integer_list(cmp_budgets, "--budgets");
+      request.overrides = parse_sets(cmp_sets);
+      const std::vector<RunRow> rows =
+          compare(request, options_of(cmp_trace, cmp_steps, "compare"));
+      if (cmp_format == "json") {
+        nlohmann::json out{{"trace", rows.front().trace}, {"rows", nlohmann::json::array()}};
+        for (const RunRow& r : rows) out["rows"].push_back(cli::row_json(r));
+        std::cout << out.dump(2) << '\n';
+        return 0;
+      }
+      cli::print_rows(std::cout, rows, cmp_format, true);
+      if (cmp_format == "table") {
+        std::cout << fmt::format(
+            "\nranked by retained mass at budget {}; {} steps of {}. Both metrics are proxies: "
+            "attention kept, not model quality.\n",
+            ranking_budget(request.budgets), rows.front().totals.steps, rows.front().trace);
+      }
+      return 0;
+    }
+
+    if (sw->parsed()) {
+      SweepRequest request;
+      request.policy = find_policy(sw_policy).name;
+      const std::size_t eq = sw_param.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        throw ParameterError(fmt::format("--param '{}' is not KEY=V1,V2,...", sw_param));
+      }
+      request.param = sw_param.substr(0, eq);
+      request.values = parse_integer_list(sw_param.substr(eq + 1), request.param);
+      request.budgets = parse_integer_list(sw_budgets, "--budgets");
+      request.params = parse_sets(sw_sets);
+      const std::vector<RunRow> rows = sweep(request, options_of(sw_trace, sw_steps, "sweep"));
+      if (sw_format == "json") {
+        nlohmann::json out{{"trace", rows.front().trace}, {"policy", request.policy},
+                           {"param", request.param}, {"rows", nlohmann::json::array()}};
+        for (const RunRow& r : rows) out["rows"].push_back(cli::row_json(r));
+        std::cout << out.dump(2) << '\n';
+        return 0;
+      }
+      std::vector<std::string> extra;
+      if (request.param != "budget") extra.push_back(request.param);
+      cli::print_rows(std::cout, rows, sw_format, false, extra);
+      return 0;
+    }
+
+    if (tr->parsed()) {
+      const auto trace = open_trace(tr_trace);
+      const std::uint32_t steps = tr_steps ? checked_steps(*trace, *tr_steps) : trace->steps();
+      if (tr_hash) {
+        std::cout << trace_hash(*trace, steps) << '\n';
+      } else {
+        std::cout << fmt::format("trace {}: {} positions, {} decode steps (use --hash for the parity hash)\n",
+                                 trace->id(), trace->length(), trace->steps());
+      }
+      return 0;
+    }
+
+    if (vec->parsed()) {
+      std::vector<std::filesystem::path> paths(vec_paths.begin(), vec_paths.end());
+      const VectorReport report = run_vectors(paths);
+      for (const VectorFailure& f : report.failures) std::cout << describe(f) << '\n';
+      std::cout << fmt::format("{} passed, {} failed\n", report.passed, report.failed);
+      return report.failed == 0 ? 0 : 1;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "kvevict: error: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

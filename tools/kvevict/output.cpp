@@ -1,0 +1,131 @@
+#include "output.h"
+
+#include <algorithm>
+#include <ostream>
+
+#include <fmt/format.h>
+
+namespace kvevict::cli {
+
+namespace {
+std::string params_text(const ParamMap& params) {
+  std::string s;
+  for (const auto& [k, v] : params) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+std::int64_t param_value(const ParamMap& params, const std::string& key) {
+  for (const auto& [k, v] : params) {
+    if (k == key) return v;
+  }
+  return 0;
+}
+}  // namespace
+
+nlohmann::json row_json(const RunRow& row) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& [k, v] : row.params) params[k] = v;
+  return {{"policy", row.policy},
+          {"trace", row.trace},
+          {"budget", row.budget},
+          {"params", params},
+          {"steps", row.totals.steps},
+          {"metrics",
+           {{"retainedAttentionMass", row.metrics.retained_attention_mass},
+            {"heavyHitterRecall", row.metrics.heavy_hitter_recall},
+            {"evictionCalls", row.metrics.eviction_calls}}},
+          {"evicted", row.totals.evicted},
+          {"memoryBytes", row.memory_bytes},
+          {"seconds", row.seconds}};
+}
+
+void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells) {
+  std::vector<std::size_t> width;
+  for (const auto& r : cells) {
+    width.resize(std::max(width.size(), r.size()));
+    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  for (const auto& r : cells) {
+    std::string line;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      line += i + 1 == r.size() ? r[i] : fmt::format("{:<{}}  ", r[i], width[i]);
+    }
+    out << line << '\n';
+  }
+}
+
+void print_run_table(std::ostream& out, const RunRow& row) {
+  print_aligned(out, {{"policy", row.policy},
+                      {"trace", row.trace},
+                      {"budget", std::to_string(row.budget)},
+                      {"params", params_text(row.params)},
+                      {"steps", std::to_string(row.totals.steps)},
+                      {"retained attention mass", fmt::format("{:.6f}", row.metrics.retained_attention_mass)},
+                      {"heavy-hitter recall", fmt::format("{:.6f}", row.metrics.heavy_hitter_recall)},
+                      {"eviction calls", std::to_string(row.metrics.eviction_calls)},
+                      {"evicted", std::to_string(row.totals.evicted)},
+                      {"memory bytes", std::to_string(row.memory_bytes)},
+                      {"seconds", fmt::format("{:.3f}", row.seconds)}});
+  out << "(both metrics are proxies: attention kept, not model quality)\n";
+}
+
+void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
+                bool ranked, const std::vector<std::string>& extra_param_columns) {
+  std::vector<std::string> header;
+  if (ranked) header.push_back("rank");
+  header.push_back("policy");
+  for (const auto& p : extra_param_columns) header.push_back(p);
+  for (const char* h : {"budget", "retained mass", "heavy-hitter recall", "eviction calls",
+                        "memory bytes"}) {
+    header.push_back(h);
+  }
+
+  if (format == "csv") {
+    std::string cols = "policy,trace,budget";
+    for (const auto& p : extra_param_columns) cols += "," + p;
+    out << cols << ",retainedAttentionMass,heavyHitterRecall,evictionCalls,evicted,memoryBytes,seconds,params\n";
+    for (const RunRow& r : rows) {
+      std::string extra;
+      for (const auto& p : extra_param_columns) extra += fmt::format(",{}", param_value(r.params, p));
+      out << fmt::format("{},{},{}{},{:.6f},{:.6f},{},{},{},{:.6f},\"{}\"\n", r.policy, r.trace,
+                         r.budget, extra, r.metrics.retained_attention_mass,
+                         r.metrics.heavy_hitter_recall, r.metrics.eviction_calls, r.totals.evicted,
+                         r.memory_bytes, r.seconds, params_text(r.params));
+    }
+    return;
+  }
+
+  std::vector<std::vector<std::string>> cells{header};
+  std::vector<std::string> seen;
+  for (const RunRow& r : rows) {
+    std::vector<std::string> line;
+    if (ranked) {
+      if (std::find(seen.begin(), seen.end(), r.policy) == seen.end()) seen.push_back(r.policy);
+      line.push_back(std::to_string(seen.size()));
+    }
+    line.push_back(r.policy);
+    for (const auto& p : extra_param_columns) line.push_back(std::to_string(param_value(r.params, p)));
+    line.push_back(std::to_string(r.budget));
+    line.push_back(fmt::format("{:.6f}", r.metrics.retained_attention_mass));
+    line.push_back(fmt::format("{:.6f}", r.metrics.heavy_hitter_recall));
+    line.push_back(std::to_string(r.metrics.eviction_calls));
+    line.push_back(std::to_string(r.memory_bytes));
+    cells.push_back(std::move(line));
+  }
+  if (format == "markdown") {
+    auto md_line = [&](const std::vector<std::string>& c) {
+      std::string s = "|";
+      for (const auto& x : c) s += " " + x + " |";
+      return s;
+    };
+    out << md_line(cells[0]) << '\n';
+    std::string sep = "|";
+    for (std::size_t i = 0; i < cells[0].size(); ++i) sep += i < (ranked ? 2U : 1U) + extra_param_columns.size() ? "---|" : "---:|";
+    out << sep << '\n';
+    for (std::size_t i = 1; i < cells.size(); ++i) out << md_line(cells[i]) << '\n';
+    return;
+  }
+  print_aligned(out, cells);
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,28 @@
+// Printing for the command-line tool: tables, JSON, CSV and Markdown of the
+// library's results. No logic beyond formatting lives here.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvevict/evaluate.h"
+
+namespace kvevict::cli {
+
+nlohmann::json row_json(const RunRow& row);
+
+// A single run as aligned "key  value" lines.
+void print_run_table(std::ostream& out, const RunRow& row);
+
+// Rows as a table ("table"), CSV ("csv") or Markdown ("markdown"). Ranked rows
+// get a rank column numbering policies in the order they first appear.
+void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
+                bool ranked, const std::vector<std::string>& extra_param_columns = {});
+
+// Plain aligned text table; the first row is the header.
+void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells);
+
+}  // namespace kvevict::cli
