@@ -97,7 +97,8 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
     if (!has_param(info, param)) {
       std::string known;
       for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
-      throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", policy, param, known));
+      throw ParameterError(fmt::format("--set {}: {} has no parameter '{}' (known: {})", key, policy,
+                                       param, known));
     }
     set_param(per_policy[info.name], param, value);
   }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 (bookworm) packages kvevict needs to build and test,
+# only those missing. Run as root (or with sudo) on a fresh machine.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build make g++ clang
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libgtest-dev libgmock-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "kvevict: installing missing Debian packages: ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    exit 0
+  fi
+  echo "kvevict: error: missing packages ${missing[*]} and not running as root; run: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+apt-get update -q
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

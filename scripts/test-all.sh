@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every test suite: the Release build, then the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included).
+# Ends with one summary line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+total_passed=0
+total_failed=0
+status=0
+
+run_preset() {
+  local preset=$1
+  echo "== $preset =="
+  if ! cmake --preset "$preset" >/dev/null || ! cmake --build --preset "$preset"; then
+    echo "kvevict: the $preset build failed" >&2
+    total_failed=$((total_failed + 1))
+    status=1
+    return
+  fi
+  local log
+  log=$(mktemp)
+  ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -E '[0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
+  local failed total
+  failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  if [[ -z "$line" ]]; then failed=1; total=1; fi
+  total_passed=$((total_passed + total - failed))
+  total_failed=$((total_failed + failed))
+  [[ $rc -eq 0 ]] || status=1
+  rm -f "$log"
+}
+
+run_preset release
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_preset sanitize
+
+echo "tests: $total_passed passed, $total_failed failed"
+exit $status

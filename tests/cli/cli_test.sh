@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Drives the kvevict tool as a user would: outputs, exit codes and one-line
+# errors for bad input. Usage: cli_test.sh PATH/TO/kvevict SOURCE_DIR
+set -u
+tool=$1
+src=$2
+passed=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pass() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+# ok NAME EXPECTED_SUBSTRING -- ARGS...: exit 0 and stdout contains the text.
+ok() {
+  local name=$1 want=$2; shift 3
+  local out
+  if out=$("$tool" "$@" 2>"$tmp/err"); then
+    if [[ "$out" == *"$want"* ]]; then pass; else fail "$name: output lacks '$want'"; fi
+  else
+    fail "$name: exit $? ($(head -c 300 "$tmp/err"))"
+  fi
+}
+
+# bad NAME EXPECTED_SUBSTRING -- ARGS...: non-zero exit, one stderr line with the text.
+bad() {
+  local name=$1 want=$2; shift 3
+  "$tool" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local err
+  err=$(cat "$tmp/err")
+  if [[ $rc -eq 0 ]]; then fail "$name: exit 0"; return; fi
+  if [[ $rc -ge 128 ]]; then fail "$name: crashed (exit $rc)"; return; fi
+  if [[ "$err" != *"$want"* ]]; then fail "$name: stderr '$err' lacks '$want'"; return; fi
+  pass
+}
+
+ok  "hash"             "3136039440" -- trace --hash
+ok  "hash prefix"      "515340780"  -- trace --steps 10 --hash
+ok  "list"             "scissorhands" -- list
+ok  "list json"        '"recentWindow"' -- list --format json
+ok  "run table"        "retained attention mass" -- run --policy scissorhands --steps 300
+ok  "run json"         '"heavyHitterRecall": 0.882339' -- run --policy scissorhands --budget 256 --format json
+ok  "run json params"  '"recentWindow": 64' -- run --policy h2o --set recentWindow=64 --steps 100 --format json
+ok  "run csv"          "policy,trace,budget" -- run --policy tova --steps 50 --format csv
+ok  "compare subset"   "h2o" -- compare --policies h2o,scissorhands --budgets 64,128 --steps 400
+ok  "compare markdown" "| rank | policy |" -- compare --policies h2o --budgets 64 --steps 300 --format markdown
+ok  "compare json"     '"rows"' -- compare --policies tova --budgets 64 --steps 300 --format json
+ok  "compare set"      '"recentWindow": 48' -- compare --policies h2o --budgets 64 --steps 200 --set h2o.recentWindow=48 --format json
+ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
+ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
+ok  "help"             "compare" -- --help
+for cmd in list run compare sweep trace vectors; do ok "help $cmd" "--help" -- "$cmd" --help; done
+
+# The canonical comparison, every row.
+"$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
+rows=$(($(wc -l <"$tmp/canonical.csv") - 1))
+if [[ $rows -eq 21 ]] && grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584' "$tmp/canonical.csv"; then pass; else fail "canonical csv ($rows rows)"; fi
+
+bad "unknown policy"   "unknown policy 'lru' (known: scissorhands" -- run --policy lru
+bad "unknown param"    "h2o: unknown parameter 'window' (known: budget, recentWindow)" -- run --policy h2o --set window=3
+bad "unknown trace"    "unknown trace 'nope' (known: decode-4096)" -- run --policy h2o --trace nope
+bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recentWindow=abc
+bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
+bad "negative"         "H2O: recentWindow (-1) must be at least 0" -- run --policy h2o --set recentWindow=-1
+bad "out of range"     "Scissorhands: recentWindow (600) must be smaller than budget (512)" -- run --policy scissorhands --set recentWindow=600
+bad "huge"             "out of range for a 64-bit integer" -- run --policy h2o --set budget=99999999999999999999
+bad "budget too big"   "budget (100000000) must be at most" -- run --policy h2o --budget 100000000
+bad "budget zero"      "budget (0) must be at least 1" -- run --policy h2o --budget 0
+bad "set without ="    "'recentWindow' is not KEY=VALUE (no '=')" -- run --policy h2o --set recentWindow
+bad "steps too many"   "--steps (5000) must be in 1 ... 4095 for trace decode-4096" -- run --policy h2o --steps 5000
+bad "steps zero"       "--steps (0) must be in 1 ... 4095" -- trace --steps 0 --hash
+bad "bad budgets"      "value 2 of '64,x'" -- compare --budgets 64,x
+bad "compare unknown"  "unknown policy 'nope'" -- compare --policies h2o,nope
+bad "compare set"      "'tova.recentWindow'" -- compare --policies tova,h2o --set tova.recentWindow=3 --steps 10
+bad "sweep values"     "value 3 of '16,32,z'" -- sweep --policy h2o --param recentWindow=16,32,z
+bad "sweep param"      "h2o: unknown parameter 'sinks'" -- sweep --policy h2o --param sinks=1,2
+bad "bad format"       "format" -- compare --format xml
+bad "no subcommand"    "subcommand" --
+bad "vectors missing"  "no such file or folder" -- vectors /no/such/file.json
+
+# A malformed vector file: named, the run goes on, exit non-zero.
+printf '{"policy": "kv-cache/h2o", "version": 1, "cases": [{"name": "c", "steps": [{"call": "votesOf", "args": [0], "expect": 0}]}]}' >"$tmp/bad.vectors.json"
+printf '{ nope' >"$tmp/broken.vectors.json"
+out=$("$tool" vectors "$tmp" "$src/vectors/h2o.vectors.json" 2>&1); rc=$?
+if [[ $rc -ne 0 && "$out" == *"bad.vectors.json: case 'c' step 0: malformed: h2o has no method 'votesOf'"* \
+      && "$out" == *"broken.vectors.json: file: is not valid JSON"* && "$out" == *" passed, 2 failed"* ]]; then
+  pass
+else
+  fail "malformed vectors: rc=$rc out=$out"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,101 @@
+#include <gtest/gtest.h>
+
+#include "kvevict/errors.h"
+#include "kvevict/params.h"
+#include "kvevict/registry.h"
+
+namespace kvevict {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Registry, HoldsTheSevenPoliciesFlagshipFirst) {
+  std::vector<std::string> names;
+  for (const PolicyInfo* info : policies()) names.push_back(info->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"scissorhands", "h2o", "streaming-llm", "sliding-window",
+                                             "tova", "snapkv", "pyramidkv"}));
+}
+
+TEST(Registry, EveryPolicyBuildsWithDefaultsAndStartsHoldingZero) {
+  for (const PolicyInfo* info : policies()) {
+    const auto p = info->make({});
+    EXPECT_EQ(p->name(), info->name);
+    EXPECT_EQ(p->kept_count(), 1U) << info->name;
+    EXPECT_GT(p->memory_bytes(), 0U) << info->name;
+    ASSERT_FALSE(info->params.empty());
+    EXPECT_EQ(info->params.front().name, "budget");
+    EXPECT_EQ(info->params.front().default_value, 512);
+  }
+}
+
+TEST(Registry, UnknownPolicyListsTheKnownOnes) {
+  EXPECT_EQ(error_of([] { make_policy("lru"); }),
+            "unknown policy 'lru' (known: scissorhands, h2o, streaming-llm, sliding-window, tova, "
+            "snapkv, pyramidkv)");
+}
+
+TEST(Registry, UnknownParameterListsTheKnownOnes) {
+  EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
+            "h2o: unknown parameter 'recent' (known: budget, recentWindow)");
+}
+
+TEST(Registry, ParametersReachTheConstructor) {
+  EXPECT_EQ(error_of([] { make_policy("scissorhands", {{"budget", 16}, {"recentWindow", 16}}); }),
+            "Scissorhands: recentWindow (16) must be smaller than budget (16): there would be "
+            "nothing for the votes to choose between");
+  EXPECT_EQ(make_policy("h2o", {{"budget", 64}})->memory_bytes(), 13U * 65U);
+}
+
+TEST(Registry, EffectiveParametersOverlayDefaults) {
+  const ParamMap eff = find_policy("snapkv").effective({{"obsWindow", 4}});
+  EXPECT_EQ(eff, (ParamMap{{"budget", 512}, {"recentWindow", 32}, {"obsWindow", 4}, {"poolKernel", 7}}));
+}
+
+TEST(Registry, QueriesAreFoundByTheirVectorNames) {
+  EXPECT_NE(find_policy("scissorhands").find_query("votesOf"), nullptr);
+  EXPECT_EQ(find_policy("scissorhands").find_query("scoreOf"), nullptr);
+  EXPECT_NE(find_policy("pyramidkv").find_query("effectiveBudget"), nullptr);
+  EXPECT_NE(find_policy("streaming-llm").find_query("sinkCount"), nullptr);
+}
+
+TEST(Registry, PolicyLists) {
+  EXPECT_EQ(parse_policy_list("all").size(), 7U);
+  EXPECT_EQ(parse_policy_list("h2o,tova"), (std::vector<std::string>{"h2o", "tova"}));
+  EXPECT_THROW(parse_policy_list("h2o,,tova"), ParameterError);
+  EXPECT_THROW(parse_policy_list("h2o,nope"), ParameterError);
+}
+
+TEST(Params, IntegersAreParsedStrictly) {
+  EXPECT_EQ(parse_integer("64", "x"), 64);
+  EXPECT_EQ(parse_integer("+7", "x"), 7);
+  EXPECT_EQ(parse_integer("-3", "x"), -3);
+  EXPECT_EQ(error_of([] { parse_integer("1.5", "recentWindow"); }), "recentWindow: '1.5' is not an integer");
+  EXPECT_EQ(error_of([] { parse_integer("12abc", "--budget"); }), "--budget: '12abc' is not an integer");
+  EXPECT_EQ(error_of([] { parse_integer("", "--budget"); }), "--budget: expected an integer, got nothing");
+  EXPECT_EQ(error_of([] { parse_integer("99999999999999999999", "b"); }),
+            "b: '99999999999999999999' is out of range for a 64-bit integer");
+}
+
+TEST(Params, AssignmentsNeedAnEqualsSignAndAKey) {
+  EXPECT_EQ(parse_assignment("recentWindow=64"), (std::pair<std::string, std::int64_t>{"recentWindow", 64}));
+  EXPECT_EQ(error_of([] { parse_assignment("recentWindow"); }), "'recentWindow' is not KEY=VALUE (no '=')");
+  EXPECT_EQ(error_of([] { parse_assignment("=4"); }), "'=4' has no key before '='");
+  EXPECT_EQ(error_of([] { parse_assignment("x=four"); }), "x: 'four' is not an integer");
+}
+
+TEST(Params, ListsNameTheBadValue) {
+  EXPECT_EQ(parse_integer_list("256,512,1024", "--budgets"), (std::vector<std::int64_t>{256, 512, 1024}));
+  EXPECT_EQ(error_of([] { parse_integer_list("16,3x,64", "recentWindow"); }),
+            "recentWindow: value 2 of '16,3x,64' ('3x') is not an integer");
+  EXPECT_THROW(parse_integer_list("16,", "x"), ParameterError);
+}
+
+}  // namespace
+}  // namespace kvevict

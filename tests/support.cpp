@@ -1,0 +1,52 @@
+#include "support.h"
+
+#include <algorithm>
+
+namespace kvevict::testing {
+
+std::filesystem::path source_dir() { return KVEVICT_SOURCE_DIR; }
+
+std::optional<std::filesystem::path> conformance_dir() {
+  const std::filesystem::path dir = KVEVICT_CONFORMANCE_DIR;
+  if (std::filesystem::is_directory(dir)) return dir;
+  return std::nullopt;
+}
+
+const std::vector<RunRow>& canonical_rows() {
+  static const std::vector<RunRow> rows = compare(CompareRequest{}, EvaluateOptions{});
+  return rows;
+}
+
+const RunRow& canonical_row(const std::string& policy, std::int64_t budget) {
+  for (const RunRow& r : canonical_rows()) {
+    if (r.policy == policy && r.budget == budget) return r;
+  }
+  throw std::runtime_error("no canonical row for " + policy);
+}
+
+RunRow run_one(const std::string& policy, ParamMap params, std::int64_t budget,
+               std::optional<std::int64_t> steps) {
+  EvaluateOptions options;
+  options.steps = steps;
+  return evaluate({{policy, std::move(params), budget}}, options).front();
+}
+
+std::vector<Position> held_after_run(Policy& policy, Trace& trace, std::int64_t budget,
+                                     std::uint32_t steps) {
+  std::vector<Position> kept{0};
+  std::vector<float> attn;
+  trace.rewind();
+  for (std::uint32_t t = 1; t <= steps; ++t) {
+    const auto w = trace.next();
+    attn.clear();
+    for (const Position p : kept) attn.push_back(w[p]);
+    policy.on_decode_step(t, std::span<const float>(attn));
+    kept.push_back(t);
+    if (std::ssize(kept) > budget) {
+      for (const Position v : policy.evict(budget)) std::erase(kept, v);
+    }
+  }
+  return kept;
+}
+
+}  // namespace kvevict::testing

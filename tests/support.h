@@ -1,0 +1,34 @@
+// Helpers shared by the test files: where the data lives, the canonical rows
+// computed once, and a step-by-step driver that mirrors the harness.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvevict/evaluate.h"
+#include "kvevict/policy.h"
+#include "kvevict/trace.h"
+
+namespace kvevict::testing {
+
+std::filesystem::path source_dir();
+// The peer's conformance folder, or nullopt (the test then skips, saying so).
+std::optional<std::filesystem::path> conformance_dir();
+
+// All seven policies at 256/512/1024 on decode-4096, computed once per process.
+const std::vector<RunRow>& canonical_rows();
+const RunRow& canonical_row(const std::string& policy, std::int64_t budget);
+
+// One run of `policy` with `params` at `budget` over decode-4096.
+RunRow run_one(const std::string& policy, ParamMap params, std::int64_t budget,
+               std::optional<std::int64_t> steps = std::nullopt);
+
+// Drives a policy over a trace like the harness and returns the positions the
+// harness holds at the end (ascending).
+std::vector<Position> held_after_run(Policy& policy, Trace& trace, std::int64_t budget,
+                                     std::uint32_t steps);
+
+}  // namespace kvevict::testing
