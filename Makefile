@@ -1,7 +1,7 @@
 # Two commands from a fresh clone on Debian 12 (as root):
 #   make run    install what is missing, build Release in build/, print the canonical comparison
 #   make test   the same set-up, then every test suite (Release and sanitizers)
-.PHONY: all deps build run test compare clean
+.PHONY: all deps build run test docs clean
 
 all: build
 
@@ -20,3 +20,7 @@ test: deps
 
 clean:
 	rm -rf build build-sanitize build-debug build-clang
+
+# Regenerate every measured table in README.md and docs/ from the built tool.
+docs: build
+	python3 scripts/update-docs.py

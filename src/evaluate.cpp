@@ -97,8 +97,8 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
     if (!has_param(info, param)) {
       std::string known;
       for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
-      throw ParameterError(fmt::format("--set {}: {} has no parameter '{}' (known: {})", key, policy,
-                                       param, known));
+      throw ParameterError(fmt::format("--set {}: {} has no parameter '{}' (known: {})", key,
+                                       info.title, param, known));
     }
     set_param(per_policy[info.name], param, value);
   }
@@ -119,6 +119,13 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
     if (a.policy == b.policy) return a.budget < b.budget;
     return mass_at_rank[a.policy] > mass_at_rank[b.policy];
   });
+  // Competition ranking: equal masses share a rank (1, 2, 2, 4).
+  for (RunRow& r : rows) {
+    r.rank = 1;
+    for (const auto& [policy, mass] : mass_at_rank) {
+      if (mass > mass_at_rank[r.policy]) ++r.rank;
+    }
+  }
   return rows;
 }
 
@@ -127,7 +134,7 @@ std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& op
   if (!has_param(info, request.param)) {
     std::string known;
     for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
-    throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", info.name,
+    throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", info.title,
                                      request.param, known));
   }
   if (request.values.empty()) throw ParameterError("sweep: no values to sweep");

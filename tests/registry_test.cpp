@@ -43,7 +43,7 @@ TEST(Registry, UnknownPolicyListsTheKnownOnes) {
 
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
-            "h2o: unknown parameter 'recent' (known: budget, recentWindow)");
+            "H2O: unknown parameter 'recent' (known: budget, recentWindow)");
 }
 
 TEST(Registry, ParametersReachTheConstructor) {

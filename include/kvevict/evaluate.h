@@ -32,6 +32,7 @@ struct RunRow {
   Metrics metrics;
   std::uint64_t memory_bytes = 0;
   double seconds = 0.0;
+  int rank = 0;  // compare only: 1 = most retained mass at the ranking budget; ties share
 };
 
 struct EvaluateOptions {

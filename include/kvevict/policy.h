@@ -40,8 +40,9 @@ class Policy {
 
   virtual std::size_t kept_count() const noexcept = 0;
 
-  // Bytes of per-slot state allocated at construction (all of it: the hot path
-  // never allocates).
+  // Bytes of per-slot state (bytes per slot x capacity), allocated at
+  // construction: the hot path never allocates. The victim buffer returned by
+  // evict() is not counted, as in the spec's per-slot figures.
   virtual std::size_t memory_bytes() const noexcept = 0;
 };
 

@@ -47,8 +47,8 @@ PolicyInfo describe(const char* name, const char* title, const char* summary,
   const Params defaults{};
   for (const auto& f : fields) info.params.push_back({f.name, defaults.*(f.member), f.help});
   info.queries = std::move(queries);
-  std::string policy_name = name;
-  info.make = [fields, policy_name](const ParamMap& given) -> std::unique_ptr<Policy> {
+  std::string policy_title = title;
+  info.make = [fields, policy_title](const ParamMap& given) -> std::unique_ptr<Policy> {
     Params params{};
     for (const auto& [key, value] : given) {
       bool found = false;
@@ -62,7 +62,7 @@ PolicyInfo describe(const char* name, const char* title, const char* summary,
       if (!found) {
         std::string known;
         for (const auto& f : fields) known += (known.empty() ? "" : ", ") + std::string(f.name);
-        throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", policy_name,
+        throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", policy_title,
                                          key, known));
       }
     }

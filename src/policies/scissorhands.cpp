@@ -62,7 +62,7 @@ namespace detail {
 const PolicyInfo& scissorhands_info() {
   static const PolicyInfo info = describe<Scissorhands, ScissorhandsParams>(
       "scissorhands", kTitle,
-      "Counts the steps each position beat its fair share 1/kept; the fewest votes goes.",
+      "Counts the steps each position beat its fair share 1/len(attn); the fewest votes goes.",
       {{"budget", &ScissorhandsParams::budget, "positions held after each eviction"},
        {"recentWindow", &ScissorhandsParams::recent_window,
         "newest held positions that are never evicted (< budget)"}},

@@ -59,7 +59,7 @@ rows=$(($(wc -l <"$tmp/canonical.csv") - 1))
 if [[ $rows -eq 21 ]] && grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584' "$tmp/canonical.csv"; then pass; else fail "canonical csv ($rows rows)"; fi
 
 bad "unknown policy"   "unknown policy 'lru' (known: scissorhands" -- run --policy lru
-bad "unknown param"    "h2o: unknown parameter 'window' (known: budget, recentWindow)" -- run --policy h2o --set window=3
+bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow)" -- run --policy h2o --set window=3
 bad "unknown trace"    "unknown trace 'nope' (known: decode-4096)" -- run --policy h2o --trace nope
 bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recentWindow=abc
 bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
@@ -73,9 +73,9 @@ bad "steps too many"   "--steps (5000) must be in 1 ... 4095 for trace decode-40
 bad "steps zero"       "--steps (0) must be in 1 ... 4095" -- trace --steps 0 --hash
 bad "bad budgets"      "value 2 of '64,x'" -- compare --budgets 64,x
 bad "compare unknown"  "unknown policy 'nope'" -- compare --policies h2o,nope
-bad "compare set"      "'tova.recentWindow'" -- compare --policies tova,h2o --set tova.recentWindow=3 --steps 10
+bad "compare set"      "--set tova.recentWindow: TOVA has no parameter 'recentWindow' (known: budget)" -- compare --policies tova,h2o --set tova.recentWindow=3 --steps 10
 bad "sweep values"     "value 3 of '16,32,z'" -- sweep --policy h2o --param recentWindow=16,32,z
-bad "sweep param"      "h2o: unknown parameter 'sinks'" -- sweep --policy h2o --param sinks=1,2
+bad "sweep param"      "H2O: unknown parameter 'sinks'" -- sweep --policy h2o --param sinks=1,2
 bad "bad format"       "format" -- compare --format xml
 bad "no subcommand"    "subcommand" --
 bad "vectors missing"  "no such file or folder" -- vectors /no/such/file.json

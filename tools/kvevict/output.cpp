@@ -96,13 +96,9 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
   }
 
   std::vector<std::vector<std::string>> cells{header};
-  std::vector<std::string> seen;
   for (const RunRow& r : rows) {
     std::vector<std::string> line;
-    if (ranked) {
-      if (std::find(seen.begin(), seen.end(), r.policy) == seen.end()) seen.push_back(r.policy);
-      line.push_back(std::to_string(seen.size()));
-    }
+    if (ranked) line.push_back(std::to_string(r.rank));
     line.push_back(r.policy);
     for (const auto& p : extra_param_columns) line.push_back(std::to_string(param_value(r.params, p)));
     line.push_back(std::to_string(r.budget));

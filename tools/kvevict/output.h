@@ -18,7 +18,7 @@ nlohmann::json row_json(const RunRow& row);
 void print_run_table(std::ostream& out, const RunRow& row);
 
 // Rows as a table ("table"), CSV ("csv") or Markdown ("markdown"). Ranked rows
-// get a rank column numbering policies in the order they first appear.
+// (from compare) get a rank column.
 void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
                 bool ranked, const std::vector<std::string>& extra_param_columns = {});
 

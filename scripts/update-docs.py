@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Regenerates every measured table in the docs and the README.
+
+A table is regenerated when the line before it (after one blank line) names
+the command that produced it in backticks and ends with a colon, e.g.
+
+    `build/kvevict compare --format markdown`:
+
+    | rank | policy | ...
+
+The command is rerun from the repository root and the table replaced by its
+output. Usage: scripts/update-docs.py [--check]  (--check: exit 1 if stale).
+"""
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`[^`]*:\s*$")
+
+
+def regenerate(text: str) -> str:
+    lines = text.split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        m = COMMAND.search(lines[i])
+        if m and i + 2 < len(lines) and lines[i + 1] == "" and lines[i + 2].startswith("|"):
+            out.append("")
+            j = i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            table = subprocess.run(shlex.split(m.group(1)), cwd=ROOT, check=True,
+                                   capture_output=True, text=True).stdout.rstrip("\n")
+            out.extend(table.split("\n"))
+            i = j
+            continue
+        i += 1
+    return "\n".join(out)
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        old = path.read_text()
+        new = regenerate(old)
+        if new != old:
+            stale.append(path.relative_to(ROOT))
+            if not check:
+                path.write_text(new)
+    for p in stale:
+        print(f"{'stale' if check else 'updated'}: {p}")
+    return 1 if (check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
