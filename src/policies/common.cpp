@@ -1,5 +1,7 @@
 #include "policies/common.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace kvevict::detail {
@@ -56,6 +58,20 @@ void check_admission(std::string_view title, std::int64_t pos, std::int64_t newe
         "{}: asked to hold {} positions with a budget of {}; the caller's budget must match the "
         "policy's",
         title, held_after, budget));
+  }
+}
+
+void check_weights(std::string_view title, const float* w, std::size_t n) {
+  // One branch-free pass (vectorises); the slow search runs only on failure.
+  bool bad = false;
+  for (std::size_t i = 0; i < n; ++i) bad |= !(w[i] >= 0.0F && w[i] <= std::numeric_limits<float>::max());
+  if (!bad) return;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(w[i] >= 0.0F && w[i] <= std::numeric_limits<float>::max())) {
+      throw ContractError(fmt::format(
+          "{}: attention weight {} is {}; weights must be finite and at least 0", title, i,
+          std::isnan(w[i]) ? std::string("NaN") : fmt::format("{}", w[i])));
+    }
   }
 }
 

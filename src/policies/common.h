@@ -42,6 +42,11 @@ void check_recent_window(std::string_view title, std::int64_t recent_window, std
 void check_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
                      std::size_t held_after, std::size_t capacity, std::int64_t budget);
 
+// Refuses, before anything changes, a weight among the first `n` that is NaN,
+// infinite or negative: comparisons with such values would make the victim
+// depend on the order of a scan (or the compiler), so no rule is guessed.
+void check_weights(std::string_view title, const float* w, std::size_t n);
+
 // evict's budget must be >= 0.
 void check_evict_budget(std::string_view title, std::int64_t budget);
 

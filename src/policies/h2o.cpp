@@ -26,6 +26,7 @@ void H2O::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
   const std::size_t n = detail::readable(attn, kept_);
+  detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
   if (n > 0) {
     const float* w = attn->data();
     for (std::size_t i = 0; i < n; ++i) scores_[i] += static_cast<double>(w[i]);

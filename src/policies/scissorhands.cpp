@@ -25,6 +25,7 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
 void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
+  detail::check_weights(kTitle, attn ? attn->data() : nullptr, detail::readable(attn, kept_));
   if (attn && !attn->empty()) {
     // Fair share over the full vector, as the model spread it; a weight equal
     // to its share earns nothing (strict comparison).

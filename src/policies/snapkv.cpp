@@ -58,6 +58,7 @@ std::size_t SnapKVCore::memory_bytes() const noexcept {
 void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   check_admission(title_, pos, newest, kept_ + 1, capacity_, budget_);
+  check_weights(title_, attn ? attn->data() : nullptr, readable(attn, kept_));
   if (attn) {  // present, even when empty, advances the ring
     const std::size_t n = readable(attn, kept_);
     const float* w = attn->data();

@@ -1,0 +1,33 @@
+// Replaces the global operator new for the test program so that allocations
+// made inside a CountAllocations scope can be counted. Everything still goes
+// through malloc/free, so the sanitizers keep watching every block.
+#include "alloc_counter.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace {
+thread_local bool counting = false;
+thread_local std::size_t allocations = 0;
+
+void* allocate(std::size_t n) {
+  if (counting) ++allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return allocate(n); }
+void* operator new[](std::size_t n) { return allocate(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace kvevict::testing {
+
+CountAllocations::CountAllocations() : start_(allocations) { counting = true; }
+CountAllocations::~CountAllocations() { counting = false; }
+std::size_t CountAllocations::count() const { return allocations - start_; }
+
+}  // namespace kvevict::testing
