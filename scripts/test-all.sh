@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test suite: the Release build, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included).
+# Every test suite: the Release build (gcc), the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (clang), then
+# each libFuzzer target briefly (FUZZ_SECONDS each, default 60; 0 skips).
 # Ends with one summary line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,22 @@ run_preset() {
 run_preset release
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_preset sanitize
+
+fuzz_seconds=${FUZZ_SECONDS:-60}
+if [[ $fuzz_seconds -gt 0 ]]; then
+  echo "== fuzz (${fuzz_seconds}s per target) =="
+  fuzz_log=$(mktemp)
+  bash scripts/fuzz.sh "$fuzz_seconds" 2>&1 | tee "$fuzz_log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  line=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' "$fuzz_log" | tail -1)
+  if [[ -n "$line" ]]; then
+    total_passed=$((total_passed + $(sed -E 's/fuzz: ([0-9]+) passed.*/\1/' <<<"$line")))
+    total_failed=$((total_failed + $(sed -E 's/.* ([0-9]+) failed/\1/' <<<"$line")))
+  else
+    total_failed=$((total_failed + 1))
+  fi
+  rm -f "$fuzz_log"
+fi
 
 echo "tests: $total_passed passed, $total_failed failed"
 exit $status

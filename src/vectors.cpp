@@ -203,21 +203,42 @@ void VectorReport::merge(const VectorReport& other) {
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
 }
 
-VectorReport run_vector_file(const std::filesystem::path& path) {
+namespace {
+VectorReport file_failure(const std::string& file, const std::string& message) {
   VectorReport report;
-  const std::string file = path.string();
-  auto file_failure = [&](const std::string& message) {
-    report.failures.push_back({file, "(file)", -1, "", "", message});
-    ++report.failed;
-    return report;
-  };
+  report.failures.push_back({file, "(file)", -1, "", "", message});
+  report.failed = 1;
+  return report;
+}
+}  // namespace
+
+VectorReport run_vector_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return file_failure("cannot be read");
+  if (!in) return file_failure(path.string(), "cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return file_failure(path.string(), "cannot be read");
+  return run_vector_text(text.str(), path.string());
+}
+
+VectorReport run_vector_text(std::string_view text, const std::string& file) {
+  VectorReport report;
+  auto file_failure = [&](const std::string& message) { return kvevict::file_failure(file, message); };
   json doc;
+  // Vector files are shallow; refusing deep nesting keeps the recursive
+  // comparison and printing of values bounded whatever a file holds.
+  static constexpr int kMaxDepth = 32;
+  const json::parser_callback_t depth_guard = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw Malformed(fmt::format("nests deeper than {} levels", kMaxDepth));
+    return true;
+  };
   try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
+    doc = json::parse(text, depth_guard);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number too large for a double.
     return file_failure(fmt::format("is not valid JSON: {}", e.what()));
+  } catch (const Malformed& e) {
+    return file_failure(e.what());
   }
   if (!doc.is_object()) return file_failure("the top level must be an object");
   if (!doc.contains("policy") || !doc.at("policy").is_string()) {

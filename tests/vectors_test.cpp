@@ -134,6 +134,30 @@ TEST(VectorRunner, MalformedFilesSayWhichFileAndWhat) {
   EXPECT_EQ(r.failures.at(0).message, "needs a 'cases' array");
 }
 
+TEST(VectorRunner, FuzzFindingsStayFixed) {
+  // Found by fuzz/fuzz_vectors: a number too large for a double escaped the
+  // parser as out_of_range and terminated the program.
+  VectorReport r = replay(R"({"policy": "kv-cache/h2o", "version": 1, "cases": [1e99999]})");
+  ASSERT_EQ(r.failures.size(), 1U);
+  EXPECT_NE(r.failures[0].message.find("is not valid JSON"), std::string::npos);
+  // Every kept regression input replays without escaping.
+  for (const auto& entry : fs::directory_iterator(testing::source_dir() / "fuzz" / "regressions" / "vectors")) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NO_THROW(run_vector_text(text, entry.path().string())) << entry.path();
+  }
+}
+
+TEST(VectorRunner, DeepNestingIsRefused) {
+  std::string deep = "{\"policy\": \"kv-cache/h2o\", \"version\": 1, \"cases\": [";
+  for (int i = 0; i < 40; ++i) deep += "[";
+  for (int i = 0; i < 40; ++i) deep += "]";
+  deep += "]}";
+  const VectorReport r = replay(deep);
+  ASSERT_EQ(r.failures.size(), 1U);
+  EXPECT_EQ(r.failures[0].message, "nests deeper than 32 levels");
+}
+
 TEST(VectorRunner, MalformedCasesSayWhichCaseAndWhat) {
   const VectorReport r = replay(R"({"policy": "kv-cache/h2o", "version": 1, "cases": [
     {"name": "fractional budget", "params": {"budget": 2.5}, "steps": []},

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvevict {
@@ -31,6 +32,9 @@ struct VectorReport {
 // top-level shape is one failed "case" named after the file (the run goes on
 // with other files); a malformed case fails that case with what is wrong.
 VectorReport run_vector_file(const std::filesystem::path& file);
+
+// Replays vector-file text already in memory; `file_label` names it in failures.
+VectorReport run_vector_text(std::string_view text, const std::string& file_label);
 
 // Files named directly, and every *.vectors.json under a folder, sorted.
 // Throws InputError for a path that does not exist.

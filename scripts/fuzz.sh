@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan+UBSan), replays every kept
+# regression input, then fuzzes each target for SECONDS (default 60).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: vectors params policy
+# Working corpora grow in build-fuzz/corpus/; a crashing input lands in
+# build-fuzz/artifacts/ -- copy it to fuzz/regressions/TARGET/ with the fix.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(vectors params policy)
+
+cmake --preset fuzz >/dev/null && cmake --build --preset fuzz || { echo "fuzz: build failed" >&2; exit 1; }
+
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+  bin=build-fuzz/fuzz/fuzz_$t
+  corpus=build-fuzz/corpus/$t
+  mkdir -p "$corpus" build-fuzz/artifacts
+  if compgen -G "fuzz/regressions/$t/*" >/dev/null; then
+    if ! "$bin" fuzz/regressions/$t/* >build-fuzz/regress-$t.log 2>&1; then
+      echo "fuzz $t: a kept regression input fails again:"; tail -20 build-fuzz/regress-$t.log
+      failed=$((failed + 1)); continue
+    fi
+  fi
+  seeds=()
+  [[ -d fuzz/seeds/$t ]] && seeds=(fuzz/seeds/$t)
+  log=build-fuzz/fuzz-$t.log
+  if "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+       -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$t-" "$corpus" "${seeds[@]}" >"$log" 2>&1; then
+    execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
+    cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
+    echo "fuzz $t: ${seconds}s, ${execs:-?} executions, $cov, corpus $(ls "$corpus" | wc -l) inputs, no finding"
+    passed=$((passed + 1))
+  else
+    echo "fuzz $t: FINDING (see $log and build-fuzz/artifacts/):"; grep -E 'ERROR|SUMMARY|==[0-9]+==' "$log" | head -10
+    failed=$((failed + 1))
+  fi
+done
+echo "fuzz: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
