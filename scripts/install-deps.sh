@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build make g++ clang
+  cmake ninja-build make g++ clang pkgconf
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev
 )

@@ -14,6 +14,7 @@
 
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
+#include "kvevict/json.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
       const std::vector<RunRow> rows =
           evaluate({{run_policy, params, budget}}, options_of(run_trace, run_steps, "run"));
       if (run_format == "json") {
-        std::cout << cli::row_json(rows.front()).dump(2) << '\n';
+        std::cout << run_json(rows.front()) << '\n';
       } else if (run_format == "csv") {
         cli::print_rows(std::cout, rows, "csv", false);
       } else {
@@ -194,9 +195,7 @@ int main(int argc, char** argv) {
       const std::vector<RunRow> rows =
           compare(request, options_of(cmp_trace, cmp_steps, "compare"));
       if (cmp_format == "json") {
-        nlohmann::json out{{"trace", rows.front().trace}, {"rows", nlohmann::json::array()}};
-        for (const RunRow& r : rows) out["rows"].push_back(cli::row_json(r));
-        std::cout << out.dump(2) << '\n';
+        std::cout << rows_json(rows) << '\n';
         return 0;
       }
       cli::print_rows(std::cout, rows, cmp_format, true);
@@ -222,10 +221,7 @@ int main(int argc, char** argv) {
       request.params = parse_sets(sw_sets);
       const std::vector<RunRow> rows = sweep(request, options_of(sw_trace, sw_steps, "sweep"));
       if (sw_format == "json") {
-        nlohmann::json out{{"trace", rows.front().trace}, {"policy", request.policy},
-                           {"param", request.param}, {"rows", nlohmann::json::array()}};
-        for (const RunRow& r : rows) out["rows"].push_back(cli::row_json(r));
-        std::cout << out.dump(2) << '\n';
+        std::cout << rows_json(rows) << '\n';
         return 0;
       }
       std::vector<std::string> extra;

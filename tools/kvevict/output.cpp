@@ -22,23 +22,6 @@ std::int64_t param_value(const ParamMap& params, const std::string& key) {
 }
 }  // namespace
 
-nlohmann::json row_json(const RunRow& row) {
-  nlohmann::json params = nlohmann::json::object();
-  for (const auto& [k, v] : row.params) params[k] = v;
-  return {{"policy", row.policy},
-          {"trace", row.trace},
-          {"budget", row.budget},
-          {"params", params},
-          {"steps", row.totals.steps},
-          {"metrics",
-           {{"retainedAttentionMass", row.metrics.retained_attention_mass},
-            {"heavyHitterRecall", row.metrics.heavy_hitter_recall},
-            {"evictionCalls", row.metrics.eviction_calls}}},
-          {"evicted", row.totals.evicted},
-          {"memoryBytes", row.memory_bytes},
-          {"seconds", row.seconds}};
-}
-
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells) {
   std::vector<std::size_t> width;
   for (const auto& r : cells) {

@@ -6,13 +6,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "kvevict/evaluate.h"
 
 namespace kvevict::cli {
-
-nlohmann::json row_json(const RunRow& row);
 
 // A single run as aligned "key  value" lines.
 void print_run_table(std::ostream& out, const RunRow& row);

@@ -1,0 +1,20 @@
+// JSON text of results, shaped exactly like the tool's output, so the tool,
+// the C API and the bindings cannot drift apart.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kvevict/evaluate.h"
+
+namespace kvevict {
+
+// {"policy", "trace", "budget", "params", "steps", "metrics":
+//  {"retainedAttentionMass", "heavyHitterRecall", "evictionCalls"},
+//  "evicted", "memoryBytes", "seconds"}; indent < 0 gives one line.
+std::string run_json(const RunRow& row, int indent = 2);
+
+// {"trace", "rows": [run objects]}
+std::string rows_json(const std::vector<RunRow>& rows, int indent = 2);
+
+}  // namespace kvevict

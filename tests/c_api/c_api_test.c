@@ -1,0 +1,166 @@
+/* The C API, from C99, against the installed library: every vector file
+ * given on the command line replays through it, and each boundary error is a
+ * status code with a message -- never a crash. Ends with "N passed, M failed". */
+#include <kvevict.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int passed = 0;
+static int failed = 0;
+
+#define CHECK(cond)                                                             \
+  do {                                                                          \
+    if (cond) {                                                                 \
+      ++passed;                                                                 \
+    } else {                                                                    \
+      ++failed;                                                                 \
+      fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              kvevict_last_error());                                            \
+    }                                                                           \
+  } while (0)
+
+static int error_contains(const char* text) { return strstr(kvevict_last_error(), text) != NULL; }
+
+static void registry(void) {
+  size_t count = 0;
+  const char* name = NULL;
+  int64_t def = 0;
+  CHECK(kvevict_policy_count() == 7);
+  CHECK(strcmp(kvevict_policy_name_at(0), "scissorhands") == 0);
+  CHECK(kvevict_policy_name_at(7) == NULL);
+  CHECK(kvevict_policy_param_count("snapkv", &count) == KVEVICT_OK && count == 4);
+  CHECK(kvevict_policy_param_at("snapkv", 2, &name, &def) == KVEVICT_OK);
+  CHECK(strcmp(name, "obsWindow") == 0 && def == 16);
+  CHECK(kvevict_policy_param_count("lru", &count) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("unknown policy 'lru'"));
+  CHECK(strcmp(kvevict_version(), "0.1.0") == 0);
+}
+
+/* The stale spike of the spec, through C: H2O names 3, Scissorhands names 0. */
+static void stale_spike(void) {
+  const float s1[] = {1.0f};
+  const float s2[] = {0.9375f, 0.0625f};
+  const float s3[] = {0.0625f, 0.5f, 0.4375f};
+  const float s4[] = {0.0625f, 0.3125f, 0.3125f, 0.3125f};
+  const float s5[] = {0.0f, 0.25f, 0.25f, 0.25f, 0.25f};
+  const float* steps[] = {s1, s2, s3, s4, s5};
+  const char* names[] = {"h2o", "scissorhands"};
+  const uint32_t expected[] = {3, 0};
+  const kvevict_param params[] = {{"budget", 5}, {"recentWindow", 2}};
+  int p;
+  for (p = 0; p < 2; ++p) {
+    kvevict_policy* policy = NULL;
+    uint32_t victims[8];
+    size_t n = 99;
+    double value = 0;
+    int64_t zero = 0;
+    size_t kept = 0;
+    int t;
+    CHECK(kvevict_policy_create(names[p], params, 2, &policy) == KVEVICT_OK);
+    for (t = 0; t < 5; ++t) {
+      CHECK(kvevict_policy_on_decode_step(policy, t + 1, steps[t], (size_t)t + 1) == KVEVICT_OK);
+    }
+    CHECK(kvevict_policy_query(policy, p == 0 ? "scoreOf" : "votesOf", &zero, 1, &value) == KVEVICT_OK);
+    CHECK(value == (p == 0 ? 2.0625 : 1.0));
+    CHECK(kvevict_policy_evict(policy, 5, victims, 2, &n) == KVEVICT_ERROR_ARGUMENT); /* too small */
+    CHECK(kvevict_policy_kept_count(policy, &kept) == KVEVICT_OK && kept == 6);       /* nothing went */
+    CHECK(kvevict_policy_evict(policy, 5, victims, 8, &n) == KVEVICT_OK);
+    CHECK(n == 1 && victims[0] == expected[p]);
+    CHECK(kvevict_policy_destroy(policy) == KVEVICT_OK);
+  }
+}
+
+static void bad_input(void) {
+  kvevict_policy* policy = NULL;
+  const kvevict_param bad_window[] = {{"budget", 8}, {"recentWindow", 8}};
+  const kvevict_param unknown[] = {{"window", 3}};
+  const kvevict_param good[] = {{"budget", 4}, {"recentWindow", 1}};
+  const float nan_step[] = {NAN};
+  const float one[] = {1.0f};
+  uint32_t victims[8];
+  size_t n = 0;
+  double value = 0;
+  size_t bytes = 0;
+
+  CHECK(kvevict_policy_create("scissorhands", bad_window, 2, &policy) == KVEVICT_ERROR_PARAMETER);
+  CHECK(policy == NULL);
+  CHECK(error_contains("Scissorhands: recentWindow (8) must be smaller than budget (8)"));
+  CHECK(kvevict_policy_create("h2o", unknown, 1, &policy) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("unknown parameter 'window'"));
+  CHECK(kvevict_policy_create(NULL, NULL, 0, &policy) == KVEVICT_ERROR_ARGUMENT);
+
+  CHECK(kvevict_policy_create("scissorhands", good, 2, &policy) == KVEVICT_OK);
+  CHECK(kvevict_policy_memory_bytes(policy, &bytes) == KVEVICT_OK && bytes == 9 * 5);
+  CHECK(kvevict_policy_on_decode_step(policy, 1, nan_step, 1) == KVEVICT_ERROR_CONTRACT);
+  CHECK(error_contains("attention weight 0 is NaN"));
+  CHECK(kvevict_policy_on_decode_step(policy, 1, one, 1) == KVEVICT_OK);
+  CHECK(kvevict_policy_on_decode_step(policy, 1, NULL, 0) == KVEVICT_ERROR_CONTRACT);
+  CHECK(error_contains("must be greater than every position held"));
+  CHECK(kvevict_policy_on_decode_step(policy, -5, NULL, 0) == KVEVICT_ERROR_CONTRACT);
+  CHECK(kvevict_policy_evict(policy, -1, victims, 8, &n) == KVEVICT_ERROR_CONTRACT);
+  CHECK(kvevict_policy_query(policy, "scoreOf", NULL, 0, &value) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("scissorhands has no query 'scoreOf'"));
+  CHECK(kvevict_policy_query(policy, "votesOf", NULL, 0, &value) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_policy_destroy(policy) == KVEVICT_OK);
+  /* The handle is gone: every use is refused with a message, not a crash. */
+  CHECK(kvevict_policy_on_decode_step(policy, 2, NULL, 0) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("not a live one"));
+  CHECK(kvevict_policy_kept_count(policy, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_policy_destroy(policy) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_policy_destroy(NULL) == KVEVICT_OK);
+}
+
+static void trace_and_harness(void) {
+  uint32_t hash = 0;
+  kvevict_trace* trace = NULL;
+  kvevict_policy* policy = NULL;
+  kvevict_run_result r;
+  const float* w = NULL;
+  size_t count = 0;
+  uint32_t length = 0;
+  const kvevict_param params[] = {{"budget", 512}};
+  char* json = NULL;
+  const int64_t budgets[] = {256};
+
+  CHECK(kvevict_trace_hash("decode-4096", 0, &hash) == KVEVICT_OK && hash == 3136039440u);
+  CHECK(kvevict_trace_hash("decode-4096", 10, &hash) == KVEVICT_OK && hash == 515340780u);
+  CHECK(kvevict_trace_hash("decode-9", 0, &hash) == KVEVICT_ERROR_INPUT);
+  CHECK(error_contains("unknown trace 'decode-9' (known: decode-4096)"));
+  CHECK(kvevict_trace_open("decode-4096", &trace) == KVEVICT_OK);
+  CHECK(kvevict_trace_length(trace, &length) == KVEVICT_OK && length == 4096);
+  CHECK(kvevict_trace_next(trace, &w, &count) == KVEVICT_OK && count == 1 && w[0] == 1.0f);
+  CHECK(kvevict_policy_create("scissorhands", params, 1, &policy) == KVEVICT_OK);
+  CHECK(kvevict_run(policy, trace, 512, 0, &r) == KVEVICT_OK);
+  CHECK(r.steps == 4095 && r.eviction_calls == 3584 && r.total_heavy_possible == 130544);
+  CHECK(r.retained_attention_mass == 0.711377 && r.heavy_hitter_recall == 0.906047);
+  CHECK(kvevict_run(policy, trace, 512, 0, &r) == KVEVICT_ERROR_CONTRACT); /* already holds 512 */
+  CHECK(kvevict_policy_destroy(policy) == KVEVICT_OK);
+  CHECK(kvevict_trace_destroy(trace) == KVEVICT_OK);
+
+  CHECK(kvevict_compare_json("h2o,tova", budgets, 1, NULL, 0, NULL, 0, &json) == KVEVICT_OK);
+  CHECK(json != NULL && strstr(json, "\"retainedAttentionMass\": 0.778128") != NULL);
+  kvevict_string_free(json);
+  CHECK(kvevict_compare_json("h2o,nope", NULL, 0, NULL, 0, NULL, 0, &json) == KVEVICT_ERROR_PARAMETER);
+}
+
+int main(int argc, char** argv) {
+  size_t vpassed = 0;
+  size_t vfailed = 0;
+  char* report = NULL;
+  registry();
+  stale_spike();
+  bad_input();
+  trace_and_harness();
+  if (argc > 1) {
+    CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
+                              &report) == KVEVICT_OK);
+    if (report != NULL && report[0] != '\0') fprintf(stderr, "%s", report);
+    kvevict_string_free(report);
+    printf("vectors through the C API: %zu cases passed, %zu failed\n", vpassed, vfailed);
+    CHECK(vfailed == 0 && vpassed > 0);
+  }
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
