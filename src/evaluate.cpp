@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kvevict/errors.h"
+#include "kvevict/npy.h"
 #include "kvevict/registry.h"
 
 namespace kvevict {
@@ -20,34 +21,70 @@ bool has_param(const PolicyInfo& info, std::string_view key) {
 }  // namespace
 
 std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
-  std::unique_ptr<Trace> trace = open_trace(options.trace);
-  if (options.steps) checked_steps(*trace, *options.steps);
+  std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
+  if (options.steps) checked_steps(*heads.front(), *options.steps);
 
-  std::vector<std::unique_ptr<Policy>> built;
-  std::vector<RunSlot> slots;
+  // Rows first, with every policy built once up front, so a bad parameter
+  // fails before any work.
   std::vector<RunRow> rows;
+  std::vector<ParamMap> params_of;
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
     ParamMap params = spec.params;
     set_param(params, "budget", spec.budget);
-    built.push_back(info.make(params));
-    slots.push_back({built.back().get(), spec.budget});
+    const std::unique_ptr<Policy> probe = info.make(params);
     RunRow row;
     row.policy = info.name;
-    row.trace = trace->id();
+    row.trace = options.trace;
     row.budget = spec.budget;
     row.params = info.effective(params);
-    row.memory_bytes = built.back()->memory_bytes();
+    row.memory_bytes = probe->memory_bytes();
+    row.heads = heads.size();
     rows.push_back(std::move(row));
+    params_of.push_back(std::move(params));
   }
 
-  std::vector<double> seconds;
-  const std::vector<RunTotals> totals =
-      run_many(slots, *trace, options.steps, options.progress, &seconds);
+  // One pass per head; each head's steps feed every run.
+  std::vector<std::vector<Metrics>> per_head(rows.size());
+  std::vector<double> mass_sum(rows.size(), 0.0);
+  std::vector<double> recall_sum(rows.size(), 0.0);
+  for (const auto& trace : heads) {
+    std::vector<std::unique_ptr<Policy>> built;
+    std::vector<RunSlot> slots;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      built.push_back(find_policy(rows[i].policy).make(params_of[i]));
+      slots.push_back({built.back().get(), rows[i].budget});
+    }
+    std::vector<double> seconds;
+    const std::vector<RunTotals> totals = run_many(slots, *trace, options.steps, options.progress, &seconds);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const RunTotals& t = totals[i];
+      RunTotals& sum = rows[i].totals;
+      sum.steps += t.steps;
+      sum.budget = t.budget;
+      sum.total_retained_mass += t.total_retained_mass;
+      sum.total_heavy_hits += t.total_heavy_hits;
+      sum.total_heavy_possible += t.total_heavy_possible;
+      sum.eviction_calls += t.eviction_calls;
+      sum.evicted += t.evicted;
+      rows[i].seconds += seconds[i];
+      per_head[i].push_back(metrics_of(t));
+      mass_sum[i] += t.steps == 0 ? 0.0 : t.total_retained_mass / static_cast<double>(t.steps);
+      recall_sum[i] += t.total_heavy_possible == 0 ? 0.0
+                                                   : static_cast<double>(t.total_heavy_hits) /
+                                                         static_cast<double>(t.total_heavy_possible);
+    }
+  }
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    rows[i].totals = totals[i];
-    rows[i].metrics = metrics_of(totals[i]);
-    rows[i].seconds = seconds[i];
+    if (heads.size() == 1) {
+      rows[i].metrics = per_head[i].front();
+      continue;
+    }
+    const auto h = static_cast<double>(heads.size());
+    rows[i].metrics.retained_attention_mass = round6(mass_sum[i] / h);
+    rows[i].metrics.heavy_hitter_recall = round6(recall_sum[i] / h);
+    rows[i].metrics.eviction_calls = rows[i].totals.eviction_calls;
+    rows[i].head_metrics = std::move(per_head[i]);
   }
   return rows;
 }

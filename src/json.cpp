@@ -16,11 +16,21 @@ nlohmann::ordered_json row_object(const RunRow& row) {
   out["trace"] = row.trace;
   out["budget"] = row.budget;
   out["params"] = params;
-  out["steps"] = row.totals.steps;
+  out["steps"] = row.totals.steps / static_cast<std::int64_t>(row.heads);
   out["metrics"] = metrics;
   out["evicted"] = row.totals.evicted;
   out["memoryBytes"] = row.memory_bytes;
   out["seconds"] = row.seconds;
+  if (row.heads > 1) {
+    out["heads"] = row.heads;
+    nlohmann::ordered_json per_head = nlohmann::ordered_json::array();
+    for (const Metrics& m : row.head_metrics) {
+      per_head.push_back({{"retainedAttentionMass", m.retained_attention_mass},
+                          {"heavyHitterRecall", m.heavy_hitter_recall},
+                          {"evictionCalls", m.eviction_calls}});
+    }
+    out["perHead"] = per_head;
+  }
   return out;
 }
 }  // namespace

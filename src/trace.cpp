@@ -45,8 +45,15 @@ void DecodeTrace::draw_heavy_set(std::uint32_t t) {
   const std::uint32_t span = t - 68;
   while (heavy_.size() < kHeavyCount) {
     const std::uint32_t p = rng_.next_int(span) + 4;  // 4 <= p <= t - 65
+    // Spike tokens are never heavy hitters: their importance is one-off.
+    if (is_spike_token(p)) continue;
     if (std::find(heavy_.begin(), heavy_.end(), p) == heavy_.end()) heavy_.push_back(p);
   }
+}
+
+bool DecodeTrace::is_spike_token(std::uint32_t q) const noexcept {
+  return shape_.spike_every > 0 && q >= shape_.spike_start &&
+         (q - shape_.spike_start) % shape_.spike_every == 0;
 }
 
 std::span<const float> DecodeTrace::next() {
@@ -70,6 +77,7 @@ std::span<const float> DecodeTrace::next() {
   // Before the first heavy draw the heavy mass is folded into the local band.
   const double local_mass = t < kHeavyStart ? kLocalMass + kHeavyMass : kLocalMass;
   for (std::uint32_t d = 1; d <= span; ++d) {
+    if (is_spike_token(t - d)) continue;  // spike tokens get no local weight
     out[t - d] += (static_cast<double>(65 - d) * local_mass) / local_weight;
   }
 
@@ -78,6 +86,19 @@ std::span<const float> DecodeTrace::next() {
     for (std::uint32_t r = 0; r < kHeavyCount; ++r) heavy_weight += 1.0 / static_cast<double>(r + 1);
     for (std::size_t r = 0; r < heavy_.size(); ++r) {
       out[heavy_[r]] += (kHeavyMass / static_cast<double>(r + 1)) / heavy_weight;
+    }
+  }
+
+  // Spikes, then recalls: spike_mass on each spike token in its window.
+  if (shape_.spike_every > 0) {
+    for (std::uint32_t k = 1; k <= shape_.spike_steps && k <= t; ++k) {
+      if (is_spike_token(t - k)) out[t - k] += shape_.spike_mass;
+    }
+    if (shape_.recall_after > 0) {
+      for (std::uint32_t k = 1; k <= shape_.spike_steps; ++k) {
+        const std::uint32_t back = shape_.recall_after + k;
+        if (back <= t && is_spike_token(t - back)) out[t - back] += shape_.spike_mass;
+      }
     }
   }
 
@@ -90,10 +111,31 @@ std::span<const float> DecodeTrace::next() {
   return {weights_.data(), t};
 }
 
-std::vector<std::string> trace_ids() { return {"decode-4096"}; }
+namespace {
+struct NamedShape {
+  const char* id;
+  DecodeShape shape;
+};
+// The generated traces. decode-4096 is the canonical one (spec/trace.md);
+// the others add one-off spikes, with or without a later recall
+// (docs/traces.md).
+const NamedShape kGenerated[] = {
+    {"decode-4096", DecodeShape{}},
+    {"stale-spike-4096", DecodeShape{4096, 7, 4, 128, 2.0, 2, 0}},
+    {"recalled-fact-4096", DecodeShape{4096, 7, 32, 128, 2.0, 2, 512}},
+};
+}  // namespace
+
+std::vector<std::string> trace_ids() {
+  std::vector<std::string> ids;
+  for (const auto& g : kGenerated) ids.emplace_back(g.id);
+  return ids;
+}
 
 std::unique_ptr<Trace> open_trace(std::string_view id) {
-  if (id == "decode-4096") return std::make_unique<DecodeTrace>();
+  for (const auto& g : kGenerated) {
+    if (id == g.id) return std::make_unique<DecodeTrace>(g.id, g.shape);
+  }
   std::string known;
   for (const auto& k : trace_ids()) known += (known.empty() ? "" : ", ") + k;
   throw InputError(fmt::format("unknown trace '{}' (known: {})", id, known));

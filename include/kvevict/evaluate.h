@@ -28,15 +28,20 @@ struct RunRow {
   std::string trace;
   std::int64_t budget = 0;
   ParamMap params;  // every effective parameter
+  // Summed over heads (an .npy trace of H heads runs one instance per head).
   RunTotals totals;
+  // Mean over heads of each head's unrounded ratio, then round6; eviction
+  // calls summed. For one head: exactly metrics_of(totals).
   Metrics metrics;
+  std::uint64_t heads = 1;
+  std::vector<Metrics> head_metrics;  // one per head when heads > 1
   std::uint64_t memory_bytes = 0;
   double seconds = 0.0;
   int rank = 0;  // compare only: 1 = most retained mass at the ranking budget; ties share
 };
 
 struct EvaluateOptions {
-  std::string trace = "decode-4096";
+  std::string trace = "decode-4096";  // a generated id, or a path to an .npy file
   std::optional<std::int64_t> steps;  // all when empty
   ProgressFn progress;
 };

@@ -39,6 +39,17 @@ class Trace {
 struct DecodeShape {
   std::uint32_t length = 4096;
   std::uint32_t seed = 7;
+  // One-off spikes (spike_every 0 = none, the canonical trace). From position
+  // spike_start on, every spike_every-th position is a *spike token*: it gets
+  // no local-band weight at any step, and on the spike_steps steps right after
+  // it is generated it receives spike_mass (before normalisation).
+  std::uint32_t spike_every = 0;
+  std::uint32_t spike_start = 128;
+  double spike_mass = 0.0;
+  std::uint32_t spike_steps = 2;
+  // Recall (0 = none): recall_after steps after its spike, every spike token
+  // receives spike_mass again for spike_steps steps -- a fact that matters later.
+  std::uint32_t recall_after = 0;
 };
 
 class DecodeTrace final : public Trace {
@@ -57,6 +68,7 @@ class DecodeTrace final : public Trace {
 
  private:
   void draw_heavy_set(std::uint32_t t);
+  bool is_spike_token(std::uint32_t q) const noexcept;
 
   std::string id_;
   Shape shape_;

@@ -15,6 +15,7 @@
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
+#include "kvevict/npy.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -54,7 +55,8 @@ EvaluateOptions options_of(const std::string& trace, std::optional<std::int64_t>
 }
 
 void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int64_t>& steps) {
-  cmd->add_option("--trace", trace, "trace id (see `kvevict trace --help`)")->capture_default_str();
+  cmd->add_option("--trace", trace, "generated trace id or FILE.npy (see `kvevict trace --help`)")
+      ->capture_default_str();
   cmd->add_option("--steps", steps, "replay only the first N decode steps");
 }
 
@@ -150,9 +152,15 @@ int main(int argc, char** argv) {
   std::string tr_trace = "decode-4096";
   std::optional<std::int64_t> tr_steps;
   bool tr_hash = false;
-  auto* tr = app.add_subcommand("trace", "Inspect a trace; known ids: decode-4096");
+  std::string tr_out;
+  bool tr_force = false;
+  auto* tr = app.add_subcommand(
+      "trace", "Inspect or export a trace. Generated ids: decode-4096, stale-spike-4096, "
+               "recalled-fact-4096; or a FILE.npy of recorded attention ([N, N] or [H, N, N])");
   add_trace_options(tr, tr_trace, tr_steps);
-  tr->add_flag("--hash", tr_hash, "print the FNV-1a parity hash of the steps as a decimal number");
+  tr->add_flag("--hash", tr_hash, "print the FNV-1a parity hash of the steps as a decimal number (one per head)");
+  tr->add_option("--out", tr_out, "write the trace as an [N, N] float32 .npy (row t = step t's weights)");
+  tr->add_flag("--force", tr_force, "with --out: replace an existing file");
 
   // vectors
   std::vector<std::string> vec_paths;
@@ -203,7 +211,8 @@ int main(int argc, char** argv) {
         std::cout << fmt::format(
             "\nranked by retained mass at budget {}; {} steps of {}. Both metrics are proxies: "
             "attention kept, not model quality.\n",
-            ranking_budget(request.budgets), rows.front().totals.steps, rows.front().trace);
+            ranking_budget(request.budgets),
+            rows.front().totals.steps / static_cast<std::int64_t>(rows.front().heads), rows.front().trace);
       }
       return 0;
     }
@@ -231,13 +240,18 @@ int main(int argc, char** argv) {
     }
 
     if (tr->parsed()) {
-      const auto trace = open_trace(tr_trace);
-      const std::uint32_t steps = tr_steps ? checked_steps(*trace, *tr_steps) : trace->steps();
+      const auto heads = open_trace_heads(tr_trace);
+      const std::uint32_t steps = tr_steps ? checked_steps(*heads.front(), *tr_steps) : heads.front()->steps();
+      if (!tr_out.empty()) {
+        if (heads.size() != 1) throw InputError("--out writes one head; this trace has several");
+        write_npy_trace(*heads.front(), steps, tr_out, tr_force);
+        std::cerr << fmt::format("wrote {} steps of {} to {}\n", steps, tr_trace, tr_out);
+      }
       if (tr_hash) {
-        std::cout << trace_hash(*trace, steps) << '\n';
-      } else {
-        std::cout << fmt::format("trace {}: {} positions, {} decode steps (use --hash for the parity hash)\n",
-                                 trace->id(), trace->length(), trace->steps());
+        for (const auto& head : heads) std::cout << trace_hash(*head, steps) << '\n';
+      } else if (tr_out.empty()) {
+        std::cout << fmt::format("trace {}: {} positions, {} decode steps, {} head(s) (use --hash for the parity hash)\n",
+                                 tr_trace, heads.front()->length(), heads.front()->steps(), heads.size());
       }
       return 0;
     }
