@@ -1,0 +1,234 @@
+// Type declarations of the kvevict Node.js binding (index.js over the N-API
+// addon). Integers are JavaScript numbers: a fraction, NaN or an infinity where
+// an integer is expected throws RangeError; a value of the wrong type throws
+// TypeError; what the C++ core refuses throws ParameterError, ContractError or
+// InputError with the core's message unchanged (a negative budget or position:
+// RangeError, with the core's message).
+
+/** Absolute token index (0, 1, 2, ...). */
+export type Position = number;
+
+/**
+ * The weights the new token paid to the held positions, ascending. A
+ * Float32Array is read in place; a number array is converted to float32.
+ * `null` (or omitted) means "no information", never "all zeros".
+ */
+export type Attention = Float32Array | readonly number[] | null | undefined;
+
+/** Named integer parameters, camelCase; omitted ones take their defaults. */
+export type Params = { readonly [name: string]: number | undefined };
+
+export interface ScissorhandsParams { budget?: number; recentWindow?: number }
+export interface H2OParams { budget?: number; recentWindow?: number }
+export interface StreamingLLMParams { budget?: number; sinks?: number }
+export interface SlidingWindowParams { budget?: number }
+export interface TOVAParams { budget?: number }
+export interface SnapKVParams { budget?: number; recentWindow?: number; obsWindow?: number; poolKernel?: number }
+export interface PyramidKVParams {
+  budget?: number;
+  layer?: number;
+  numLayers?: number;
+  pyramidRatio?: number;
+  recentWindow?: number;
+  obsWindow?: number;
+  poolKernel?: number;
+}
+
+/** Base of every policy; not constructed directly. */
+export abstract class Policy {
+  protected constructor(name: string, params?: Params);
+  /** Registry name, e.g. "scissorhands". */
+  readonly name: string;
+  /** Every parameter with its effective value (a fresh object on each read). */
+  readonly params: Record<string, number>;
+  /**
+   * One decode step: fold `attn` into the held positions, then admit `pos`.
+   * Reads min(attn.length, keptCount()) weights; extra ones are ignored.
+   * Throws ContractError (before changing anything) when `pos` is not above
+   * every held position, when holding it would exceed the capacity, or for a
+   * NaN, infinite or negative weight.
+   */
+  onDecodeStep(pos: Position, attn?: Attention): void;
+  /** Drops positions so that at most `budget` remain; the victims, ascending (a copy). */
+  evict(budget: number): Position[];
+  keptCount(): number;
+  /** Bytes of per-slot state, allocated at construction. */
+  memoryBytes(): number;
+  /** Any registry query by name, e.g. query("votesOf", [3]); TypeError if the policy lacks it. */
+  query(name: string, args?: readonly number[]): number;
+}
+
+export class Scissorhands extends Policy {
+  constructor(params?: ScissorhandsParams);
+  static readonly policyName: 'scissorhands';
+  /** Votes of a held position, -1 when it is not held. */
+  votesOf(pos: Position): number;
+}
+export class H2O extends Policy {
+  constructor(params?: H2OParams);
+  static readonly policyName: 'h2o';
+  /** Cumulative attention of a held position, -1 when it is not held. */
+  scoreOf(pos: Position): number;
+}
+export class StreamingLLM extends Policy {
+  constructor(params?: StreamingLLMParams);
+  static readonly policyName: 'streaming-llm';
+  /** Number of sink positions held. */
+  sinkCount(): number;
+}
+export class SlidingWindow extends Policy {
+  constructor(params?: SlidingWindowParams);
+  static readonly policyName: 'sliding-window';
+}
+export class TOVA extends Policy {
+  constructor(params?: TOVAParams);
+  static readonly policyName: 'tova';
+  /** Last observed weight, -1 when not held or never observed. */
+  lastAttentionOf(pos: Position): number;
+}
+export class SnapKV extends Policy {
+  constructor(params?: SnapKVParams);
+  static readonly policyName: 'snapkv';
+  /** Unpooled sum of the position's remembered weights, -1 when not held. */
+  windowScoreOf(pos: Position): number;
+}
+export class PyramidKV extends Policy {
+  constructor(params?: PyramidKVParams);
+  static readonly policyName: 'pyramidkv';
+  /** max(pyramidBudget(budget, layer, numLayers, pyramidRatio), recentWindow + 1). */
+  effectiveBudget(): number;
+  windowScoreOf(pos: Position): number;
+}
+
+export interface PolicyClasses {
+  scissorhands: typeof Scissorhands;
+  h2o: typeof H2O;
+  'streaming-llm': typeof StreamingLLM;
+  'sliding-window': typeof SlidingWindow;
+  tova: typeof TOVA;
+  snapkv: typeof SnapKV;
+  pyramidkv: typeof PyramidKV;
+}
+/** Registry name -> class, for every registered policy. */
+export const policyClasses: PolicyClasses & { readonly [name: string]: (new (params?: Params) => Policy) | undefined };
+
+/** Builds any registered policy by name (ParameterError for an unknown one). */
+export function policy<N extends keyof PolicyClasses>(
+  name: N,
+  params?: ConstructorParameters<PolicyClasses[N]>[0],
+): InstanceType<PolicyClasses[N]>;
+export function policy(name: string, params?: Params): Policy;
+
+export interface ParamInfo { name: string; default: number; help: string }
+export interface QueryInfo { name: string; arity: number }
+export interface PolicyInfo {
+  name: string;
+  title: string;
+  summary: string;
+  params: ParamInfo[];
+  queries: QueryInfo[];
+}
+/** Every registered policy, in catalogue order. */
+export function policies(): PolicyInfo[];
+
+/** PyramidKV's share of `layer` in a stack of `numLayers` with average share `budget`. */
+export function pyramidBudget(budget: number, layer: number, numLayers: number, ratio: number): number;
+
+/**
+ * The steps of a generated trace (default "decode-4096"): step t is a new
+ * Float32Array of t weights over positions 0 ... t-1. `steps` truncates to a
+ * prefix. InputError for an unknown id or steps out of range, thrown at once.
+ */
+export function trace(id?: string, steps?: number): Generator<Float32Array, void, undefined>;
+
+/** FNV-1a 32 parity hash of the first `steps` steps (all when omitted). */
+export function traceHash(id?: string, steps?: number): number;
+
+export interface Metrics {
+  /** Mean share of each step's attention on held positions (a proxy, not model quality). */
+  retainedAttentionMass: number;
+  /** Pooled share of each step's 32 most-attended positions still held (a proxy). */
+  heavyHitterRecall: number;
+  evictionCalls: number;
+}
+/** One run, exactly the object `kvevict run --format json` prints. */
+export interface RunResult {
+  policy: string;
+  trace: string;
+  budget: number;
+  /** Every effective parameter. */
+  params: Record<string, number>;
+  steps: number;
+  metrics: Metrics;
+  evicted: number;
+  memoryBytes: number;
+  seconds: number;
+}
+/** Exactly the object `kvevict compare --format json` prints. */
+export interface CompareResult {
+  trace: string;
+  rows: RunResult[];
+}
+
+export interface RunOptions {
+  policy: string;
+  /** Default: params.budget, else the policy's default (512). */
+  budget?: number;
+  params?: Params;
+  /** Default "decode-4096". */
+  trace?: string;
+  /** Replay only the first N decode steps. */
+  steps?: number;
+}
+export function run(options: RunOptions): RunResult;
+
+export interface CompareOptions {
+  /** Names, or "all" / "a,b" (default: every policy). */
+  policies?: readonly string[] | string;
+  /** Default [256, 512, 1024]; rows are ranked by retained mass at the middle one. */
+  budgets?: readonly number[];
+  /**
+   * "policy.param" or "param" (every compared policy that has it) -> value;
+   * a nested { policy: { param: value } } means "policy.param".
+   */
+  overrides?: { readonly [key: string]: number | Params | undefined };
+  trace?: string;
+  steps?: number;
+}
+export function compare(options?: CompareOptions): CompareResult;
+
+export interface VectorFailure {
+  file: string;
+  caseName: string;
+  /** Index into the case's steps; -1 for the case itself. */
+  step: number;
+  /** JSON text, empty when not applicable. */
+  expected: string;
+  /** JSON text, or the error that ended the case. */
+  actual: string;
+  message: string;
+  /** The runner's one-line report of it. */
+  description: string;
+}
+export interface VectorReport {
+  /** Cases. */
+  passed: number;
+  failed: number;
+  failures: VectorFailure[];
+}
+/** Replays vector files, or every *.vectors.json under folders, through the C++ runner. */
+export function runVectors(paths: string | readonly string[]): VectorReport;
+
+/** Base of the errors the core throws on purpose. */
+export class KvevictError extends Error {
+  constructor(message: string);
+}
+/** A parameter that breaks a rule; also an unknown policy or parameter name. */
+export class ParameterError extends KvevictError {}
+/** A broken contract: positions out of order, a capacity overrun, a NaN/infinite/negative weight. */
+export class ContractError extends KvevictError {}
+/** Bad input from outside: an unknown trace, steps out of range, a missing vector path. */
+export class InputError extends KvevictError {}
+
+/** Where the native addon was loaded from. */
+export const addonPath: string;

@@ -1,0 +1,166 @@
+'use strict';
+// kvevict for Node.js: KV-cache eviction policies for LLM decoding.
+//
+// Loads the N-API addon from $KVEVICT_NODE_ADDON when set, else from the
+// default CMake build, <repository>/build/bindings/node/kvevict.node, and wraps
+// it: one class per registered policy (introspection methods from the
+// registry's queries), a generator over trace steps, and run/compare results
+// as the tool's JSON objects. Types: index.d.ts.
+
+const path = require('node:path');
+
+/** Base class of every error the library throws on purpose. */
+class KvevictError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+/** A parameter that breaks a rule (unknown policy or parameter, recentWindow >= budget, ...). */
+class ParameterError extends KvevictError {}
+/** The caller broke the policy contract (positions out of order, capacity overrun, NaN weights). */
+class ContractError extends KvevictError {}
+/** Bad input from outside: an unknown trace id, steps out of range, a missing vector path. */
+class InputError extends KvevictError {}
+
+const DEFAULT_ADDON = path.join(__dirname, '..', '..', 'build', 'bindings', 'node', 'kvevict.node');
+
+function loadAddon() {
+  const file = process.env.KVEVICT_NODE_ADDON ? path.resolve(process.env.KVEVICT_NODE_ADDON) : DEFAULT_ADDON;
+  try {
+    return require(file);
+  } catch (e) {
+    const how = process.env.KVEVICT_NODE_ADDON
+      ? 'KVEVICT_NODE_ADDON points to it'
+      : 'build it with `cmake --preset release && cmake --build --preset release` (after `npm ci` in bindings/node), or set KVEVICT_NODE_ADDON';
+    throw new Error(`kvevict: cannot load the native addon ${file} (${how}): ${e.message}`);
+  }
+}
+
+const native = loadAddon();
+native.setErrorClasses({ KvevictError, ParameterError, ContractError, InputError });
+
+/**
+ * Base of every policy class. Not constructed directly: use a policy class
+ * (`new Scissorhands({ budget: 512 })`) or `policy(name, params)`.
+ */
+class Policy extends native.Policy {
+  constructor(name, params) {
+    if (new.target === Policy) {
+      throw new TypeError('Policy is abstract: use a policy class such as new Scissorhands(params), or policy(name, params)');
+    }
+    super(name, params);
+  }
+}
+
+// How a policy shows in console.log / util.inspect.
+Object.defineProperty(Policy.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    return `${this.constructor.name} ${JSON.stringify(this.params)} (kept ${this.keptCount()})`;
+  },
+  configurable: true,
+});
+
+const catalogue = native.policies();
+
+/** Registry name -> class, for every registered policy. */
+const policyClasses = Object.create(null);
+/** Title ("Scissorhands", "H2O", ...) -> class: the named exports. */
+const classesByTitle = {};
+
+for (const info of catalogue) {
+  const registryName = info.name;
+  // Named after the registry's title ("Scissorhands", "SlidingWindow", ...).
+  const cls = {
+    [info.title]: class extends Policy {
+      constructor(params) {
+        super(registryName, params);
+      }
+    },
+  }[info.title];
+  for (const query of info.queries) {
+    const queryName = query.name;
+    Object.defineProperty(cls.prototype, queryName, {
+      value: { [queryName](...args) { return this.query(queryName, args); } }[queryName],
+      writable: true,
+      configurable: true,
+      enumerable: false,
+    });
+  }
+  Object.defineProperty(cls, 'policyName', { value: registryName, enumerable: true });
+  policyClasses[registryName] = cls;
+  classesByTitle[info.title] = cls;
+}
+
+/** Builds any registered policy by name; parameters missing from `params` take their defaults. */
+function policy(name, params) {
+  if (typeof name !== 'string') {
+    throw new TypeError(`policy name must be a string, got ${name === null ? 'null' : typeof name}`);
+  }
+  const cls = policyClasses[name];
+  // An unknown name goes to the core, whose ParameterError lists the known ones.
+  if (cls === undefined) return new native.Policy(name, params);
+  return new cls(params);
+}
+
+/** Every registered policy: name, title, summary, parameters with defaults, queries. */
+function policies() {
+  return native.policies();
+}
+
+/** PyramidKV's share of `layer` in a stack of `numLayers` whose average share is `budget`. */
+function pyramidBudget(budget, layer, numLayers, ratio) {
+  return native.pyramidBudget(budget, layer, numLayers, ratio);
+}
+
+/**
+ * The steps of a generated trace, each a new Float32Array of t weights over
+ * positions 0 ... t-1 (t = 1, 2, ...). The id and step count are checked now,
+ * not at the first next().
+ */
+function trace(id = 'decode-4096', steps) {
+  const t = new native.Trace(id, steps);
+  function* generate() {
+    for (let w = t.next(); w !== undefined; w = t.next()) yield w;
+  }
+  return generate();
+}
+
+/** FNV-1a 32 parity hash of the first `steps` steps (all when omitted). */
+function traceHash(id = 'decode-4096', steps) {
+  return native.traceHash(id, steps);
+}
+
+/** One policy at one budget over a trace; the object `kvevict run --format json` prints. */
+function run(options) {
+  return JSON.parse(native.runJson(options));
+}
+
+/** Policies x budgets, ranked; the object `kvevict compare --format json` prints. */
+function compare(options) {
+  return JSON.parse(native.compareJson(options));
+}
+
+/** Replays vector files or folders through the C++ runner; `{passed, failed, failures}`. */
+function runVectors(paths) {
+  return native.runVectors(paths);
+}
+
+module.exports = {
+  Policy,
+  ...classesByTitle,
+  policyClasses,
+  policy,
+  policies,
+  pyramidBudget,
+  trace,
+  traceHash,
+  run,
+  compare,
+  runVectors,
+  KvevictError,
+  ParameterError,
+  ContractError,
+  InputError,
+  addonPath: process.env.KVEVICT_NODE_ADDON ? path.resolve(process.env.KVEVICT_NODE_ADDON) : DEFAULT_ADDON,
+};

@@ -1,0 +1,100 @@
+'use strict';
+// Shared by the test files: the binding, where the data lives, and a replay of
+// language-neutral vector files (spec/vectors.md) through the JavaScript API.
+
+const fs = require('node:fs');
+const path = require('node:path');
+const kv = require('..');
+
+const repoRoot = path.resolve(__dirname, '..', '..', '..');
+const ownVectorsDir = path.join(repoRoot, 'vectors');
+// The peer catalogue's data, beside the repository (absent in a user's clone).
+const conformanceDir = path.resolve(repoRoot, '..', 'shared', 'conformance', 'policybook');
+
+function vectorFiles(dir) {
+  if (!fs.existsSync(dir)) return [];
+  return fs.readdirSync(dir).filter((f) => f.endsWith('.vectors.json')).sort().map((f) => path.join(dir, f));
+}
+
+// spec/vectors.md comparison: numbers exactly or within the tolerance (NaN
+// equals NaN, infinities exactly); arrays element by element with equal length;
+// objects by key set, then values; booleans never equal numbers.
+function equal(expected, actual, tolerance) {
+  if (typeof expected === 'number' && typeof actual === 'number') {
+    if (Number.isNaN(expected) || Number.isNaN(actual)) return Number.isNaN(expected) && Number.isNaN(actual);
+    if (!Number.isFinite(expected) || !Number.isFinite(actual)) return expected === actual;
+    return Math.abs(expected - actual) <= tolerance;
+  }
+  if (Array.isArray(expected) || Array.isArray(actual)) {
+    if (!Array.isArray(expected) || !Array.isArray(actual) || expected.length !== actual.length) return false;
+    return expected.every((e, i) => equal(e, actual[i], tolerance));
+  }
+  if (expected !== null && actual !== null && typeof expected === 'object' && typeof actual === 'object') {
+    const ek = Object.keys(expected).sort();
+    const ak = Object.keys(actual).sort();
+    if (ek.length !== ak.length || ek.some((k, i) => k !== ak[i])) return false;
+    return ek.every((k) => equal(expected[k], actual[k], tolerance));
+  }
+  return typeof expected === typeof actual && expected === actual;
+}
+
+const queriesOf = new Map(kv.policies().map((p) => [p.name, new Set(p.queries.map((q) => q.name))]));
+
+// One step through the public API; returns its result (null for onDecodeStep).
+// `plainArrays` passes attention as number[] instead of a Float32Array.
+function execute(p, step, plainArrays) {
+  const args = step.args === undefined ? [] : step.args;
+  switch (step.call) {
+    case 'onDecodeStep': {
+      const [pos, attn] = args;
+      if (attn === null) p.onDecodeStep(pos, null);
+      else p.onDecodeStep(pos, plainArrays ? attn : Float32Array.from(attn));
+      return null;
+    }
+    case 'evict':
+      return p.evict(args[0]);
+    case 'keptCount':
+      return p.keptCount();
+    default:
+      if (!queriesOf.get(p.name).has(step.call) || typeof p[step.call] !== 'function') {
+        throw new Error(`${p.name} has no method '${step.call}'`);
+      }
+      return p[step.call](...args);
+  }
+}
+
+// Replays one case; returns the list of failures (empty: the case passed).
+function replayCase(policyName, c, plainArrays = false) {
+  const failures = [];
+  const tolerance = c.tolerance === undefined ? 1e-9 : c.tolerance;
+  let p;
+  try {
+    p = kv.policy(policyName, c.params === undefined ? {} : c.params);
+  } catch (e) {
+    return [`construction threw ${e.name}: ${e.message}`];
+  }
+  for (let i = 0; i < c.steps.length; i++) {
+    const step = c.steps[i];
+    let actual;
+    try {
+      actual = execute(p, step, plainArrays);
+    } catch (e) {
+      failures.push(`step ${i} (${step.call}) threw ${e.name}: ${e.message}`);
+      break;  // a step that throws ends the case
+    }
+    if ('expect' in step && !equal(step.expect, actual, tolerance)) {
+      failures.push(`step ${i} (${step.call} ${JSON.stringify(step.args)}): expected ${JSON.stringify(step.expect)}, got ${JSON.stringify(actual)}`);
+    }
+  }
+  return failures;
+}
+
+function loadVectorFile(file) {
+  const doc = JSON.parse(fs.readFileSync(file, 'utf8'));
+  if (doc.version !== 1 || typeof doc.policy !== 'string' || !doc.policy.startsWith('kv-cache/') || !Array.isArray(doc.cases)) {
+    throw new Error(`${file}: not a version-1 kv-cache vector file`);
+  }
+  return { policy: doc.policy.slice('kv-cache/'.length), cases: doc.cases };
+}
+
+module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile };

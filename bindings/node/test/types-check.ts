@@ -1,0 +1,60 @@
+// Type-checked by `tsc --noEmit -p .` (never run): the declarations in
+// index.d.ts accept what the binding accepts and refuse the obvious mistakes.
+import * as kv from '..';
+
+const s = new kv.Scissorhands({ budget: 512, recentWindow: 32 });
+s.onDecodeStep(1, new Float32Array([1]));
+s.onDecodeStep(2, [0.5, 0.5]);
+s.onDecodeStep(3, null);
+s.onDecodeStep(4);
+const victims: number[] = s.evict(512);
+const votes: number = s.votesOf(1);
+const kept: number = s.keptCount() + s.memoryBytes();
+const name: string = s.name;
+const recent: number | undefined = s.params['recentWindow'];
+
+const h: kv.H2O = kv.policy('h2o', { budget: 64, recentWindow: 8 });
+const score: number = h.scoreOf(0);
+const p: kv.PyramidKV = kv.policy('pyramidkv', { layer: 1, numLayers: 4 });
+const share: number = p.effectiveBudget() + p.windowScoreOf(0) + kv.pyramidBudget(512, 1, 4, 4);
+const any: kv.Policy = kv.policy(String('tova'), { budget: 8 });
+const generic: number = any.query('lastAttentionOf', [0]);
+const sinks: number = new kv.StreamingLLM({ sinks: 4 }).sinkCount();
+const last: number = new kv.TOVA().lastAttentionOf(0);
+const ws: number = new kv.SnapKV({ obsWindow: 8 }).windowScoreOf(0);
+new kv.SlidingWindow({ budget: 1 });
+
+let steps = 0;
+for (const w of kv.trace('decode-4096', 10)) steps += w.length;
+const hash: number = kv.traceHash() + kv.traceHash('decode-4096', 10);
+
+const r: kv.RunResult = kv.run({ policy: 'scissorhands', budget: 256, params: { recentWindow: 64 }, steps: 100 });
+const mass: number = r.metrics.retainedAttentionMass + r.metrics.heavyHitterRecall + r.metrics.evictionCalls;
+const c: kv.CompareResult = kv.compare({
+  policies: ['h2o', 'scissorhands'],
+  budgets: [128, 256],
+  overrides: { recentWindow: 64, 'h2o.recentWindow': 16, scissorhands: { recentWindow: 8 } },
+  steps: 300,
+});
+const rows: number = c.rows.length + kv.compare().rows.length + kv.compare({ policies: 'all' }).rows.length;
+const report: kv.VectorReport = kv.runVectors(['vectors']);
+const firstFailure: string | undefined = report.failures[0]?.description;
+const infos: kv.PolicyInfo[] = kv.policies();
+const err: kv.KvevictError = new kv.ParameterError('x');
+const cls: typeof kv.Scissorhands = kv.policyClasses.scissorhands;
+
+// @ts-expect-error -- the generic base is not constructible
+new kv.Policy('h2o');
+// @ts-expect-error -- budgets are numbers
+new kv.Scissorhands({ budget: '512' });
+// @ts-expect-error -- H2O has no votes
+h.votesOf(1);
+// @ts-expect-error -- Scissorhands's parameters are budget and recentWindow
+new kv.Scissorhands({ sinks: 4 });
+// @ts-expect-error -- a Float64Array is not accepted
+s.onDecodeStep(5, new Float64Array(4));
+// @ts-expect-error -- run needs a policy
+kv.run({ budget: 256 });
+
+export const used = [victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
+  firstFailure, infos, err, cls, kv.addonPath];
