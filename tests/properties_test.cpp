@@ -20,10 +20,19 @@ namespace {
 ParamMap random_params(const PolicyInfo& policy) {
   const auto budget = *rc::gen::inRange<std::int64_t>(1, 48);
   ParamMap p{{"budget", budget}};
+  std::int64_t recent = 0;
   for (const ParamInfo& param : policy.params) {
     const std::string& n = param.name;
-    if (n == "recentWindow" || n == "sinks") {
-      p.emplace_back(n, *rc::gen::inRange<std::int64_t>(0, budget));
+    if (n == "recentWindow") {
+      recent = *rc::gen::inRange<std::int64_t>(0, budget);
+      p.emplace_back(n, recent);
+    } else if (n == "sinks") {
+      // Sinks share the budget with the recent window (declared before it).
+      p.emplace_back(n, *rc::gen::inRange<std::int64_t>(0, budget - recent));
+    } else if (n == "historyWindow") {
+      p.emplace_back(n, *rc::gen::element<std::int64_t>(0, 0, 1, 2, 3, 7, 64, 65, 130));
+    } else if (n == "dropAmount") {
+      p.emplace_back(n, *rc::gen::inRange<std::int64_t>(1, budget + 1));
     } else if (n == "obsWindow") {
       p.emplace_back(n, *rc::gen::inRange<std::int64_t>(1, 9));
     } else if (n == "poolKernel") {

@@ -47,6 +47,14 @@ void check_admission(std::string_view title, std::int64_t pos, std::int64_t newe
 // depend on the order of a scan (or the compiler), so no rule is guessed.
 void check_weights(std::string_view title, const float* w, std::size_t n);
 
+// Number of leading held slots whose position is below `sinks` (the held
+// positions are ascending, so the sinks are a prefix).
+inline std::size_t sink_slots(std::span<const Position> held, std::int64_t sinks) noexcept {
+  if (sinks <= 0) return 0;
+  const auto limit = static_cast<Position>(std::min<std::int64_t>(sinks, std::numeric_limits<Position>::max()));
+  return static_cast<std::size_t>(std::lower_bound(held.begin(), held.end(), limit) - held.begin());
+}
+
 // evict's budget must be >= 0.
 void check_evict_budget(std::string_view title, std::int64_t budget);
 
@@ -63,16 +71,16 @@ inline std::size_t find_slot(std::span<const Position> held, std::int64_t pos) n
   return (it != held.end() && *it == p) ? static_cast<std::size_t>(it - held.begin()) : kNoSlot;
 }
 
-// Marks up to `needed` victims among slots [0, evictable): each is the strict
+// Marks up to `needed` victims among slots [begin, end): each is the strict
 // argmin of `score` over the unmarked slots, scanned ascending, so ties go to
 // the lower position. Returns how many were marked.
 template <class Score>
-std::size_t mark_argmin_victims(const Score* score, std::uint8_t* marked, std::size_t evictable,
-                                std::size_t needed) noexcept {
+std::size_t mark_argmin_victims(const Score* score, std::uint8_t* marked, std::size_t begin,
+                                std::size_t end, std::size_t needed) noexcept {
   std::size_t chosen = 0;
   for (; chosen < needed; ++chosen) {
     std::size_t best = kNoSlot;
-    for (std::size_t i = 0; i < evictable; ++i) {
+    for (std::size_t i = begin; i < end; ++i) {
       if (marked[i] != 0) continue;
       if (best == kNoSlot || score[i] < score[best]) best = i;
     }

@@ -1,5 +1,9 @@
 #include "kvevict/policies/h2o.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "policies/common.h"
 #include "policies/describe.h"
 
@@ -12,6 +16,13 @@ constexpr const char* kTitle = "H2O";
 H2O::H2O(const H2OParams& params) : params_(params) {
   detail::check_budget(kTitle, params.budget);
   detail::check_recent_window(kTitle, params.recent_window, params.budget, "the scores");
+  detail::check_at_least(kTitle, "sinks", params.sinks, 0);
+  if (params.sinks + params.recent_window >= params.budget) {
+    detail::fail_param(kTitle, "sinks", params.sinks,
+                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there "
+                                   "would be nothing for the scores to choose between",
+                                   params.recent_window, params.budget));
+  }
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
   positions_.resize(capacity_);
   scores_.resize(capacity_);
@@ -42,7 +53,8 @@ std::span<const Position> H2O::evict(std::int64_t budget) {
   if (kept_ <= b) return {};
   const std::size_t needed = kept_ - b;
   const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
-  detail::mark_argmin_victims(scores_.data(), marked_.data(), kept_ - recent, needed);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  detail::mark_argmin_victims(scores_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(),
       [this](std::size_t to, std::size_t from) { scores_[to] = scores_[from]; });
@@ -61,7 +73,8 @@ const PolicyInfo& h2o_info() {
       "Sums the attention each position received; the lowest cumulative score goes.",
       {{"budget", &H2OParams::budget, "positions held after each eviction"},
        {"recentWindow", &H2OParams::recent_window,
-        "newest held positions that are never evicted (< budget)"}},
+        "newest held positions that are never evicted (< budget)"},
+       {"sinks", &H2OParams::sinks, "first positions that are never evicted"}},
       {query1<H2O>("scoreOf", [](const H2O& p, std::int64_t pos) { return p.score_of(pos); })});
   return info;
 }

@@ -1,5 +1,9 @@
 #include "kvevict/policies/scissorhands.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "policies/common.h"
 #include "policies/describe.h"
 
@@ -12,11 +16,24 @@ constexpr const char* kTitle = "Scissorhands";
 Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
   detail::check_budget(kTitle, params.budget);
   detail::check_recent_window(kTitle, params.recent_window, params.budget, "the votes");
+  detail::check_at_least(kTitle, "sinks", params.sinks, 0);
+  if (params.sinks + params.recent_window >= params.budget) {
+    detail::fail_param(kTitle, "sinks", params.sinks,
+                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there "
+                                   "would be nothing for the votes to choose between",
+                                   params.recent_window, params.budget));
+  }
+  detail::check_at_least(kTitle, "historyWindow", params.history_window, 0);
+  detail::check_at_most(kTitle, "historyWindow", params.history_window, kMaxHistoryWindow);
+  detail::check_at_least(kTitle, "dropAmount", params.drop_amount, 1);
+  detail::check_at_most(kTitle, "dropAmount", params.drop_amount, params.budget);
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
   positions_.resize(capacity_);
   votes_.resize(capacity_);
   marked_.resize(capacity_);
   victims_.resize(capacity_);
+  history_words_ = static_cast<std::size_t>((params.history_window + 63) / 64);
+  history_.assign(capacity_ * history_words_, 0);
   positions_[0] = 0;  // position 0 exists before the first decode step
   votes_[0] = 0;
   kept_ = 1;
@@ -25,19 +42,33 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
 void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
-  detail::check_weights(kTitle, attn ? attn->data() : nullptr, detail::readable(attn, kept_));
+  const std::size_t n = detail::readable(attn, kept_);
+  detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
   if (attn && !attn->empty()) {
     // Fair share over the full vector, as the model spread it; a weight equal
     // to its share earns nothing (strict comparison).
     const double share = 1.0 / static_cast<double>(attn->size());
-    const std::size_t n = detail::readable(attn, kept_);
     const float* w = attn->data();
-    for (std::size_t i = 0; i < n; ++i) {
-      votes_[i] += static_cast<double>(w[i]) > share ? 1U : 0U;
+    if (history_words_ == 0) {
+      for (std::size_t i = 0; i < n; ++i) votes_[i] += static_cast<double>(w[i]) > share ? 1U : 0U;
+    } else {
+      // The vote cast history_window observed steps ago leaves the window
+      // (for every held slot, covered or not); this step's vote takes its bit.
+      const auto column = observed_steps_ % static_cast<std::uint64_t>(params_.history_window);
+      const std::size_t word = static_cast<std::size_t>(column / 64);
+      const std::uint64_t bit = std::uint64_t{1} << (column % 64);
+      for (std::size_t i = 0; i < kept_; ++i) {
+        std::uint64_t& cell = history_[i * history_words_ + word];
+        const bool voted = i < n && static_cast<double>(w[i]) > share;
+        votes_[i] = votes_[i] - ((cell & bit) != 0 ? 1U : 0U) + (voted ? 1U : 0U);
+        cell = voted ? (cell | bit) : (cell & ~bit);
+      }
     }
+    ++observed_steps_;
   }
   positions_[kept_] = static_cast<Position>(pos);
   votes_[kept_] = 0;
+  std::fill_n(history_.begin() + static_cast<std::ptrdiff_t>(kept_ * history_words_), history_words_, 0);
   ++kept_;
 }
 
@@ -45,12 +76,17 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   detail::check_evict_budget(kTitle, budget);
   const auto b = static_cast<std::size_t>(budget);
   if (kept_ <= b) return {};
-  const std::size_t needed = kept_ - b;
+  // The amortised schedule: once an eviction is due, drop a batch.
+  const std::size_t needed = std::max(kept_ - b, static_cast<std::size_t>(params_.drop_amount));
   const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
-  detail::mark_argmin_victims(votes_.data(), marked_.data(), kept_ - recent, needed);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
-      kept_, marked_.data(), positions_.data(), victims_.data(),
-      [this](std::size_t to, std::size_t from) { votes_[to] = votes_[from]; });
+      kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
+        votes_[to] = votes_[from];
+        std::copy_n(history_.begin() + static_cast<std::ptrdiff_t>(from * history_words_), history_words_,
+                    history_.begin() + static_cast<std::ptrdiff_t>(to * history_words_));
+      });
   return {victims_.data(), count};
 }
 
@@ -66,7 +102,12 @@ const PolicyInfo& scissorhands_info() {
       "Counts the steps each position beat its fair share 1/len(attn); the fewest votes goes.",
       {{"budget", &ScissorhandsParams::budget, "positions held after each eviction"},
        {"recentWindow", &ScissorhandsParams::recent_window,
-        "newest held positions that are never evicted (< budget)"}},
+        "newest held positions that are never evicted (< budget)"},
+       {"historyWindow", &ScissorhandsParams::history_window,
+        "votes count over the last w observed steps (0 = all)"},
+       {"dropAmount", &ScissorhandsParams::drop_amount,
+        "an eviction drops max(needed, dropAmount) positions"},
+       {"sinks", &ScissorhandsParams::sinks, "first positions that are never evicted"}},
       {query1<Scissorhands>("votesOf", [](const Scissorhands& p, std::int64_t pos) {
         return p.votes_of(pos);
       })});

@@ -92,7 +92,7 @@ std::span<const Position> SnapKVCore::evict_to(std::size_t target) {
     pooled_[i] = best;
   }
   const std::size_t recent = std::min(recent_window_, kept_);
-  mark_argmin_victims(pooled_.data(), marked_.data(), kept_ - recent, needed);
+  mark_argmin_victims(pooled_.data(), marked_.data(), 0, kept_ - recent, needed);
   const std::size_t count =
       compact(kept_, marked_.data(), positions_.data(), victims_.data(),
               [this](std::size_t to, std::size_t from) {

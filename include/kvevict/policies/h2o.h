@@ -12,7 +12,9 @@ namespace kvevict {
 
 struct H2OParams {
   std::int64_t budget = 512;
-  std::int64_t recent_window = 32;  // newest held positions never evicted; < budget
+  std::int64_t recent_window = 32;  // newest held positions never evicted
+  std::int64_t sinks = 0;           // positions < sinks are never evicted (0: the spec's H2O)
+  // Rule: sinks + recent_window < budget.
 };
 
 class H2O final : public Policy {

@@ -12,12 +12,20 @@ namespace kvevict {
 
 struct ScissorhandsParams {
   std::int64_t budget = 512;
-  std::int64_t recent_window = 32;  // newest held positions never evicted; < budget
+  std::int64_t recent_window = 32;  // newest held positions never evicted
+  // The paper's amortised schedule and attention sinks. The defaults are the
+  // spec's behaviour (and keep every vector and canonical number unchanged).
+  std::int64_t history_window = 0;  // votes count over the last w observed steps; 0 = all
+  std::int64_t drop_amount = 1;     // an eviction drops max(needed, drop_amount) positions
+  std::int64_t sinks = 0;           // positions < sinks are never evicted
+  // Rule: sinks + recent_window < budget, so the votes always have a choice.
 };
 
 class Scissorhands final : public Policy {
  public:
   static constexpr std::size_t kBytesPerSlot = 9;  // position 4 + votes 4 + scratch 1
+  // Longest history window: its vote bits cost history_window / 8 bytes a slot.
+  static constexpr std::int64_t kMaxHistoryWindow = 4096;
 
   explicit Scissorhands(const ScissorhandsParams& params = {});
 
@@ -25,9 +33,11 @@ class Scissorhands final : public Policy {
   void on_decode_step(std::int64_t pos, Attention attn) override;
   std::span<const Position> evict(std::int64_t budget) override;
   std::size_t kept_count() const noexcept override { return kept_; }
-  std::size_t memory_bytes() const noexcept override { return capacity_ * kBytesPerSlot; }
+  std::size_t memory_bytes() const noexcept override {
+    return capacity_ * (kBytesPerSlot + 8 * history_words_);
+  }
 
-  // Votes of a held position, -1 when it is not held.
+  // Votes of a held position (within the history window), -1 when not held.
   std::int64_t votes_of(std::int64_t pos) const noexcept;
   const ScissorhandsParams& params() const noexcept { return params_; }
 
@@ -39,6 +49,11 @@ class Scissorhands final : public Policy {
   std::vector<std::uint32_t> votes_;
   std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
+  // With a history window: per slot, one bit per observed step in a ring of
+  // history_window bits (history_words_ 64-bit words), set when it voted.
+  std::size_t history_words_ = 0;
+  std::vector<std::uint64_t> history_;
+  std::uint64_t observed_steps_ = 0;
 };
 
 }  // namespace kvevict
