@@ -1,5 +1,7 @@
 #include "policies/common.h"
 
+#include "policies/kernels.h"
+
 #include <cmath>
 
 #include <fmt/format.h>
@@ -62,10 +64,8 @@ void check_admission(std::string_view title, std::int64_t pos, std::int64_t newe
 }
 
 void check_weights(std::string_view title, const float* w, std::size_t n) {
-  // One branch-free pass (vectorises); the slow search runs only on failure.
-  bool bad = false;
-  for (std::size_t i = 0; i < n; ++i) bad |= !(w[i] >= 0.0F && w[i] <= std::numeric_limits<float>::max());
-  if (!bad) return;
+  // One branch-free vectorised pass; the search for the culprit runs only on failure.
+  if (weights_valid(w, n)) return;
   for (std::size_t i = 0; i < n; ++i) {
     if (!(w[i] >= 0.0F && w[i] <= std::numeric_limits<float>::max())) {
       throw ContractError(fmt::format(

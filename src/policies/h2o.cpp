@@ -6,6 +6,7 @@
 
 #include "policies/common.h"
 #include "policies/describe.h"
+#include "policies/kernels.h"
 
 namespace kvevict {
 
@@ -39,8 +40,7 @@ void H2O::on_decode_step(std::int64_t pos, Attention attn) {
   const std::size_t n = detail::readable(attn, kept_);
   detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
   if (n > 0) {
-    const float* w = attn->data();
-    for (std::size_t i = 0; i < n; ++i) scores_[i] += static_cast<double>(w[i]);
+    detail::add_weights(scores_.data(), attn->data(), n);
   }
   positions_[kept_] = static_cast<Position>(pos);
   scores_[kept_] = 0.0;
@@ -54,6 +54,19 @@ std::span<const Position> H2O::evict(std::int64_t budget) {
   const std::size_t needed = kept_ - b;
   const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
   const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  if (needed == 1) {
+    // The steady state: one victim, found by a vectorised first-minimum, and
+    // removed by sliding the tail down once.
+    const std::size_t j = detail::first_min(scores_.data(), first, kept_ - recent);
+    if (j == kept_ - recent) return {};
+    victims_[0] = positions_[j];
+    std::copy(positions_.begin() + static_cast<std::ptrdiff_t>(j + 1), positions_.begin() + static_cast<std::ptrdiff_t>(kept_),
+              positions_.begin() + static_cast<std::ptrdiff_t>(j));
+    std::copy(scores_.begin() + static_cast<std::ptrdiff_t>(j + 1), scores_.begin() + static_cast<std::ptrdiff_t>(kept_),
+              scores_.begin() + static_cast<std::ptrdiff_t>(j));
+    --kept_;
+    return {victims_.data(), 1};
+  }
   detail::mark_argmin_victims(scores_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(),

@@ -6,6 +6,7 @@
 
 #include "policies/common.h"
 #include "policies/describe.h"
+#include "policies/kernels.h"
 
 namespace kvevict {
 
@@ -48,9 +49,11 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
     // Fair share over the full vector, as the model spread it; a weight equal
     // to its share earns nothing (strict comparison).
     const double share = 1.0 / static_cast<double>(attn->size());
+    // w >= threshold exactly when (double)w > share: the test runs on floats.
+    const float threshold = detail::vote_threshold(share);
     const float* w = attn->data();
     if (history_words_ == 0) {
-      for (std::size_t i = 0; i < n; ++i) votes_[i] += static_cast<double>(w[i]) > share ? 1U : 0U;
+      detail::count_votes(votes_.data(), w, n, threshold);
     } else {
       // The vote cast history_window observed steps ago leaves the window
       // (for every held slot, covered or not); this step's vote takes its bit.
@@ -59,7 +62,7 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
       const std::uint64_t bit = std::uint64_t{1} << (column % 64);
       for (std::size_t i = 0; i < kept_; ++i) {
         std::uint64_t& cell = history_[i * history_words_ + word];
-        const bool voted = i < n && static_cast<double>(w[i]) > share;
+        const bool voted = i < n && w[i] >= threshold;
         votes_[i] = votes_[i] - ((cell & bit) != 0 ? 1U : 0U) + (voted ? 1U : 0U);
         cell = voted ? (cell | bit) : (cell & ~bit);
       }
@@ -80,6 +83,22 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   const std::size_t needed = std::max(kept_ - b, static_cast<std::size_t>(params_.drop_amount));
   const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
   const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  if (needed == 1) {
+    // The steady state: one victim, found by a vectorised first-minimum, and
+    // removed by sliding the tail down once.
+    const std::size_t j = detail::first_min(votes_.data(), first, kept_ - recent);
+    if (j == kept_ - recent) return {};
+    victims_[0] = positions_[j];
+    std::copy(positions_.begin() + static_cast<std::ptrdiff_t>(j + 1), positions_.begin() + static_cast<std::ptrdiff_t>(kept_),
+              positions_.begin() + static_cast<std::ptrdiff_t>(j));
+    std::copy(votes_.begin() + static_cast<std::ptrdiff_t>(j + 1), votes_.begin() + static_cast<std::ptrdiff_t>(kept_),
+              votes_.begin() + static_cast<std::ptrdiff_t>(j));
+    std::copy(history_.begin() + static_cast<std::ptrdiff_t>((j + 1) * history_words_),
+              history_.begin() + static_cast<std::ptrdiff_t>(kept_ * history_words_),
+              history_.begin() + static_cast<std::ptrdiff_t>(j * history_words_));
+    --kept_;
+    return {victims_.data(), 1};
+  }
   detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {

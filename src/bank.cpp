@@ -1,0 +1,244 @@
+#include "kvevict/bank.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "kvevict/errors.h"
+#include "policies/common.h"
+#include "policies/kernels.h"
+
+namespace kvevict {
+
+namespace {
+constexpr const char* kTitle = "PolicyBank";
+constexpr std::uint64_t kNoKey = std::numeric_limits<std::uint64_t>::max();
+
+// Folds the group's query rows into one weight per slot (in group order).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
+               float* out) {
+  std::copy_n(rows, n, out);
+  for (std::size_t g = 1; g < group; ++g) {
+    const float* r = rows + g * stride;
+    if (how == Aggregation::kMax) {
+      for (std::size_t s = 0; s < n; ++s) out[s] = r[s] > out[s] ? r[s] : out[s];
+    } else {
+      for (std::size_t s = 0; s < n; ++s) out[s] += r[s];
+    }
+  }
+  if (how == Aggregation::kMean) {
+    const auto g = static_cast<float>(group);
+    for (std::size_t s = 0; s < n; ++s) out[s] /= g;
+  }
+}
+
+// Scissorhands: count the votes of held slots and find, in the same pass, the
+// evictable slot with the fewest votes (ties: the lower position), as one
+// 64-bit key votes << 32 | position.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
+                            float threshold, std::uint32_t protect_from) {
+  std::uint64_t best = kNoKey;
+  for (std::size_t s = 0; s < n; ++s) {
+    const bool held = pos[s] != PolicyBank::kFree;
+    const std::uint32_t v = votes[s] + (held && w[s] >= threshold ? 1U : 0U);
+    votes[s] = v;
+    const std::uint64_t key = (std::uint64_t{v} << 32) | pos[s];
+    best = held && pos[s] < protect_from && key < best ? key : best;
+  }
+  return best;
+}
+
+// H2O: add the weights of held slots.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void add_held(double* scores, const std::uint32_t* pos, const float* w, std::size_t n) {
+  for (std::size_t s = 0; s < n; ++s) scores[s] += pos[s] != PolicyBank::kFree ? static_cast<double>(w[s]) : 0.0;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+bool held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  bool bad = false;
+  for (std::size_t s = 0; s < n; ++s) bad |= pos[s] != PolicyBank::kFree && !(w[s] >= 0.0F && w[s] <= kMax);
+  return !bad;
+}
+}  // namespace
+
+PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
+  if (p.policy != "scissorhands" && p.policy != "h2o") {
+    throw ParameterError(fmt::format("{}: policy '{}' has no bank (known: scissorhands, h2o)", kTitle, p.policy));
+  }
+  votes_mode_ = p.policy == "scissorhands";
+  detail::check_at_least(kTitle, "instances", p.instances, 1);
+  detail::check_at_most(kTitle, "instances", p.instances, std::int64_t{1} << 24);
+  detail::check_budget(kTitle, p.budget);
+  detail::check_recent_window(kTitle, p.recent_window, p.budget, votes_mode_ ? "the votes" : "the scores");
+  detail::check_at_least(kTitle, "groupSize", p.group_size, 1);
+  detail::check_at_most(kTitle, "groupSize", p.group_size, 256);
+  detail::check_at_least(kTitle, "threads", p.threads, 0);
+  instances_ = static_cast<std::size_t>(p.instances);
+  capacity_ = static_cast<std::size_t>(p.budget) + 1;
+  const std::size_t slots = instances_ * capacity_;
+  if (slots > (std::size_t{1} << 34)) {
+    throw ParameterError(fmt::format("{}: {} instances x {} slots is too large", kTitle, instances_, capacity_));
+  }
+  positions_.assign(slots, kFree);
+  if (votes_mode_) {
+    votes_.assign(slots, 0);
+  } else {
+    scores_.assign(slots, 0.0);
+  }
+  kept_.assign(instances_, 1);
+  free_slot_.assign(instances_, 1);
+  for (std::size_t k = 0; k < instances_; ++k) positions_[k * capacity_] = 0;  // position 0 in slot 0
+  const int threads = p.threads > 0 ? p.threads : omp_get_max_threads();
+  if (p.group_size > 1) scratch_.assign(static_cast<std::size_t>(threads) * capacity_, 0.0F);
+  recent_.assign(static_cast<std::size_t>(std::max<std::int64_t>(p.recent_window, 1)), 0);
+  admitted_ = 1;  // position 0
+}
+
+std::size_t PolicyBank::memory_bytes() const noexcept {
+  return positions_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + scratch_.size() * 4 +
+         (kept_.size() + free_slot_.size()) * 4;
+}
+
+double PolicyBank::score_of(std::size_t instance, Position pos) const noexcept {
+  if (instance >= instances_) return -1.0;
+  for (std::size_t s = 0; s < capacity_; ++s) {
+    if (positions_[instance * capacity_ + s] == pos) {
+      return votes_mode_ ? static_cast<double>(votes_[instance * capacity_ + s]) : scores_[instance * capacity_ + s];
+    }
+  }
+  return -1.0;
+}
+
+template <class Score>
+void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t protect_from, const float* rows,
+                               std::size_t stride, Score* scores, Position& victim_pos, std::uint32_t& victim_slot) {
+  const std::size_t base = k * capacity_;
+  std::uint32_t* P = positions_.data() + base;
+  Score* S = scores + base;
+  const float* w = rows;
+  if (params_.group_size > 1) {
+    float* out = scratch_.data() + static_cast<std::size_t>(omp_get_thread_num()) * capacity_;
+    aggregate(rows, stride, static_cast<std::size_t>(params_.group_size), capacity_, params_.aggregation, out);
+    w = out;
+  }
+  std::uint64_t best = kNoKey;
+  if constexpr (std::is_same_v<Score, std::uint32_t>) {
+    // Fair share over the held slots, as a float threshold (exact).
+    const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[k]));
+    best = vote_and_find(S, P, w, capacity_, threshold, protect_from);
+  } else {
+    add_held(S, P, w, capacity_);
+  }
+  // Admit the new token into the free slot, with a fresh record.
+  const std::uint32_t f = free_slot_[k];
+  P[f] = pos;
+  S[f] = 0;
+  ++kept_[k];
+  victim_pos = kFree;
+  victim_slot = kFree;
+  if (kept_[k] <= params_.budget) {
+    free_slot_[k] = kept_[k];  // slots fill in order until the first eviction
+    return;
+  }
+  std::size_t victim = capacity_;
+  if constexpr (std::is_same_v<Score, std::uint32_t>) {
+    if (pos < protect_from) best = std::min(best, std::uint64_t{pos});  // the new token, 0 votes
+    if (best != kNoKey) {
+      const auto p = static_cast<std::uint32_t>(best & 0xFFFFFFFFU);
+      for (std::size_t s = 0; s < capacity_; ++s) {
+        if (P[s] == p) {
+          victim = s;
+          break;
+        }
+      }
+    }
+  } else {
+    // Lowest score, then lowest position, over evictable held slots.
+    double low = std::numeric_limits<double>::infinity();
+    for (std::size_t s = 0; s < capacity_; ++s) {
+      if (P[s] != kFree && P[s] < protect_from && S[s] < low) low = S[s];
+    }
+    std::uint32_t low_pos = kFree;
+    for (std::size_t s = 0; s < capacity_; ++s) {
+      if (P[s] != kFree && P[s] < protect_from && S[s] == low && P[s] < low_pos) {
+        low_pos = P[s];
+        victim = s;
+      }
+    }
+  }
+  if (victim == capacity_) return;  // everything protected (cannot happen with recentWindow < budget)
+  victim_pos = P[victim];
+  victim_slot = static_cast<std::uint32_t>(victim);
+  P[victim] = kFree;
+  --kept_[k];
+  free_slot_[k] = static_cast<std::uint32_t>(victim);
+}
+
+void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, Position* victim_positions,
+                      std::uint32_t* victim_slots) {
+  if (attn == nullptr || victim_positions == nullptr || victim_slots == nullptr) {
+    throw ContractError(fmt::format("{}: step needs attention and victim buffers", kTitle));
+  }
+  if (stride < capacity_) {
+    throw ContractError(fmt::format("{}: row stride ({}) is smaller than the capacity ({})", kTitle, stride, capacity_));
+  }
+  if (pos <= newest_ || pos > std::int64_t{std::numeric_limits<Position>::max()} - 1) {
+    throw ContractError(fmt::format("{}: position {} must be greater than every position held (the newest is {})",
+                                    kTitle, pos, newest_));
+  }
+  const auto group = static_cast<std::size_t>(params_.group_size);
+  const auto n = static_cast<std::int64_t>(instances_);
+  const int threads = params_.threads > 0 ? params_.threads : omp_get_max_threads();
+
+  // Refuse bad weights before any instance changes.
+  std::int64_t bad_instance = -1;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad_instance)
+  for (std::int64_t k = 0; k < n; ++k) {
+    for (std::size_t g = 0; g < group; ++g) {
+      const float* row = attn + (static_cast<std::size_t>(k) * group + g) * stride;
+      if (!held_weights_valid(positions_.data() + static_cast<std::size_t>(k) * capacity_, row, capacity_)) {
+        bad_instance = std::max(bad_instance, k);
+      }
+    }
+  }
+  if (bad_instance >= 0) {
+    throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
+                                    "weights must be finite and at least 0",
+                                    kTitle, bad_instance));
+  }
+
+  // The newest recent_window admitted positions (this one included) are
+  // protected: every one of them is still held.
+  const auto p = static_cast<std::uint32_t>(pos);
+  const auto rw = static_cast<std::size_t>(params_.recent_window);
+  std::uint32_t protect_from = kFree;  // recentWindow 0: nothing protected
+  if (rw > 0) {
+    recent_[admitted_ % rw] = p;
+    ++admitted_;
+    protect_from = admitted_ <= rw ? 0 : recent_[admitted_ % rw];
+  } else {
+    ++admitted_;
+  }
+  newest_ = pos;
+
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    const float* rows = attn + kk * group * stride;
+    if (votes_mode_) {
+      step_instance(kk, p, protect_from, rows, stride, votes_.data(), victim_positions[kk], victim_slots[kk]);
+    } else {
+      step_instance(kk, p, protect_from, rows, stride, scores_.data(), victim_positions[kk], victim_slots[kk]);
+    }
+  }
+}
+
+}  // namespace kvevict

@@ -1,0 +1,129 @@
+#include "kvevict/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+
+#include "kvevict/evaluate.h"
+#include "kvevict/harness.h"
+#include "kvevict/registry.h"
+#include "kvevict/trace.h"
+
+namespace kvevict {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Attention vectors for the timed steps: enough distinct ones (64 MiB) that
+// each step reads its attention from memory, as a decode step would, rather
+// than from a cache the previous step warmed.
+std::vector<float> attention_pool(std::int64_t budget, std::size_t& vectors) {
+  const std::size_t len = static_cast<std::size_t>(budget);
+  vectors = std::max<std::size_t>(16, (std::size_t{64} << 20) / (len * sizeof(float)));
+  std::vector<float> pool(vectors * len);
+  std::mt19937 rng(12345);
+  // Weights around the fair share, so votes and scores keep changing.
+  std::uniform_real_distribution<float> dist(0.0F, 2.0F / static_cast<float>(budget));
+  for (float& x : pool) x = dist(rng);
+  return pool;
+}
+}  // namespace
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+float sum_floats(const float* data, std::size_t n) noexcept {
+  // Eight independent accumulators so the adds pipeline and vectorise.
+  float acc[16] = {};
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (std::size_t k = 0; k < 16; ++k) acc[k] += data[i + k];
+  }
+  float total = 0.0F;
+  for (; i < n; ++i) total += data[i];
+  for (const float a : acc) total += a;
+  return total;
+}
+
+double measure_read_bandwidth(std::size_t bytes, int repeats) {
+  std::vector<float> buffer(bytes / sizeof(float), 1.0F);
+  double best = 0.0;
+  volatile float sink = 0.0F;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    sink = sink + sum_floats(buffer.data(), buffer.size());
+    const double s = seconds_since(start);
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+BenchReport run_bench(const BenchOptions& options) {
+  BenchReport report;
+  if (options.progress) options.progress("read bandwidth");
+  report.read_bandwidth_gb_s = measure_read_bandwidth();
+
+  std::vector<std::string> names = options.policies;
+  if (names.empty()) {
+    for (const PolicyInfo* info : policies()) names.push_back(info->name);
+  }
+  for (const std::string& name : names) {
+    for (const std::int64_t budget : options.budgets) {
+      if (options.progress) options.progress(name + " @ " + std::to_string(budget));
+      auto policy = make_policy(name, {{"budget", budget}});
+      std::size_t vectors = 0;
+      const std::vector<float> pool = attention_pool(budget, vectors);
+      const auto len = static_cast<std::size_t>(budget);
+      std::int64_t pos = 0;
+      // Fill to the steady state: budget held before each step.
+      while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
+        policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
+      }
+      auto step = [&](std::size_t k) {
+        const float* attn = pool.data() + (k % vectors) * len;
+        policy->on_decode_step(++pos, std::span<const float>(attn, policy->kept_count()));
+        if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
+      };
+      for (std::size_t k = 0; k < std::min<std::size_t>(vectors, 2000); ++k) step(k);  // warm-up
+      std::size_t done = 0;
+      const auto start = Clock::now();
+      double elapsed = 0.0;
+      do {
+        for (int k = 0; k < 64; ++k) step(done++);
+        elapsed = seconds_since(start);
+      } while (elapsed < options.seconds_per_case);
+      BenchRow row;
+      row.policy = name;
+      row.budget = budget;
+      row.ns_per_step = elapsed * 1e9 / static_cast<double>(done);
+      row.attention_bytes = static_cast<double>(len * sizeof(float));
+      row.gb_per_s = row.attention_bytes / row.ns_per_step;
+      row.floor_ns = row.attention_bytes / report.read_bandwidth_gb_s;
+      row.ratio_to_floor = row.ns_per_step / row.floor_ns;
+      report.rows.push_back(row);
+    }
+  }
+
+  if (options.include_compare) {
+    if (options.progress) options.progress("canonical compare, one pass");
+    auto start = Clock::now();
+    (void)compare(CompareRequest{}, EvaluateOptions{});
+    report.compare_shared_seconds = seconds_since(start);
+    if (options.progress) options.progress("canonical compare, run by run");
+    start = Clock::now();
+    for (const PolicyInfo* info : policies()) {
+      for (const std::int64_t b : kCanonicalBudgets) {
+        auto policy = info->make({{"budget", b}});
+        DecodeTrace trace;
+        (void)run(*policy, trace, b);
+      }
+    }
+    report.compare_separate_seconds = seconds_since(start);
+  }
+  return report;
+}
+
+}  // namespace kvevict

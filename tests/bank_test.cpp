@@ -1,0 +1,132 @@
+// The bank against N separate instances: the same weights, given to the bank in
+// slot order (with garbage in free slots) and to each instance in ascending
+// position order, must produce the same victims, kept counts and scores.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "generators.h"
+#include "kvevict/bank.h"
+#include "kvevict/errors.h"
+#include "kvevict/registry.h"
+
+namespace kvevict {
+namespace {
+
+RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
+  const std::string policy = *rc::gen::element<std::string>("scissorhands", "h2o");
+  const auto n = *rc::gen::inRange<std::size_t>(1, 6);
+  const auto budget = *rc::gen::inRange<std::int64_t>(1, 40);
+  const auto recent = *rc::gen::inRange<std::int64_t>(0, budget);
+  const auto group = *rc::gen::inRange<std::size_t>(1, 4);
+  const auto how = *rc::gen::element(Aggregation::kSum, Aggregation::kMean, Aggregation::kMax);
+  BankParams params{policy, static_cast<std::int64_t>(n), budget, recent, static_cast<std::int64_t>(group), how,
+                    *rc::gen::inRange(0, 3)};
+  PolicyBank bank(params);
+  std::vector<std::unique_ptr<Policy>> separate;
+  for (std::size_t k = 0; k < n; ++k) {
+    separate.push_back(make_policy(policy, {{"budget", budget}, {"recentWindow", recent}}));
+  }
+  const std::size_t cap = bank.capacity();
+  const std::size_t stride = cap + *rc::gen::inRange<std::size_t>(0, 4);
+  std::vector<float> attn(n * group * stride);
+  std::vector<Position> victims(n);
+  std::vector<std::uint32_t> slots(n);
+  const auto steps = *rc::gen::inRange(1, 120);
+  for (int t = 1; t <= steps; ++t) {
+    std::vector<std::vector<float>> ascending(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      // Held slots in ascending position order.
+      std::vector<std::pair<std::uint32_t, std::size_t>> held;
+      for (std::size_t s = 0; s < cap; ++s) {
+        if (bank.slot_position(k, s) != PolicyBank::kFree) held.emplace_back(bank.slot_position(k, s), s);
+      }
+      std::sort(held.begin(), held.end());
+      RC_ASSERT(held.size() == separate[k]->kept_count());
+      for (std::size_t s = 0; s < stride; ++s) {
+        for (std::size_t g = 0; g < group; ++g) attn[(k * group + g) * stride + s] = std::nanf("");  // free: ignored
+      }
+      for (const auto& [p, s] : held) {
+        float folded = 0.0F;
+        for (std::size_t g = 0; g < group; ++g) {
+          const float w = random_weight();
+          attn[(k * group + g) * stride + s] = w;
+          if (g == 0) {
+            folded = w;
+          } else if (how == Aggregation::kMax) {
+            folded = w > folded ? w : folded;
+          } else {
+            folded += w;
+          }
+        }
+        if (how == Aggregation::kMean) folded /= static_cast<float>(group);
+        ascending[k].push_back(folded);
+      }
+    }
+    bank.step(t, attn.data(), stride, victims.data(), slots.data());
+    for (std::size_t k = 0; k < n; ++k) {
+      separate[k]->on_decode_step(t, std::span<const float>(ascending[k]));
+      std::vector<Position> want;
+      if (static_cast<std::int64_t>(separate[k]->kept_count()) > budget) {
+        const auto v = separate[k]->evict(budget);
+        want.assign(v.begin(), v.end());
+      }
+      RC_ASSERT(want.size() <= 1U);
+      if (want.empty()) {
+        RC_ASSERT(victims[k] == PolicyBank::kFree);
+      } else {
+        RC_ASSERT(victims[k] == want[0]);
+        RC_ASSERT(bank.free_slot(k) == slots[k]);
+      }
+      RC_ASSERT(bank.kept_count(k) == separate[k]->kept_count());
+      const QueryInfo* q = find_policy(policy).find_query(policy == "h2o" ? "scoreOf" : "votesOf");
+      const std::int64_t probe = t;
+      RC_ASSERT(bank.score_of(k, static_cast<Position>(t)) == q->call(*separate[k], std::span(&probe, 1)));
+    }
+  }
+}
+
+TEST(Bank, RefusesBadInputBeforeAnyInstanceChanges) {
+  PolicyBank bank({"scissorhands", 2, 4, 1, 1, Aggregation::kSum, 1});
+  std::vector<float> attn(2 * bank.capacity(), 0.25F);
+  std::vector<Position> victims(2);
+  std::vector<std::uint32_t> slots(2);
+  attn[bank.capacity()] = -1.0F;  // instance 1, slot 0 (position 0, held)
+  EXPECT_THROW(bank.step(1, attn.data(), bank.capacity(), victims.data(), slots.data()), ContractError);
+  EXPECT_EQ(bank.kept_count(0), 1U);
+  EXPECT_EQ(bank.kept_count(1), 1U);
+  attn[bank.capacity()] = 0.25F;
+  EXPECT_THROW(bank.step(1, attn.data(), bank.capacity() - 1, victims.data(), slots.data()), ContractError);
+  bank.step(1, attn.data(), bank.capacity(), victims.data(), slots.data());
+  EXPECT_EQ(bank.kept_count(0), 2U);
+  EXPECT_THROW(bank.step(1, attn.data(), bank.capacity(), victims.data(), slots.data()), ContractError);
+  EXPECT_THROW(PolicyBank({"tova", 2, 4, 1, 1, Aggregation::kSum, 1}), ParameterError);
+  EXPECT_THROW(PolicyBank({"h2o", 2, 4, 4, 1, Aggregation::kSum, 1}), ParameterError);
+}
+
+TEST(Bank, FreedSlotsAreReusedByTheNextToken) {
+  PolicyBank bank({"h2o", 1, 2, 0, 1, Aggregation::kSum, 1});
+  std::vector<float> attn(bank.capacity(), 0.0F);
+  Position victim = 0;
+  std::uint32_t slot = 0;
+  attn[0] = 1.0F;                         // step 1: position 0 gets 1
+  bank.step(1, attn.data(), bank.capacity(), &victim, &slot);
+  EXPECT_EQ(victim, PolicyBank::kFree);   // 2 held, budget 2
+  attn = {0.75F, 0.25F, 0.0F};            // step 2: 0 -> 1.75, 1 -> 0.25, 2 admitted with 0
+  bank.step(2, attn.data(), bank.capacity(), &victim, &slot);
+  EXPECT_EQ(victim, 2U);                  // recentWindow 0: the new token's 0 is the lowest
+  EXPECT_EQ(slot, 2U);
+  EXPECT_EQ(bank.free_slot(0), 2U);
+  bank.step(3, attn.data(), bank.capacity(), &victim, &slot);
+  // Position 3 went into the freed slot 2 and, scoring 0, leaves it again.
+  EXPECT_EQ(victim, 3U);
+  EXPECT_EQ(slot, 2U);
+  EXPECT_EQ(bank.slot_position(0, 0), 0U);
+  EXPECT_EQ(bank.slot_position(0, 1), 1U);
+}
+
+}  // namespace
+}  // namespace kvevict
