@@ -6,8 +6,17 @@ set -euo pipefail
 packages=(
   cmake ninja-build make g++ clang pkgconf
   libcli11-dev nlohmann-json3-dev libfmt-dev
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev libomp-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest
 )
+
+# Node.js binding: Debian's nodejs + npm + headers (libnode-dev), only when no
+# node is installed (a NodeSource node ships its own npm and headers).
+if ! command -v node >/dev/null 2>&1; then
+  packages+=(nodejs npm libnode-dev)
+elif [[ ! -f /usr/include/node/node_api.h ]] && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; then
+  packages+=(libnode-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

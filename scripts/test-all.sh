@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test suite: the Release build (gcc), the whole suite again under
+# Every test suite: the Release build (gcc, with the Python suite in ctest),
+# the Node.js suite, the whole C++ suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (clang), then
 # each libFuzzer target briefly (FUZZ_SECONDS each, default 60; 0 skips).
 # Ends with one summary line.
@@ -37,6 +38,22 @@ run_preset() {
 }
 
 run_preset release
+
+# The Node.js binding (npm ci when needed, build, tsc, node --test). The Python
+# binding's pytest suite runs inside ctest above.
+echo "== node =="
+node_log=$(mktemp)
+bash bindings/node/test.sh build 2>&1 | tee "$node_log"
+node_rc=${PIPESTATUS[0]}
+node_pass=$(grep -oE '^. pass [0-9]+' "$node_log" | tail -1 | grep -oE '[0-9]+$')
+node_fail=$(grep -oE '^. fail [0-9]+' "$node_log" | tail -1 | grep -oE '[0-9]+$')
+total_passed=$((total_passed + ${node_pass:-0}))
+if [[ $node_rc -ne 0 ]]; then
+  status=1
+  total_failed=$((total_failed + ${node_fail:-1}))
+  [[ ${node_fail:-0} -gt 0 ]] || total_failed=$((total_failed + 1))
+fi
+rm -f "$node_log"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_preset sanitize
 

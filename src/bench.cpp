@@ -1,10 +1,13 @@
 #include "kvevict/bench.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <random>
 
+#include "kvevict/bank.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/harness.h"
 #include "kvevict/registry.h"
@@ -61,6 +64,70 @@ double measure_read_bandwidth(std::size_t bytes, int repeats) {
   return best;
 }
 
+double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
+  std::vector<float> buffer(bytes / sizeof(float));
+  const auto n = static_cast<std::int64_t>(buffer.size());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = 1.0F;  // first touch per thread
+  double best = 0.0;
+  volatile float sink = 0.0F;
+  for (int r = 0; r < repeats; ++r) {
+    float total = 0.0F;
+    const auto start = Clock::now();
+#pragma omp parallel reduction(+ : total)
+    {
+      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+      const auto t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t chunk = buffer.size() / threads;
+      total += sum_floats(buffer.data() + t * chunk, t + 1 == threads ? buffer.size() - t * chunk : chunk);
+    }
+    const double s = seconds_since(start);
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::int64_t budget, double seconds,
+                        double bandwidth) {
+  PolicyBank bank({policy, instances, budget, 32, 1, Aggregation::kSum, 0});
+  const std::size_t cap = bank.capacity();
+  const auto n = static_cast<std::size_t>(instances);
+  std::vector<float> attn(n * cap);
+  const auto total = static_cast<std::int64_t>(attn.size());
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(0.0F, 2.0F / static_cast<float>(budget));
+  for (float& x : attn) x = dist(rng);
+  (void)total;
+  std::vector<Position> victims(n);
+  std::vector<std::uint32_t> slots(n);
+  std::int64_t pos = 0;
+  for (std::int64_t i = 0; i < budget + 2; ++i) bank.step(++pos, attn.data(), cap, victims.data(), slots.data());
+  int steps = 0;
+  const auto start = Clock::now();
+  double elapsed = 0.0;
+  do {
+    bank.step(++pos, attn.data(), cap, victims.data(), slots.data());
+    ++steps;
+    elapsed = seconds_since(start);
+  } while (elapsed < seconds || steps < 3);
+  BankBenchRow row;
+  row.policy = policy;
+  row.instances = instances;
+  row.budget = budget;
+  row.threads = omp_get_max_threads();
+  row.ms_per_step = elapsed * 1e3 / steps;
+  const double slots_total = static_cast<double>(n * cap);
+  const double state = policy == "h2o" ? 8.0 : 4.0;
+  row.attention_bytes = slots_total * 4.0;
+  // attention read + position read + state read and written
+  row.touched_bytes = slots_total * (4.0 + 4.0 + 2.0 * state);
+  row.attention_gb_s = row.attention_bytes / (row.ms_per_step * 1e6);
+  row.touched_gb_s = row.touched_bytes / (row.ms_per_step * 1e6);
+  row.share_of_bandwidth = row.touched_gb_s / bandwidth;
+  return row;
+}
+
 BenchReport run_bench(const BenchOptions& options) {
   BenchReport report;
   if (options.progress) options.progress("read bandwidth");
@@ -104,6 +171,16 @@ BenchReport run_bench(const BenchOptions& options) {
       row.floor_ns = row.attention_bytes / report.read_bandwidth_gb_s;
       row.ratio_to_floor = row.ns_per_step / row.floor_ns;
       report.rows.push_back(row);
+    }
+  }
+
+  if (options.bank_instances > 0) {
+    if (options.progress) options.progress("parallel read bandwidth");
+    report.parallel_bandwidth_gb_s = measure_parallel_read_bandwidth();
+    for (const char* policy : {"scissorhands", "h2o"}) {
+      if (options.progress) options.progress(std::string("bank of ") + policy);
+      report.bank.push_back(bench_bank(policy, options.bank_instances, options.bank_budget,
+                                       std::max(1.0, 4 * options.seconds_per_case), report.parallel_bandwidth_gb_s));
     }
   }
 

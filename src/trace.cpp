@@ -158,7 +158,7 @@ std::uint32_t trace_hash(Trace& trace, std::uint32_t steps) {
 
 std::uint32_t checked_steps(const Trace& trace, std::int64_t steps) {
   if (steps < 1 || steps > std::int64_t{trace.steps()}) {
-    throw InputError(fmt::format("--steps ({}) must be in 1 ... {} for trace {}", steps,
+    throw InputError(fmt::format("steps ({}) must be in 1 ... {} for trace {}", steps,
                                  trace.steps(), trace.id()));
   }
   return static_cast<std::uint32_t>(steps);

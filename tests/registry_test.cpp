@@ -43,7 +43,7 @@ TEST(Registry, UnknownPolicyListsTheKnownOnes) {
 
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
-            "H2O: unknown parameter 'recent' (known: budget, recentWindow)");
+            "H2O: unknown parameter 'recent' (known: budget, recentWindow, sinks)");
 }
 
 TEST(Registry, ParametersReachTheConstructor) {

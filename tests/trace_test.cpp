@@ -111,7 +111,7 @@ TEST(Trace, UnknownIdListsTheKnownOnes) {
     open_trace("decode-9999");
     FAIL() << "expected an error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "unknown trace 'decode-9999' (known: decode-4096)");
+    EXPECT_STREQ(e.what(), "unknown trace 'decode-9999' (known: decode-4096, stale-spike-4096, recalled-fact-4096)");
   }
 }
 

@@ -18,8 +18,17 @@ export type Attention = Float32Array | readonly number[] | null | undefined;
 /** Named integer parameters, camelCase; omitted ones take their defaults. */
 export type Params = { readonly [name: string]: number | undefined };
 
-export interface ScissorhandsParams { budget?: number; recentWindow?: number }
-export interface H2OParams { budget?: number; recentWindow?: number }
+export interface ScissorhandsParams {
+  budget?: number;
+  recentWindow?: number;
+  /** Votes count over the last `historyWindow` observed steps (0 = all). */
+  historyWindow?: number;
+  /** An eviction drops max(needed, dropAmount) positions. */
+  dropAmount?: number;
+  /** Positions < sinks are never evicted. */
+  sinks?: number;
+}
+export interface H2OParams { budget?: number; recentWindow?: number; sinks?: number }
 export interface StreamingLLMParams { budget?: number; sinks?: number }
 export interface SlidingWindowParams { budget?: number }
 export interface TOVAParams { budget?: number }
@@ -61,7 +70,7 @@ export abstract class Policy {
 export class Scissorhands extends Policy {
   constructor(params?: ScissorhandsParams);
   static readonly policyName: 'scissorhands';
-  /** Votes of a held position, -1 when it is not held. */
+  /** Votes of a held position (within the history window), -1 when it is not held. */
   votesOf(pos: Position): number;
 }
 export class H2O extends Policy {
@@ -139,7 +148,14 @@ export function pyramidBudget(budget: number, layer: number, numLayers: number, 
  * Float32Array of t weights over positions 0 ... t-1. `steps` truncates to a
  * prefix. InputError for an unknown id or steps out of range, thrown at once.
  */
-export function trace(id?: string, steps?: number): Generator<Float32Array, void, undefined>;
+export function trace(id?: string, steps?: number): TraceSteps;
+export interface TraceSteps extends Generator<Float32Array, void, undefined> {
+  readonly id: string;
+  /** Positions in the trace (it has length - 1 decode steps). */
+  readonly length: number;
+  /** Steps this iterator yields. */
+  readonly steps: number;
+}
 
 /** FNV-1a 32 parity hash of the first `steps` steps (all when omitted). */
 export function traceHash(id?: string, steps?: number): number;

@@ -116,14 +116,22 @@ function pyramidBudget(budget, layer, numLayers, ratio) {
 /**
  * The steps of a generated trace, each a new Float32Array of t weights over
  * positions 0 ... t-1 (t = 1, 2, ...). The id and step count are checked now,
- * not at the first next().
+ * not at the first next(). The generator also carries `id`, `length` (positions)
+ * and `steps` (how many it yields).
  */
 function trace(id = 'decode-4096', steps) {
   const t = new native.Trace(id, steps);
   function* generate() {
     for (let w = t.next(); w !== undefined; w = t.next()) yield w;
   }
-  return generate();
+  const iterator = generate();
+  // The trace's id, its number of positions, and the steps this iterator yields.
+  Object.defineProperties(iterator, {
+    id: { value: t.id, enumerable: true },
+    length: { value: t.length, enumerable: true },
+    steps: { value: t.steps, enumerable: true },
+  });
+  return iterator;
 }
 
 /** FNV-1a 32 parity hash of the first `steps` steps (all when omitted). */

@@ -15,6 +15,8 @@ struct BenchOptions {
   std::vector<std::string> policies;  // empty: every registered policy
   double seconds_per_case = 0.25;     // timed time per (policy, budget)
   bool include_compare = true;        // time the canonical compare too
+  std::int64_t bank_instances = 16384;  // 0 skips the bank
+  std::int64_t bank_budget = 1024;
   std::function<void(const std::string&)> progress;  // called before each case
 };
 
@@ -28,8 +30,23 @@ struct BenchRow {
   double ratio_to_floor = 0.0;   // ns_per_step / floor_ns (1 = memory speed)
 };
 
+struct BankBenchRow {
+  std::string policy;
+  std::int64_t instances = 0;
+  std::int64_t budget = 0;
+  int threads = 0;
+  double ms_per_step = 0.0;
+  double attention_bytes = 0.0;  // per step, all instances
+  double touched_bytes = 0.0;    // attention + state read and written per step
+  double attention_gb_s = 0.0;
+  double touched_gb_s = 0.0;
+  double share_of_bandwidth = 0.0;  // touched_gb_s / parallel read bandwidth
+};
+
 struct BenchReport {
   double read_bandwidth_gb_s = 0.0;  // one thread, streaming sum of 256 MiB
+  double parallel_bandwidth_gb_s = 0.0;  // every OpenMP thread, 1 GiB
+  std::vector<BankBenchRow> bank;
   std::vector<BenchRow> rows;
   double compare_shared_seconds = 0.0;    // canonical compare, one pass over the trace
   double compare_separate_seconds = 0.0;  // the same 21 runs one by one
@@ -37,6 +54,8 @@ struct BenchReport {
 
 // Streaming read bandwidth of one thread over `bytes` (best of `repeats`).
 double measure_read_bandwidth(std::size_t bytes = std::size_t{256} << 20, int repeats = 3);
+// The same with every OpenMP thread reading its share.
+double measure_parallel_read_bandwidth(std::size_t bytes = std::size_t{1} << 30, int repeats = 3);
 
 // Sums a buffer as fast as the machine reads it (the bandwidth kernel).
 float sum_floats(const float* data, std::size_t n) noexcept;

@@ -127,7 +127,7 @@ static void trace_and_harness(void) {
   CHECK(kvevict_trace_hash("decode-4096", 0, &hash) == KVEVICT_OK && hash == 3136039440u);
   CHECK(kvevict_trace_hash("decode-4096", 10, &hash) == KVEVICT_OK && hash == 515340780u);
   CHECK(kvevict_trace_hash("decode-9", 0, &hash) == KVEVICT_ERROR_INPUT);
-  CHECK(error_contains("unknown trace 'decode-9' (known: decode-4096)"));
+  CHECK(error_contains("unknown trace 'decode-9' (known: decode-4096, stale-spike-4096, recalled-fact-4096)"));
   CHECK(kvevict_trace_open("decode-4096", &trace) == KVEVICT_OK);
   CHECK(kvevict_trace_length(trace, &length) == KVEVICT_OK && length == 4096);
   CHECK(kvevict_trace_next(trace, &w, &count) == KVEVICT_OK && count == 1 && w[0] == 1.0f);

@@ -59,8 +59,8 @@ rows=$(($(wc -l <"$tmp/canonical.csv") - 1))
 if [[ $rows -eq 21 ]] && grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584' "$tmp/canonical.csv"; then pass; else fail "canonical csv ($rows rows)"; fi
 
 bad "unknown policy"   "unknown policy 'lru' (known: scissorhands" -- run --policy lru
-bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow)" -- run --policy h2o --set window=3
-bad "unknown trace"    "unknown trace 'nope' (known: decode-4096)" -- run --policy h2o --trace nope
+bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow, sinks)" -- run --policy h2o --set window=3
+bad "unknown trace"    "unknown trace 'nope' (known: decode-4096, stale-spike-4096, recalled-fact-4096)" -- run --policy h2o --trace nope
 bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recentWindow=abc
 bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
 bad "negative"         "H2O: recentWindow (-1) must be at least 0" -- run --policy h2o --set recentWindow=-1
@@ -69,13 +69,13 @@ bad "huge"             "out of range for a 64-bit integer" -- run --policy h2o -
 bad "budget too big"   "budget (100000000) must be at most" -- run --policy h2o --budget 100000000
 bad "budget zero"      "budget (0) must be at least 1" -- run --policy h2o --budget 0
 bad "set without ="    "'recentWindow' is not KEY=VALUE (no '=')" -- run --policy h2o --set recentWindow
-bad "steps too many"   "--steps (5000) must be in 1 ... 4095 for trace decode-4096" -- run --policy h2o --steps 5000
-bad "steps zero"       "--steps (0) must be in 1 ... 4095" -- trace --steps 0 --hash
+bad "steps too many"   "steps (5000) must be in 1 ... 4095 for trace decode-4096" -- run --policy h2o --steps 5000
+bad "steps zero"       "steps (0) must be in 1 ... 4095" -- trace --steps 0 --hash
 bad "bad budgets"      "value 2 of '64,x'" -- compare --budgets 64,x
 bad "compare unknown"  "unknown policy 'nope'" -- compare --policies h2o,nope
 bad "compare set"      "--set tova.recentWindow: TOVA has no parameter 'recentWindow' (known: budget)" -- compare --policies tova,h2o --set tova.recentWindow=3 --steps 10
 bad "sweep values"     "value 3 of '16,32,z'" -- sweep --policy h2o --param recentWindow=16,32,z
-bad "sweep param"      "H2O: unknown parameter 'sinks'" -- sweep --policy h2o --param sinks=1,2
+bad "sweep param"      "H2O: unknown parameter 'window'" -- sweep --policy h2o --param window=1,2
 bad "bad format"       "format" -- compare --format xml
 bad "no subcommand"    "subcommand" --
 bad "vectors missing"  "no such file or folder" -- vectors /no/such/file.json

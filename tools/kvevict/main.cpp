@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kvevict/bench.h"
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
@@ -162,6 +163,28 @@ int main(int argc, char** argv) {
   tr->add_option("--out", tr_out, "write the trace as an [N, N] float32 .npy (row t = step t's weights)");
   tr->add_flag("--force", tr_force, "with --out: replace an existing file");
 
+  // bench
+  std::string bench_format = "table";
+  std::string bench_budgets = "512,4096";
+  std::string bench_policies = "all";
+  double bench_seconds = 0.25;
+  bool bench_no_compare = false;
+  auto* bench = app.add_subcommand(
+      "bench", "Time every policy's decode step against a memory-read bandwidth baseline");
+  bench->add_option("--format", bench_format, "table, json or markdown")
+      ->check(CLI::IsMember({"table", "json", "markdown"}))->capture_default_str();
+  bench->add_option("--budgets", bench_budgets, "comma-separated budgets")->capture_default_str();
+  bench->add_option("--policies", bench_policies, "comma-separated names, or all")->capture_default_str();
+  bench->add_option("--seconds", bench_seconds, "timed seconds per policy and budget")
+      ->check(CLI::Range(0.01, 60.0))->capture_default_str();
+  bench->add_flag("--no-compare", bench_no_compare, "skip timing the canonical compare");
+  std::int64_t bench_bank_instances = 16384;
+  std::int64_t bench_bank_budget = 1024;
+  bench->add_option("--bank-instances", bench_bank_instances, "instances in the bank benchmark (0 skips it)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20))->capture_default_str();
+  bench->add_option("--bank-budget", bench_bank_budget, "budget of each bank instance")
+      ->check(CLI::Range(std::int64_t{33}, std::int64_t{1} << 16))->capture_default_str();
+
   // vectors
   std::vector<std::string> vec_paths;
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
@@ -253,6 +276,20 @@ int main(int argc, char** argv) {
         std::cout << fmt::format("trace {}: {} positions, {} decode steps, {} head(s) (use --hash for the parity hash)\n",
                                  tr_trace, heads.front()->length(), heads.front()->steps(), heads.size());
       }
+      return 0;
+    }
+
+    if (bench->parsed()) {
+      BenchOptions options;
+      options.budgets = parse_integer_list(bench_budgets, "--budgets");
+      options.policies = parse_policy_list(bench_policies);
+      options.seconds_per_case = bench_seconds;
+      options.include_compare = !bench_no_compare;
+      options.bank_instances = bench_bank_instances;
+      options.bank_budget = bench_bank_budget;
+      options.progress = [](const std::string& what) { std::cerr << "bench: " << what << '\n'; };
+      const BenchReport r = run_bench(options);
+      cli::print_bench(std::cout, r, bench_format);
       return 0;
     }
 

@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace kvevict::cli {
 
@@ -106,6 +107,76 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
     return;
   }
   print_aligned(out, cells);
+}
+
+void print_bench(std::ostream& out, const BenchReport& r, const std::string& format) {
+  if (format == "json") {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const BenchRow& b : r.rows) {
+      rows.push_back({{"policy", b.policy}, {"budget", b.budget}, {"nsPerStep", b.ns_per_step},
+                      {"attentionBytes", b.attention_bytes}, {"gbPerSecond", b.gb_per_s},
+                      {"floorNs", b.floor_ns}, {"ratioToFloor", b.ratio_to_floor}});
+    }
+    nlohmann::ordered_json bank = nlohmann::ordered_json::array();
+    for (const BankBenchRow& b : r.bank) {
+      bank.push_back({{"policy", b.policy}, {"instances", b.instances}, {"budget", b.budget}, {"threads", b.threads},
+                      {"msPerStep", b.ms_per_step}, {"attentionGBps", b.attention_gb_s},
+                      {"touchedGBps", b.touched_gb_s}, {"shareOfBandwidth", b.share_of_bandwidth}});
+    }
+    nlohmann::ordered_json doc = {{"readBandwidthGBps", r.read_bandwidth_gb_s},
+                                  {"parallelReadBandwidthGBps", r.parallel_bandwidth_gb_s},
+                                  {"rows", rows}, {"bank", bank},
+                                  {"compareSharedSeconds", r.compare_shared_seconds},
+                                  {"compareSeparateSeconds", r.compare_separate_seconds}};
+    out << doc.dump(2) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> cells{
+      {"policy", "budget", "ns/step", "attention bytes/step", "GB/s", "floor ns", "x floor"}};
+  for (const BenchRow& b : r.rows) {
+    cells.push_back({b.policy, std::to_string(b.budget), fmt::format("{:.0f}", b.ns_per_step),
+                     fmt::format("{:.0f}", b.attention_bytes), fmt::format("{:.2f}", b.gb_per_s),
+                     fmt::format("{:.0f}", b.floor_ns), fmt::format("{:.2f}", b.ratio_to_floor)});
+  }
+  if (format == "markdown") {
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      std::string line = "|";
+      for (const auto& c : cells[i]) line += " " + c + " |";
+      out << line << '\n';
+      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|\n";
+    }
+  } else {
+    print_aligned(out, cells);
+  }
+  out << fmt::format("\nread bandwidth (one thread, streaming 256 MiB): {:.2f} GB/s; floor = attention bytes / bandwidth\n",
+                     r.read_bandwidth_gb_s);
+  if (!r.bank.empty()) {
+    out << fmt::format("\nbank (structure of arrays, slot-addressed, {} threads); parallel read bandwidth {:.2f} GB/s\n",
+                       r.bank.front().threads, r.parallel_bandwidth_gb_s);
+    std::vector<std::vector<std::string>> bank{{"policy", "instances", "budget", "ms/step", "attention GB/s",
+                                                "touched GB/s", "of bandwidth"}};
+    for (const BankBenchRow& b : r.bank) {
+      bank.push_back({b.policy, std::to_string(b.instances), std::to_string(b.budget),
+                      fmt::format("{:.2f}", b.ms_per_step), fmt::format("{:.2f}", b.attention_gb_s),
+                      fmt::format("{:.2f}", b.touched_gb_s), fmt::format("{:.0f}%", 100 * b.share_of_bandwidth)});
+    }
+    if (format == "markdown") {
+      for (std::size_t i = 0; i < bank.size(); ++i) {
+        std::string line = "|";
+        for (const auto& c : bank[i]) line += " " + c + " |";
+        out << line << '\n';
+        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|\n";
+      }
+    } else {
+      print_aligned(out, bank);
+    }
+    out << "(touched = attention read + slot positions read + state read and written)\n";
+  }
+  if (r.compare_shared_seconds > 0) {
+    out << fmt::format("canonical compare (21 runs): {:.3f} s in one pass over the trace, {:.3f} s run by run ({:.2f}x)\n",
+                       r.compare_shared_seconds, r.compare_separate_seconds,
+                       r.compare_separate_seconds / r.compare_shared_seconds);
+  }
 }
 
 }  // namespace kvevict::cli

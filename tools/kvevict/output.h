@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kvevict/bench.h"
 #include "kvevict/evaluate.h"
 
 namespace kvevict::cli {
@@ -17,6 +18,9 @@ void print_run_table(std::ostream& out, const RunRow& row);
 // (from compare) get a rank column.
 void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
                 bool ranked, const std::vector<std::string>& extra_param_columns = {});
+
+// The bench report as a table, Markdown or JSON.
+void print_bench(std::ostream& out, const BenchReport& report, const std::string& format);
 
 // Plain aligned text table; the first row is the header.
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells);

@@ -209,7 +209,18 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
       info_ = &kvevict::find_policy(name);
       policy_ = info_->make(given_);
     });
+    // Tell V8 what this small object holds natively, so that dropped policies
+    // are collected before their storage piles up.
+    external_ = static_cast<std::int64_t>(policy_->memory_bytes() + sizeof(*this));
+    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), external_);
   }
+
+  ~PolicyWrap() override {
+    if (external_ != 0) Napi::MemoryManagement::AdjustExternalMemory(Env(), -external_);
+  }
+
+  PolicyWrap(const PolicyWrap&) = delete;
+  PolicyWrap& operator=(const PolicyWrap&) = delete;
 
  private:
   // onDecodeStep(pos, attn: Float32Array | number[] | null | undefined)
@@ -312,6 +323,7 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   const kvevict::PolicyInfo* info_ = nullptr;
   kvevict::ParamMap given_;
   std::vector<float> scratch_;  // plain-array attention, converted to float32
+  std::int64_t external_ = 0;   // bytes reported to V8 as external memory
 };
 
 // ---- Trace -----------------------------------------------------------------------

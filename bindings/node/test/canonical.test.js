@@ -39,25 +39,22 @@ const round6 = (x) => (Number.isFinite(x) ? Math.floor(x * 1e6 + 0.5) / 1e6 : x)
 // spec/domain.md §2, every run over one pass of the trace.
 function jsHarness(specs, traceId = 'decode-4096', maxSteps = undefined) {
   const TOP_K = 32;
-  let length = 0;
-  const runs = specs.map(({ policy, budget }) => ({
+  const steps = kv.trace(traceId, maxSteps);
+  const length = steps.length;
+  const runs = specs.map(({ policy, budget, params }) => ({
     name: policy,
-    policy: kv.policy(policy, { budget }),
+    policy: kv.policy(policy, { ...params, budget }),
     budget,
     kept: [0],
-    isKept: null,
+    isKept: Uint8Array.from({ length }, (_, i) => (i === 0 ? 1 : 0)),
     attn: new Float32Array(budget + 2),
     steps: 0, retained: 0, hits: 0, possible: 0, calls: 0, evicted: 0,
   }));
   let t = 0;
   const top = [];
   const best = new Float32Array(TOP_K);
-  for (const w of kv.trace(traceId, maxSteps)) {
+  for (const w of steps) {
     t += 1;
-    if (length === 0) {
-      length = kv.traceHash(traceId, 1) >= 0 ? 4096 : 0;  // decode-4096 has 4,096 positions
-      for (const r of runs) { r.isKept = new Uint8Array(length); r.isKept[0] = 1; }
-    }
     assert.equal(w.length, t);
     // Top-k set: threshold = the k-th largest weight; ties go to lower positions.
     const k = Math.min(TOP_K, t);
@@ -194,9 +191,11 @@ describe('canonical comparison through a JavaScript harness', () => {
     }
   });
 
-  it('agrees with run() on a non-canonical setting', () => {
-    const [js] = jsHarness([{ policy: 'pyramidkv', budget: 100 }], 'decode-4096', 600);
-    const core = kv.run({ policy: 'pyramidkv', budget: 100, steps: 600 });
+  it('agrees with run() on a deep PyramidKV layer (batched evictions)', () => {
+    const params = { layer: 3, numLayers: 4 };
+    const [js] = jsHarness([{ policy: 'pyramidkv', budget: 128, params }], 'decode-4096', 600);
+    const core = kv.run({ policy: 'pyramidkv', budget: 128, params, steps: 600 });
+    assert.ok(core.metrics.evictionCalls < core.evicted);
     assert.equal(js.mass, core.metrics.retainedAttentionMass);
     assert.equal(js.recall, core.metrics.heavyHitterRecall);
     assert.equal(js.calls, core.metrics.evictionCalls);

@@ -49,8 +49,8 @@ new kv.Policy('h2o');
 new kv.Scissorhands({ budget: '512' });
 // @ts-expect-error -- H2O has no votes
 h.votesOf(1);
-// @ts-expect-error -- Scissorhands's parameters are budget and recentWindow
-new kv.Scissorhands({ sinks: 4 });
+// @ts-expect-error -- Scissorhands has no obsWindow
+new kv.Scissorhands({ obsWindow: 4 });
 // @ts-expect-error -- a Float64Array is not accepted
 s.onDecodeStep(5, new Float64Array(4));
 // @ts-expect-error -- run needs a policy

@@ -23,6 +23,7 @@ bad input ``RuntimeError``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, Type
 
 from ._kvevict import (
@@ -62,7 +63,54 @@ __all__ = [
 ]
 
 
-class Scissorhands(Policy):
+class _NamedPolicy(Policy):
+    """Base of the named classes: a registry policy fixed by ``_registry_name``.
+
+    The constructor takes ``budget`` (positionally or by keyword) and the
+    policy's other parameters by keyword, snake_case or camelCase; omitted ones
+    take the registry's defaults. ``inspect.signature`` and ``help()`` show the
+    registry's parameters and defaults.
+    """
+
+    _registry_name = ""
+
+    def __init__(self, budget: Any = inspect.Parameter.empty, **params: Any) -> None:
+        """Builds the policy; see the class signature for parameters and defaults."""
+        if budget is not inspect.Parameter.empty:
+            params["budget"] = budget
+        super().__init__(self._registry_name, **params)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._registry_name:
+            cls.__signature__ = _signature_of(cls._registry_name)
+
+
+def _snake_case(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def _signature_of(registry_name: str) -> inspect.Signature:
+    """``(budget=..., *, other=...)`` from the registry's parameters and defaults."""
+    info = next(d for d in policies() if d["name"] == registry_name)
+    ordered = sorted(info["params"], key=lambda p: p["name"] != "budget")  # budget first
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                _snake_case(p["name"]),
+                inspect.Parameter.POSITIONAL_OR_KEYWORD
+                if p["name"] == "budget"
+                else inspect.Parameter.KEYWORD_ONLY,
+                default=p["default"],
+                annotation=int,
+            )
+            for p in ordered
+        ],
+        return_annotation=None,
+    )
+
+
+class Scissorhands(_NamedPolicy):
     """Scissorhands (Liu et al., NeurIPS 2023).
 
     A position earns a vote on each step its attention beats its fair share
@@ -70,67 +118,62 @@ class Scissorhands(Policy):
     votes goes (ties: the lower position).
     """
 
-    def __init__(self, budget: int = 512, *, recent_window: int = 32) -> None:
-        super().__init__("scissorhands", budget=budget, recent_window=recent_window)
+    _registry_name = "scissorhands"
 
     def votes_of(self, pos: int) -> int:
         """Votes of held position ``pos``; -1 when it is not held."""
         return self.query("votesOf", pos)
 
 
-class H2O(Policy):
+class H2O(_NamedPolicy):
     """H2O, Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023).
 
     Each position accumulates the attention it receives; outside the
     ``recent_window`` newest positions, the lowest cumulative score goes.
     """
 
-    def __init__(self, budget: int = 512, *, recent_window: int = 32) -> None:
-        super().__init__("h2o", budget=budget, recent_window=recent_window)
+    _registry_name = "h2o"
 
     def score_of(self, pos: int) -> float:
         """Cumulative attention of held position ``pos``; -1 when it is not held."""
         return self.query("scoreOf", pos)
 
 
-class StreamingLLM(Policy):
+class StreamingLLM(_NamedPolicy):
     """StreamingLLM (Xiao et al., ICLR 2024).
 
     Keeps the first ``sinks`` positions forever and a sliding window of the
     most recent ones; never reads attention.
     """
 
-    def __init__(self, budget: int = 512, *, sinks: int = 4) -> None:
-        super().__init__("streaming-llm", budget=budget, sinks=sinks)
+    _registry_name = "streaming-llm"
 
     def sink_count(self) -> int:
         """Number of sink positions held."""
         return self.query("sinkCount")
 
 
-class SlidingWindow(Policy):
+class SlidingWindow(_NamedPolicy):
     """Sliding Window: keeps the most recent ``budget`` positions; never reads attention."""
 
-    def __init__(self, budget: int = 512) -> None:
-        super().__init__("sliding-window", budget=budget)
+    _registry_name = "sliding-window"
 
 
-class TOVA(Policy):
+class TOVA(_NamedPolicy):
     """TOVA (Oren et al., EMNLP 2024).
 
     Evicts the position with the lowest weight on the latest step that
     observed it; no recent window.
     """
 
-    def __init__(self, budget: int = 512) -> None:
-        super().__init__("tova", budget=budget)
+    _registry_name = "tova"
 
     def last_attention_of(self, pos: int) -> float:
         """Last observed weight of held position ``pos``; -1 when not held or never observed."""
         return self.query("lastAttentionOf", pos)
 
 
-class SnapKV(Policy):
+class SnapKV(_NamedPolicy):
     """SnapKV (Li et al., NeurIPS 2024), adapted to decode time.
 
     Scores each position by the attention it got over the last ``obs_window``
@@ -138,28 +181,14 @@ class SnapKV(Policy):
     positions, and evicts the lowest outside the recent window.
     """
 
-    def __init__(
-        self,
-        budget: int = 512,
-        *,
-        recent_window: int = 32,
-        obs_window: int = 16,
-        pool_kernel: int = 7,
-    ) -> None:
-        super().__init__(
-            "snapkv",
-            budget=budget,
-            recent_window=recent_window,
-            obs_window=obs_window,
-            pool_kernel=pool_kernel,
-        )
+    _registry_name = "snapkv"
 
     def window_score_of(self, pos: int) -> float:
         """Unpooled sum of held position ``pos``'s remembered weights; -1 when not held."""
         return self.query("windowScoreOf", pos)
 
 
-class PyramidKV(Policy):
+class PyramidKV(_NamedPolicy):
     """PyramidKV (Cai et al., 2024).
 
     Shallow layers keep more, deep layers less -- an arithmetic share per
@@ -167,27 +196,7 @@ class PyramidKV(Policy):
     within each layer's share. ``budget`` is the average share per layer.
     """
 
-    def __init__(
-        self,
-        budget: int = 512,
-        *,
-        layer: int = 0,
-        num_layers: int = 1,
-        pyramid_ratio: int = 4,
-        recent_window: int = 32,
-        obs_window: int = 16,
-        pool_kernel: int = 7,
-    ) -> None:
-        super().__init__(
-            "pyramidkv",
-            budget=budget,
-            layer=layer,
-            num_layers=num_layers,
-            pyramid_ratio=pyramid_ratio,
-            recent_window=recent_window,
-            obs_window=obs_window,
-            pool_kernel=pool_kernel,
-        )
+    _registry_name = "pyramidkv"
 
     def effective_budget(self) -> int:
         """This layer's share: max(pyramid_budget(...), recent_window + 1)."""

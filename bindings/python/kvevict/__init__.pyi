@@ -1,0 +1,165 @@
+# Type stub for the kvevict package (the pure-Python half and the compiled
+# kvevict._kvevict). Kept in step with the registry by tests/test_stub.py:
+# every public name, every Policy method, and each named class's parameters,
+# defaults and query methods.
+
+import os
+from typing import Dict, Iterator, List, Optional, Sequence, TypedDict, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+__all__: List[str]
+
+_Path = Union[str, os.PathLike[str]]
+_Trace = Union[str, os.PathLike[str]]
+
+# The result shapes below are for type checking only (plain dicts at run time).
+
+class ParamDescription(TypedDict):
+    name: str  # camelCase, as in the JSON results
+    default: int
+    help: str
+
+class PolicyDescription(TypedDict):
+    name: str
+    title: str
+    summary: str
+    params: List[ParamDescription]
+    queries: List[str]
+
+class Metrics(TypedDict):
+    retainedAttentionMass: float
+    heavyHitterRecall: float
+    evictionCalls: int
+
+class RunResult(TypedDict):
+    policy: str
+    trace: str
+    budget: int
+    params: Dict[str, int]
+    steps: int
+    metrics: Metrics
+    evicted: int
+    memoryBytes: int
+    seconds: float
+
+class CompareResult(TypedDict):
+    trace: str
+    rows: List[RunResult]
+
+class VectorReport(TypedDict):
+    passed: int
+    failed: int
+    failures: List[str]
+
+class Policy:
+    """A KV-cache eviction policy built by registry name."""
+
+    def __init__(self, name: str, **params: int) -> None: ...
+    def on_decode_step(self, pos: int, attn: Optional[npt.ArrayLike] = None) -> None: ...
+    def evict(self, budget: int) -> List[int]: ...
+    def kept_count(self) -> int: ...
+    def __len__(self) -> int: ...
+    def memory_bytes(self) -> int: ...
+    def query(self, name: str, *args: int) -> Union[int, float]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> Dict[str, int]: ...
+    @property
+    def queries(self) -> List[str]: ...
+    @property
+    def last_attention_copied(self) -> bool: ...
+    @property
+    def last_attention_address(self) -> int: ...
+    # At run time a policy's query methods (votes_of, ...) also resolve on a
+    # plain Policy; the stub leaves that out so typos stay type errors -- use
+    # query() or the named classes when type-checking.
+
+class Scissorhands(Policy):
+    def __init__(
+        self,
+        budget: int = 512,
+        *,
+        recent_window: int = 32,
+        history_window: int = 0,
+        drop_amount: int = 1,
+        sinks: int = 0,
+    ) -> None: ...
+    def votes_of(self, pos: int) -> int: ...
+
+class H2O(Policy):
+    def __init__(self, budget: int = 512, *, recent_window: int = 32, sinks: int = 0) -> None: ...
+    def score_of(self, pos: int) -> float: ...
+
+class StreamingLLM(Policy):
+    def __init__(self, budget: int = 512, *, sinks: int = 4) -> None: ...
+    def sink_count(self) -> int: ...
+
+class SlidingWindow(Policy):
+    def __init__(self, budget: int = 512) -> None: ...
+
+class TOVA(Policy):
+    def __init__(self, budget: int = 512) -> None: ...
+    def last_attention_of(self, pos: int) -> float: ...
+
+class SnapKV(Policy):
+    def __init__(
+        self,
+        budget: int = 512,
+        *,
+        recent_window: int = 32,
+        obs_window: int = 16,
+        pool_kernel: int = 7,
+    ) -> None: ...
+    def window_score_of(self, pos: int) -> float: ...
+
+class PyramidKV(Policy):
+    def __init__(
+        self,
+        budget: int = 512,
+        *,
+        layer: int = 0,
+        num_layers: int = 1,
+        pyramid_ratio: int = 4,
+        recent_window: int = 32,
+        obs_window: int = 16,
+        pool_kernel: int = 7,
+    ) -> None: ...
+    def effective_budget(self) -> int: ...
+    def window_score_of(self, pos: int) -> float: ...
+
+class TraceIterator(Iterator[npt.NDArray[np.float32]]):
+    def __iter__(self) -> TraceIterator: ...
+    def __next__(self) -> npt.NDArray[np.float32]: ...
+    def __length_hint__(self) -> int: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+
+def policy(name: str, /, **params: int) -> Policy: ...
+def policies() -> List[PolicyDescription]: ...
+def pyramid_budget(budget: int, layer: int, num_layers: int, ratio: int) -> int: ...
+def trace(id: _Trace = "decode-4096", steps: Optional[int] = None) -> TraceIterator: ...
+def trace_hash(id: _Trace = "decode-4096", steps: Optional[int] = None) -> int: ...
+def trace_ids() -> List[str]: ...
+def run(
+    policy: Union[str, Policy],
+    budget: Optional[int] = None,
+    trace: _Trace = "decode-4096",
+    steps: Optional[int] = None,
+    **params: int,
+) -> RunResult: ...
+def compare(
+    policies: Union[str, Sequence[str]] = "all",
+    budgets: Sequence[int] = [256, 512, 1024],
+    overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+    trace: _Trace = "decode-4096",
+    steps: Optional[int] = None,
+) -> CompareResult: ...
+def run_vectors(paths: Union[_Path, Sequence[_Path]]) -> VectorReport: ...

@@ -43,6 +43,51 @@
 
 namespace py = pybind11;
 
+// Arguments are taken as plain Python objects and checked by the functions
+// below (so a float budget gets "budget must be an integer", not pybind11's
+// "incompatible function arguments"); these wrappers only give the generated
+// signatures and help() the Python types the argument accepts.
+#define KVEVICT_PY_ARG(Type, python_type)                                                  \
+  namespace kvevict_py {                                                                   \
+  struct Type {                                                                            \
+    py::object obj;                                                                        \
+  };                                                                                       \
+  }                                                                                        \
+  template <>                                                                              \
+  struct pybind11::detail::type_caster<kvevict_py::Type> {                                 \
+    PYBIND11_TYPE_CASTER(kvevict_py::Type, const_name(python_type));                       \
+    bool load(handle src, bool) {                                                          \
+      value.obj = reinterpret_borrow<object>(src);                                         \
+      return true;                                                                         \
+    }                                                                                      \
+    static handle cast(const kvevict_py::Type& v, return_value_policy, handle) {           \
+      return v.obj.inc_ref();                                                              \
+    }                                                                                      \
+  };
+
+KVEVICT_PY_ARG(Int, "int")
+KVEVICT_PY_ARG(OptionalInt, "Optional[int]")
+KVEVICT_PY_ARG(Str, "str")
+KVEVICT_PY_ARG(TraceId, "Union[str, os.PathLike]")
+KVEVICT_PY_ARG(Attention, "Optional[numpy.typing.ArrayLike]")
+KVEVICT_PY_ARG(PolicyArg, "Union[str, Policy]")
+KVEVICT_PY_ARG(PolicyList, "Union[str, Sequence[str]]")
+KVEVICT_PY_ARG(IntList, "Sequence[int]")
+KVEVICT_PY_ARG(Overrides, "Optional[Dict[str, Union[int, Dict[str, int]]]]")
+KVEVICT_PY_ARG(Paths, "Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]")
+#undef KVEVICT_PY_ARG
+
+using kvevict_py::Attention;
+using kvevict_py::Int;
+using kvevict_py::IntList;
+using kvevict_py::OptionalInt;
+using kvevict_py::Overrides;
+using kvevict_py::Paths;
+using kvevict_py::PolicyArg;
+using kvevict_py::PolicyList;
+using kvevict_py::Str;
+using kvevict_py::TraceId;
+
 namespace {
 
 // ---- argument conversion ------------------------------------------------------
@@ -81,6 +126,17 @@ std::int64_t to_int(py::handle value, const std::string& what) {
 std::optional<std::int64_t> to_optional_int(py::handle value, const std::string& what) {
   if (value.is_none()) return std::nullopt;
   return to_int(value, what);
+}
+
+// A trace id, or a path (str or os.PathLike) where the core accepts files.
+std::string to_trace_id(py::handle value) {
+  if (!py::isinstance<py::str>(value) && py::hasattr(value, "__fspath__")) {
+    return py::module_::import("os").attr("fspath")(value).cast<std::string>();
+  }
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error("trace must be a str, got " + type_name(value) + " (" + short_repr(value) + ")");
+  }
+  return value.cast<std::string>();
 }
 
 std::string to_str(py::handle value, const std::string& what) {
@@ -348,8 +404,8 @@ class PyPolicy {
   std::uintptr_t last_address_ = 0;
 };
 
-std::unique_ptr<PyPolicy> make_policy(py::handle name_obj, const py::kwargs& kwargs) {
-  const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(name_obj, "policy name"));
+std::unique_ptr<PyPolicy> make_policy(const Str& name, const py::kwargs& kwargs) {
+  const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(name.obj, "policy name"));
   return std::make_unique<PyPolicy>(info, params_of(info, kwargs));
 }
 
@@ -377,6 +433,63 @@ class TraceIterator {
   std::uint32_t steps_;
 };
 
+template <class T>
+py::detail::value_and_holder holder_of(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  return inst->get_value_and_holder(py::detail::get_type_info(typeid(T)), false);
+}
+
+// Whether `self`'s __init__ has run.
+template <class T>
+bool checked_ok(py::handle self) {
+  const py::detail::value_and_holder v_h = holder_of<T>(self);
+  return v_h && v_h.holder_constructed();
+}
+
+// The C++ object behind `self`. pybind11 hands methods raw, unconstructed
+// storage for an instance whose __init__ never ran (Policy.__new__(Policy));
+// this refuses it instead.
+template <class T>
+T& checked(py::handle self) {
+  if (!checked_ok<T>(self)) {
+    throw py::type_error(type_name(self) + " object is not initialised: its __init__ was not called");
+  }
+  return *holder_of<T>(self).template value_ptr<T>();
+}
+
+}  // namespace
+
+// `self` of the bound methods: checked to be an instance of the class, then
+// to be initialised (checked<T>) when used.
+#define KVEVICT_PY_SELF(Type, Cpp, python_type)                                            \
+  namespace kvevict_py {                                                                   \
+  struct Type {                                                                            \
+    py::handle obj;                                                                        \
+    Cpp& get() const { return checked<Cpp>(obj); }                                         \
+  };                                                                                       \
+  }                                                                                        \
+  template <>                                                                              \
+  struct pybind11::detail::type_caster<kvevict_py::Type> {                                 \
+    PYBIND11_TYPE_CASTER(kvevict_py::Type, const_name(python_type));                       \
+    bool load(handle src, bool) {                                                          \
+      if (!isinstance<Cpp>(src)) return false;                                             \
+      value.obj = src;                                                                     \
+      return true;                                                                         \
+    }                                                                                      \
+    static handle cast(const kvevict_py::Type& v, return_value_policy, handle) {           \
+      return v.obj.inc_ref();                                                              \
+    }                                                                                      \
+  };
+
+KVEVICT_PY_SELF(PolicySelf, PyPolicy, "Policy")
+KVEVICT_PY_SELF(TraceSelf, TraceIterator, "TraceIterator")
+#undef KVEVICT_PY_SELF
+
+using kvevict_py::PolicySelf;
+using kvevict_py::TraceSelf;
+
+namespace {
+
 std::uint32_t steps_of(const kvevict::Trace& trace, py::handle steps) {
   const std::optional<std::int64_t> n = to_optional_int(steps, "steps");
   return n ? kvevict::checked_steps(trace, *n) : trace.steps();
@@ -389,7 +502,7 @@ struct Interrupted {};
 
 kvevict::EvaluateOptions options_of(py::handle trace, py::handle steps) {
   kvevict::EvaluateOptions options;
-  options.trace = to_str(trace, "trace");
+  options.trace = to_trace_id(trace);
   options.steps = to_optional_int(steps, "steps");
   options.progress = [](std::uint32_t step, std::uint32_t) {
     if (step % 256 != 0) return;
@@ -413,12 +526,14 @@ py::object json_loads(const std::string& text) {
   return py::module_::import("json").attr("loads")(text);
 }
 
-py::object run(py::handle policy, py::handle budget, py::handle trace, py::handle steps,
-               const py::kwargs& kwargs) {
+py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const TraceId& trace,
+               const OptionalInt& steps, const py::kwargs& kwargs) {
+  const py::handle policy = policy_arg.obj;
+  const py::handle budget = budget_arg.obj;
   const kvevict::PolicyInfo* info = nullptr;
   kvevict::ParamMap base;
   if (py::isinstance<PyPolicy>(policy)) {
-    const auto& p = policy.cast<const PyPolicy&>();
+    const auto& p = checked<PyPolicy>(policy);
     info = &p.info();
     base = p.given();
   } else if (py::isinstance<py::str>(policy)) {
@@ -432,7 +547,7 @@ py::object run(py::handle policy, py::handle budget, py::handle trace, py::handl
   spec.params = params_of(*info, kwargs, std::move(base));
   const std::optional<std::int64_t> b = to_optional_int(budget, "budget");
   spec.budget = b ? *b : value_of(spec.params, "budget", default_of(*info, "budget", 512));
-  const kvevict::EvaluateOptions options = options_of(trace, steps);
+  const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
   const std::string text = without_gil([&] {
     const auto rows = kvevict::evaluate({spec}, options);
     return kvevict::run_json(rows.front(), -1);
@@ -503,13 +618,20 @@ kvevict::ParamMap overrides_of(py::handle overrides) {
   return out;
 }
 
-py::object compare(py::handle policies, py::handle budgets, py::handle overrides, py::handle trace,
-                   py::handle steps) {
+// [256, 512, 1024] (never mutated: compare() only reads its budgets).
+py::list canonical_budgets() {
+  py::list out;
+  for (const std::int64_t b : kvevict::kCanonicalBudgets) out.append(py::int_(b));
+  return out;
+}
+
+py::object compare(const PolicyList& policies, const IntList& budgets, const Overrides& overrides,
+                   const TraceId& trace, const OptionalInt& steps) {
   kvevict::CompareRequest request;
-  request.policies = policy_names(policies);
-  request.budgets = budget_list(budgets);
-  request.overrides = overrides_of(overrides);
-  const kvevict::EvaluateOptions options = options_of(trace, steps);
+  request.policies = policy_names(policies.obj);
+  request.budgets = budget_list(budgets.obj);
+  request.overrides = overrides_of(overrides.obj);
+  const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
   const std::string text = without_gil([&] {
     return kvevict::rows_json(kvevict::compare(request, options), -1);
   });
@@ -540,7 +662,8 @@ py::list policy_descriptions() {
   return out;
 }
 
-py::dict run_vectors(py::handle paths) {
+py::dict run_vectors(const Paths& paths_arg) {
+  const py::handle paths = paths_arg.obj;
   const py::object fspath = py::module_::import("os").attr("fspath");
   std::vector<std::filesystem::path> files;
   if (py::isinstance<py::str>(paths) || py::hasattr(paths, "__fspath__")) {
@@ -601,7 +724,9 @@ on the policies that have them; see `queries`.
            "Builds the registry policy `name` with the given integer parameters.")
       .def(
           "on_decode_step",
-          [](PyPolicy& self, py::handle pos, py::handle attn) { self.on_decode_step(pos, attn); },
+          [](const PolicySelf& self, const Int& pos, const Attention& attn) {
+            self.get().on_decode_step(pos.obj, attn.obj);
+          },
           py::arg("pos"), py::arg("attn") = py::none(), R"doc(
 One decode step: fold `attn` into the held positions, then admit position `pos`.
 
@@ -615,50 +740,63 @@ attn: the weights the new token paid to the held positions, ascending; None
     out-of-order positions RuntimeError, before anything changes.
 )doc")
       .def(
-          "evict", [](PyPolicy& self, py::handle budget) { return self.evict(budget); },
+          "evict", [](const PolicySelf& self, const Int& budget) { return self.get().evict(budget.obj); },
           py::arg("budget"), R"doc(
 Drops positions so that at most `budget` remain (PyramidKV: its own share)
 and returns them, ascending, as a list of ints. A negative budget raises
 ValueError; a non-integer one TypeError.
 )doc")
-      .def("kept_count", &PyPolicy::kept_count, "Number of positions held now.")
-      .def("__len__", &PyPolicy::kept_count, "Number of positions held now (same as kept_count()).")
-      .def("memory_bytes", &PyPolicy::memory_bytes,
+      .def(
+          "kept_count", [](const PolicySelf& self) { return self.get().kept_count(); },
+          "Number of positions held now.")
+      .def(
+          "__len__", [](const PolicySelf& self) { return self.get().kept_count(); },
+          "Number of positions held now (same as kept_count()).")
+      .def(
+          "memory_bytes", [](const PolicySelf& self) { return self.get().memory_bytes(); },
            "Bytes of per-slot state allocated at construction (the decode path never allocates).")
       .def(
           "query",
-          [](const PyPolicy& self, const std::string& name, const py::args& args) {
-            return self.query(name, args);
+          [](const PolicySelf& self, const Str& name, const py::args& args) {
+            return self.get().query(to_str(name.obj, "query name"), args);
           },
           py::arg("name"), R"doc(
 Runs the registry query `name` ("votesOf" or "votes_of", ...) with integer
 arguments. Raises ValueError when this policy has no such query.
 )doc")
-      .def_property_readonly("name", &PyPolicy::name, "The registry name, e.g. \"scissorhands\".")
       .def_property_readonly(
-          "params", [](const PyPolicy& self) { return dict_of(self.effective()); },
+          "name", [](const PolicySelf& self) { return self.get().name(); },
+          "The registry name, e.g. \"scissorhands\".")
+      .def_property_readonly(
+          "params", [](const PolicySelf& self) { return dict_of(self.get().effective()); },
           "Every parameter with its effective value, camelCase keys as in the JSON results "
           "(a new dict each time).")
       .def_property_readonly(
           "queries",
-          [](const PyPolicy& self) {
+          [](const PolicySelf& self) {
             py::list out;
-            for (const auto& q : self.info().queries) out.append(snake_case(q.name));
+            for (const auto& q : self.get().info().queries) out.append(snake_case(q.name));
             return out;
           },
           "Names of the introspection methods this policy has, e.g. [\"votes_of\"].")
       .def_property_readonly(
-          "last_attention_copied", &PyPolicy::last_copied,
+          "last_attention_copied", [](const PolicySelf& self) { return self.get().last_copied(); },
           "True when the last on_decode_step had to convert its attention to a fresh float32 "
           "array; False when it read the caller's buffer in place (or got None).")
       .def_property_readonly(
-          "last_attention_address", &PyPolicy::last_address,
+          "last_attention_address", [](const PolicySelf& self) { return self.get().last_address(); },
           "Address of the float32 buffer the last on_decode_step handed to the core (0 for None); "
           "equals arr.__array_interface__['data'][0] when no copy was made.")
       .def(
           "__getattr__",
-          [](py::object self, const std::string& attr) -> py::object {
-            const auto* p = py::cast<const PyPolicy*>(self);
+          [](const PolicySelf& self_arg, const std::string& attr) -> py::object {
+            const py::object self = py::reinterpret_borrow<py::object>(self_arg.obj);
+            const PyPolicy* p = nullptr;
+            try {
+              p = &self_arg.get();
+            } catch (const py::type_error&) {
+              // Not initialised: no queries to resolve.
+            }
             const kvevict::QueryInfo* q = nullptr;
             if (p != nullptr && attr == snake_case(camel_case(attr))) q = p->find_query(attr);
             if (q == nullptr) {
@@ -679,26 +817,28 @@ arguments. Raises ValueError when this policy has no such query.
                                     std::to_string(q->arity) + " integer argument(s).";
             return py::cpp_function(
                 [self, name](const py::args& args) {
-                  return py::cast<const PyPolicy&>(self).query(name, args);
+                  return checked<PyPolicy>(self).query(name, args);
                 },
                 py::name(attr.c_str()), py::doc(doc.c_str()));
           },
           py::arg("name"), "Resolves the policy's introspection queries as methods (votes_of, ...).")
       .def(
           "__dir__",
-          [](py::object self) {
-            py::list names = py::module_::import("builtins").attr("object").attr("__dir__")(self);
-            for (const auto& q : py::cast<const PyPolicy&>(self).info().queries) {
-              names.append(snake_case(q.name));
+          [](const PolicySelf& self) {
+            py::list names = py::module_::import("builtins").attr("object").attr("__dir__")(self.obj);
+            for (const auto& q : self.get().info().queries) {
+              const py::str method(snake_case(q.name));
+              if (!names.contains(method)) names.append(method);
             }
             return names;
           },
           "Attributes, including the policy's query methods.")
       .def(
           "__repr__",
-          [](py::object self) {
-            const auto& p = py::cast<const PyPolicy&>(self);
-            const std::string cls = type_name(self);
+          [](const PolicySelf& self) {
+            const std::string cls = type_name(self.obj);
+            if (!checked_ok<PyPolicy>(self.obj)) return "<" + cls + " (not initialised)>";
+            const auto& p = self.get();
             std::string out = cls + "(";
             bool first = true;
             if (cls == "Policy") {
@@ -716,19 +856,28 @@ arguments. Raises ValueError when this policy has no such query.
   py::class_<TraceIterator>(m, "TraceIterator",
                             "Iterator over a trace's decode steps: step t yields a new float32 "
                             "array of t weights over positions 0 ... t-1.")
-      .def("__iter__", [](py::object self) { return self; }, "Returns itself.")
-      .def("__next__", &TraceIterator::next, "The next step's weights (a copy).")
-      .def("__length_hint__", &TraceIterator::remaining, "Steps left.")
-      .def_property_readonly("id", &TraceIterator::id, "The trace id, e.g. \"decode-4096\".")
-      .def_property_readonly("steps", &TraceIterator::steps, "Steps this iterator yields in all.")
-      .def_property_readonly("step", &TraceIterator::step,
+      .def("__iter__", [](const TraceSelf& self) { return self; }, "Returns itself.")
+      .def(
+          "__next__", [](const TraceSelf& self) { return self.get().next(); },
+          "The next step's weights (a copy).")
+      .def(
+          "__length_hint__", [](const TraceSelf& self) { return self.get().remaining(); },
+          "Steps left.")
+      .def_property_readonly(
+          "id", [](const TraceSelf& self) { return self.get().id(); },
+          "The trace id, e.g. \"decode-4096\".")
+      .def_property_readonly(
+          "steps", [](const TraceSelf& self) { return self.get().steps(); },
+          "Steps this iterator yields in all.")
+      .def_property_readonly(
+          "step", [](const TraceSelf& self) { return self.get().step(); },
                              "Index of the step last yielded (0 before the first).");
 
   m.def(
       "trace",
-      [](py::handle id, py::handle steps) {
-        auto t = kvevict::open_trace(to_str(id, "trace"));
-        const std::uint32_t n = steps_of(*t, steps);
+      [](const TraceId& id, const OptionalInt& steps) {
+        auto t = kvevict::open_trace(to_trace_id(id.obj));
+        const std::uint32_t n = steps_of(*t, steps.obj);
         return TraceIterator(std::move(t), n);
       },
       py::arg("id") = "decode-4096", py::arg("steps") = py::none(), R"doc(
@@ -739,23 +888,29 @@ step t = 1, 2, ... Unknown ids and out-of-range steps raise RuntimeError.
 
   m.def(
       "trace_hash",
-      [](py::handle id, py::handle steps) {
-        auto t = kvevict::open_trace(to_str(id, "trace"));
-        const std::uint32_t n = steps_of(*t, steps);
+      [](const TraceId& id, const OptionalInt& steps) {
+        auto t = kvevict::open_trace(to_trace_id(id.obj));
+        const std::uint32_t n = steps_of(*t, steps.obj);
         return without_gil([&] { return kvevict::trace_hash(*t, n); });
       },
       py::arg("id") = "decode-4096", py::arg("steps") = py::none(),
       "FNV-1a 32 parity hash of the first `steps` steps of trace `id` (all when None), as an int.");
 
   m.def(
-      "trace_ids", [] { return py::cast(kvevict::trace_ids()); },
+      "trace_ids",
+      [] {
+        py::list out;
+        for (const std::string& id : kvevict::trace_ids()) out.append(id);
+        return out;
+      },
       "Ids of the generated traces, e.g. [\"decode-4096\"].");
 
   m.def(
       "pyramid_budget",
-      [](py::handle budget, py::handle layer, py::handle num_layers, py::handle ratio) {
-        return kvevict::pyramid_budget(to_int(budget, "budget"), to_int(layer, "layer"),
-                                       to_int(num_layers, "num_layers"), to_int(ratio, "ratio"));
+      [](const Int& budget, const Int& layer, const Int& num_layers, const Int& ratio) {
+        return kvevict::pyramid_budget(to_int(budget.obj, "budget"), to_int(layer.obj, "layer"),
+                                       to_int(num_layers.obj, "num_layers"),
+                                       to_int(ratio.obj, "ratio"));
       },
       py::arg("budget"), py::arg("layer"), py::arg("num_layers"), py::arg("ratio"), R"doc(
 PyramidKV's share for `layer` of `num_layers` with average `budget`:
@@ -783,7 +938,7 @@ budget: the harness budget; None takes the policy's `budget` parameter.
 )doc");
 
   m.def("compare", &compare, py::arg("policies") = "all",
-        py::arg("budgets") = std::vector<std::int64_t>{256, 512, 1024},
+        py::arg("budgets") = canonical_budgets(),
         py::arg("overrides") = py::none(), py::arg("trace") = "decode-4096",
         py::arg("steps") = py::none(), R"doc(
 Every policy at every budget in one pass over the trace; returns the dict the

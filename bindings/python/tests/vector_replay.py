@@ -1,0 +1,115 @@
+"""A test-vector runner written in Python over the binding (spec/vectors.md).
+
+Each step calls the binding's own methods -- onDecodeStep -> on_decode_step,
+evict, keptCount -> kept_count, votesOf -> votes_of, ... -- so replaying a file
+exercises the Python API, not the C++ runner.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import numpy as np
+
+import kvevict
+
+PREFIX = "kv-cache/"
+
+
+def snake_case(name: str) -> str:
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
+
+
+def equal(expected: Any, actual: Any, tolerance: float) -> bool:
+    """spec/vectors.md: numbers exactly or within the tolerance (NaN equals NaN,
+    infinities exactly), arrays element by element with equal length, objects
+    by key set then values, booleans never equal numbers."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
+        e, a = float(expected), float(actual)
+        if math.isnan(e) or math.isnan(a):
+            return math.isnan(e) and math.isnan(a)
+        if math.isinf(e) or math.isinf(a):
+            return e == a
+        return abs(e - a) <= tolerance
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(
+            equal(e, a, tolerance) for e, a in zip(expected, actual)
+        )
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            equal(v, actual[k], tolerance) for k, v in expected.items()
+        )
+    return type(expected) is type(actual) and expected == actual
+
+
+@dataclass
+class CaseResult:
+    name: str
+    failures: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def execute(policy: kvevict.Policy, call: str, args: list, mode: str) -> Any:
+    """One step through the binding; returns its result (None for onDecodeStep)."""
+    if call == "onDecodeStep":
+        if len(args) != 2:
+            raise ValueError("onDecodeStep takes [pos, attention|null]")
+        pos, weights = args
+        if weights is None:
+            policy.on_decode_step(pos, None)
+        elif mode == "numpy":
+            # float32, C-contiguous: the binding must read it in place.
+            attn = np.asarray(weights, dtype=np.float32)
+            policy.on_decode_step(pos, attn)
+            if policy.last_attention_copied:
+                raise AssertionError("a float32 numpy array was copied")
+            if policy.last_attention_address != attn.__array_interface__["data"][0]:
+                raise AssertionError("the core did not receive the caller's buffer")
+        else:
+            policy.on_decode_step(pos, list(weights))
+        return None
+    if call == "evict":
+        (budget,) = args
+        return policy.evict(budget)
+    if call == "keptCount":
+        if args:
+            raise ValueError("keptCount takes no arguments")
+        return policy.kept_count()
+    # votesOf -> votes_of, ...: a method the policy lacks raises AttributeError,
+    # which fails the case as the spec requires.
+    return getattr(policy, snake_case(call))(*args)
+
+
+def replay_case(policy_name: str, case: dict, mode: str = "numpy") -> CaseResult:
+    """Replays one case; a failed expectation is recorded and the case goes on,
+    a step that throws ends it."""
+    result = CaseResult(case.get("name", "?"))
+    tolerance = case.get("tolerance", 1e-9)
+    step_index = -1
+    try:
+        policy = kvevict.policy(policy_name, **case.get("params", {}))
+        for step_index, step in enumerate(case["steps"]):
+            actual = execute(policy, step["call"], step.get("args", []), mode)
+            if "expect" in step and not equal(step["expect"], actual, tolerance):
+                result.failures.append(
+                    f"step {step_index} {step['call']}{step.get('args', [])}: "
+                    f"expected {step['expect']!r}, got {actual!r}"
+                )
+    except Exception as e:  # the spec: a step that throws fails the case and ends it
+        result.failures.append(f"step {step_index}: threw {type(e).__name__}: {e}")
+    return result
+
+
+def policy_of(doc: dict) -> str:
+    name = doc["policy"]
+    if not name.startswith(PREFIX) or doc.get("version") != 1:
+        raise ValueError(f"not a version-1 kv-cache vector file: {name!r}")
+    return name[len(PREFIX):]
