@@ -15,6 +15,34 @@ float vote_threshold(double share) noexcept;
 // votes[i] += w[i] >= threshold, for i < n.
 void count_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept;
 
+// The Scissorhands step in one pass over the attention: votes[i] += w[i] >=
+// threshold for i < n, and, in the same pass, whether every w[i] is finite and
+// >= 0 and the minimum of the updated votes[begin, end) (UINT32_MAX when the
+// range is empty). On invalid weights the caller undoes the pass with
+// uncount_votes (integer votes make the undo exact).
+struct VotePass {
+  bool valid;
+  std::uint32_t min_votes;
+  std::size_t min_block;  // start of the first 64-slot block holding the minimum
+};
+VotePass count_votes_checked(std::uint32_t* votes, const float* w, std::size_t n, float threshold,
+                             std::size_t begin, std::size_t end) noexcept;
+void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept;
+
+// Index of the first element equal to `value` in v[begin, end), `end` if none.
+std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept;
+
+// The H2O step: scores[i] += (double)w[i] for i < n, and the minimum of the
+// updated scores[begin, end) with the first 64-slot block holding it
+// (+infinity when the range is empty). The weights must be valid already.
+struct ScorePass {
+  double min_score;
+  std::size_t min_block;
+};
+ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::size_t begin,
+                          std::size_t end) noexcept;
+std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept;
+
 // scores[i] += (double)w[i], for i < n.
 void add_weights(double* scores, const float* w, std::size_t n) noexcept;
 

@@ -44,7 +44,7 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
   const std::size_t n = detail::readable(attn, kept_);
-  detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
+  cached_min_valid_ = false;
   if (attn && !attn->empty()) {
     // Fair share over the full vector, as the model spread it; a weight equal
     // to its share earns nothing (strict comparison).
@@ -53,8 +53,25 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
     const float threshold = detail::vote_threshold(share);
     const float* w = attn->data();
     if (history_words_ == 0) {
-      detail::count_votes(votes_.data(), w, n, threshold);
+      // One pass: votes, the weights' validity, and the fewest votes over the
+      // range the next eviction will search (after this token is admitted).
+      const std::size_t after = kept_ + 1;
+      const std::size_t end = after - std::min(static_cast<std::size_t>(params_.recent_window), after);
+      const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+      const detail::VotePass pass = detail::count_votes_checked(votes_.data(), w, n, threshold, first, end);
+      if (!pass.valid) {
+        detail::uncount_votes(votes_.data(), w, n, threshold);  // exact: votes are integers
+        detail::check_weights(kTitle, w, n);                     // throws, naming the weight
+      }
+      if (first < end && end <= n) {
+        cached_min_valid_ = true;
+        cached_min_ = pass.min_votes;
+        cached_block_ = pass.min_block;
+        cached_first_ = first;
+        cached_end_ = end;
+      }
     } else {
+      detail::check_weights(kTitle, w, n);
       // The vote cast history_window observed steps ago leaves the window
       // (for every held slot, covered or not); this step's vote takes its bit.
       const auto column = observed_steps_ % static_cast<std::uint64_t>(params_.history_window);
@@ -86,7 +103,11 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   if (needed == 1) {
     // The steady state: one victim, found by a vectorised first-minimum, and
     // removed by sliding the tail down once.
-    const std::size_t j = detail::first_min(votes_.data(), first, kept_ - recent);
+    const std::size_t end = kept_ - recent;
+    const bool cached = cached_min_valid_ && cached_first_ == first && cached_end_ == end;
+    const std::size_t j = cached ? detail::find_first(votes_.data(), cached_block_, end, cached_min_)
+                                 : detail::first_min(votes_.data(), first, end);
+    cached_min_valid_ = false;
     if (j == kept_ - recent) return {};
     victims_[0] = positions_[j];
     std::copy(positions_.begin() + static_cast<std::ptrdiff_t>(j + 1), positions_.begin() + static_cast<std::ptrdiff_t>(kept_),
@@ -99,6 +120,7 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
     --kept_;
     return {victims_.data(), 1};
   }
+  cached_min_valid_ = false;
   detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {

@@ -13,7 +13,10 @@ namespace kvevict {
 namespace {
 constexpr const char* kTitle = "SnapKV";
 // Rings are allocated up front; refuse configurations that would need more.
-constexpr std::int64_t kMaxRingBytes = std::int64_t{1} << 30;
+// (Found by fuzzing: obsWindow=222222 at the default budget allocated and
+// zeroed 456 MB, which took seconds.)
+constexpr std::int64_t kMaxRingBytes = std::int64_t{1} << 28;
+constexpr std::int64_t kMaxObsWindow = 4096;
 }  // namespace
 
 namespace detail {
@@ -22,9 +25,10 @@ void validate_snapkv_params(const char* title, const SnapKVParams& p) {
   check_budget(title, p.budget);
   check_recent_window(title, p.recent_window, p.budget, "the pooled scores");
   check_at_least(title, "obsWindow", p.obs_window, 1);
+  check_at_most(title, "obsWindow", p.obs_window, kMaxObsWindow);
   const std::int64_t max_obs = kMaxRingBytes / (4 * (p.budget + 1));
   check_at_most(title, "obsWindow", p.obs_window, max_obs,
-                fmt::format("at budget {} (the rings would need more than 1 GiB)", p.budget));
+                fmt::format("at budget {} (the rings would need more than 256 MiB)", p.budget));
   check_at_least(title, "poolKernel", p.pool_kernel, 1);
   if (p.pool_kernel % 2 == 0) {
     fail_param(title, "poolKernel", p.pool_kernel,

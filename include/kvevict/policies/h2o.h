@@ -41,6 +41,13 @@ class H2O final : public Policy {
   std::vector<double> scores_;
   std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
+  // The lowest score over the next eviction's search range, found by the
+  // decode step's pass (so the eviction need not scan for it again).
+  bool cached_min_valid_ = false;
+  double cached_min_ = 0.0;
+  std::size_t cached_block_ = 0;
+  std::size_t cached_first_ = 0;
+  std::size_t cached_end_ = 0;
 };
 
 }  // namespace kvevict
