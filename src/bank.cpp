@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -39,25 +40,135 @@ void aggregate(const float* rows, std::size_t stride, std::size_t group, std::si
 
 // Scissorhands: count the votes of held slots and find, in the same pass, the
 // evictable slot with the fewest votes (ties: the lower position), as one
-// 64-bit key votes << 32 | position.
+// 64-bit key votes << 32 | position. Written with vector types so the whole
+// pass -- compares, adds, the 64-bit minimum -- runs eight slots at a time.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
-                            float threshold, std::uint32_t protect_from) {
+                            float threshold, std::uint32_t protect_from, std::size_t& slot) {
+  using U8 = std::uint32_t __attribute__((vector_size(32)));
+  using F8 = float __attribute__((vector_size(32)));
+  using Q8 = std::uint64_t __attribute__((vector_size(64)));
+  constexpr std::uint32_t kFreeSlot = PolicyBank::kFree;
+  Q8 lanes;
+  Q8 lane_slots = {};
+  Q8 here;
+  for (std::size_t k = 0; k < 8; ++k) {
+    lanes[k] = kNoKey;
+    here[k] = k;
+  }
+  std::size_t s = 0;
+  for (; s + 8 <= n; s += 8) {
+    U8 p;
+    U8 v;
+    F8 x;
+    std::memcpy(&p, pos + s, sizeof p);
+    std::memcpy(&v, votes + s, sizeof v);
+    std::memcpy(&x, w + s, sizeof x);
+    const U8 held = reinterpret_cast<U8>(p != kFreeSlot);        // all ones or zero
+    const U8 voted = reinterpret_cast<U8>(x >= threshold) & held;
+    v -= voted;                                                  // -(-1) = +1
+    std::memcpy(votes + s, &v, sizeof v);
+    const U8 evictable = held & reinterpret_cast<U8>(p < protect_from);
+    const Q8 key = (__builtin_convertvector(v, Q8) << 32) | __builtin_convertvector(p, Q8);
+    const Q8 gate = __builtin_convertvector(reinterpret_cast<std::int32_t __attribute__((vector_size(32)))>(evictable), Q8);
+    const Q8 masked = (key & gate) | ~gate;                      // not evictable: all ones
+    const auto lower = masked < lanes;
+    lanes = lower ? masked : lanes;
+    lane_slots = lower ? here : lane_slots;
+    here += 8;
+  }
+  // Keys are unique (positions are), so the smallest lane names one slot.
   std::uint64_t best = kNoKey;
-  for (std::size_t s = 0; s < n; ++s) {
-    const bool held = pos[s] != PolicyBank::kFree;
+  slot = n;
+  for (std::size_t k = 0; k < 8; ++k) {
+    if (lanes[k] < best) {
+      best = lanes[k];
+      slot = lane_slots[k];
+    }
+  }
+  for (; s < n; ++s) {
+    const bool held = pos[s] != kFreeSlot;
     const std::uint32_t v = votes[s] + (held && w[s] >= threshold ? 1U : 0U);
     votes[s] = v;
     const std::uint64_t key = (std::uint64_t{v} << 32) | pos[s];
-    best = held && pos[s] < protect_from && key < best ? key : best;
+    if (held && pos[s] < protect_from && key < best) {
+      best = key;
+      slot = s;
+    }
   }
   return best;
 }
 
-// H2O: add the weights of held slots.
+// H2O: add the weights of held slots and find, in the same pass, the
+// evictable slot with the lowest score (ties: the lower position), eight slots
+// at a time. Scores are sums of weights >= 0, so they are never negative and
+// their bit patterns order exactly as the values do: the search compares
+// integers, which vectorise cleanly. Returns the slot, or n when none is
+// evictable.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void add_held(double* scores, const std::uint32_t* pos, const float* w, std::size_t n) {
-  for (std::size_t s = 0; s < n; ++s) scores[s] += pos[s] != PolicyBank::kFree ? static_cast<double>(w[s]) : 0.0;
+std::size_t add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
+                         std::uint32_t protect_from) {
+  using U8 = std::uint32_t __attribute__((vector_size(32)));
+  using I8 = std::int32_t __attribute__((vector_size(32)));
+  using F8 = float __attribute__((vector_size(32)));
+  using D8 = double __attribute__((vector_size(64)));
+  using Q8 = std::uint64_t __attribute__((vector_size(64)));
+  using M8 = std::int64_t __attribute__((vector_size(64)));
+  constexpr std::uint32_t kFreeSlot = PolicyBank::kFree;
+  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+  Q8 low;
+  Q8 low_pos;
+  Q8 low_slot = {};
+  Q8 here;
+  for (std::size_t k = 0; k < 8; ++k) {
+    low[k] = kNone;
+    low_pos[k] = kNone;
+    here[k] = k;
+  }
+  std::size_t s = 0;
+  for (; s + 8 <= n; s += 8) {
+    U8 p;
+    F8 x;
+    D8 sc;
+    std::memcpy(&p, pos + s, sizeof p);
+    std::memcpy(&x, w + s, sizeof x);
+    std::memcpy(&sc, scores + s, sizeof sc);
+    const Q8 held = reinterpret_cast<Q8>(__builtin_convertvector(reinterpret_cast<I8>(p != kFreeSlot), M8));
+    // Free slots add +0.0 (their weights are masked out bit by bit, NaN included).
+    sc += reinterpret_cast<D8>(reinterpret_cast<Q8>(__builtin_convertvector(x, D8)) & held);
+    std::memcpy(scores + s, &sc, sizeof sc);
+    const Q8 evictable =
+        held & reinterpret_cast<Q8>(__builtin_convertvector(reinterpret_cast<I8>(p < protect_from), M8));
+    const Q8 bits = (reinterpret_cast<Q8>(sc) & evictable) | ~evictable;  // not evictable: all ones
+    const Q8 p64 = __builtin_convertvector(p, Q8);
+    const Q8 better = (bits < low) | ((bits == low) & (p64 < low_pos) & evictable);
+    low = better ? bits : low;
+    low_pos = better ? p64 : low_pos;
+    low_slot = better ? here : low_slot;
+    here += 8;
+  }
+  std::uint64_t best = kNone;
+  std::uint64_t best_pos = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < 8; ++k) {
+    if (low_pos[k] != kNone && (low[k] < best || (low[k] == best && low_pos[k] < best_pos))) {
+      best = low[k];
+      best_pos = low_pos[k];
+      slot = low_slot[k];
+    }
+  }
+  for (; s < n; ++s) {
+    if (pos[s] == kFreeSlot) continue;
+    scores[s] += static_cast<double>(w[s]);
+    std::uint64_t b;
+    std::memcpy(&b, scores + s, sizeof b);
+    if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
+      best = b;
+      best_pos = pos[s];
+      slot = s;
+    }
+  }
+  return slot;
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -129,13 +240,14 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
     aggregate(rows, stride, static_cast<std::size_t>(params_.group_size), capacity_, params_.aggregation, out);
     w = out;
   }
+  std::size_t victim = capacity_;
   std::uint64_t best = kNoKey;
   if constexpr (std::is_same_v<Score, std::uint32_t>) {
     // Fair share over the held slots, as a float threshold (exact).
     const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[k]));
-    best = vote_and_find(S, P, w, capacity_, threshold, protect_from);
+    best = vote_and_find(S, P, w, capacity_, threshold, protect_from, victim);
   } else {
-    add_held(S, P, w, capacity_);
+    victim = add_and_find(S, P, w, capacity_, protect_from);
   }
   // Admit the new token into the free slot, with a fresh record.
   const std::uint32_t f = free_slot_[k];
@@ -148,30 +260,12 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
     free_slot_[k] = kept_[k];  // slots fill in order until the first eviction
     return;
   }
-  std::size_t victim = capacity_;
-  if constexpr (std::is_same_v<Score, std::uint32_t>) {
-    if (pos < protect_from) best = std::min(best, std::uint64_t{pos});  // the new token, 0 votes
-    if (best != kNoKey) {
-      const auto p = static_cast<std::uint32_t>(best & 0xFFFFFFFFU);
-      for (std::size_t s = 0; s < capacity_; ++s) {
-        if (P[s] == p) {
-          victim = s;
-          break;
-        }
-      }
-    }
-  } else {
-    // Lowest score, then lowest position, over evictable held slots.
-    double low = std::numeric_limits<double>::infinity();
-    for (std::size_t s = 0; s < capacity_; ++s) {
-      if (P[s] != kFree && P[s] < protect_from && S[s] < low) low = S[s];
-    }
-    std::uint32_t low_pos = kFree;
-    for (std::size_t s = 0; s < capacity_; ++s) {
-      if (P[s] != kFree && P[s] < protect_from && S[s] == low && P[s] < low_pos) {
-        low_pos = P[s];
-        victim = s;
-      }
+  // The new token (fresh record: 0) competes only when it is not protected.
+  if (pos < protect_from) {
+    if constexpr (std::is_same_v<Score, std::uint32_t>) {
+      if (std::uint64_t{pos} < best) victim = f;  // key 0 << 32 | pos
+    } else {
+      if (victim == capacity_ || S[victim] > 0.0 || (S[victim] == 0.0 && P[victim] > pos)) victim = f;
     }
   }
   if (victim == capacity_) return;  // everything protected (cannot happen with recentWindow < budget)

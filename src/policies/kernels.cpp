@@ -21,10 +21,6 @@ float vote_threshold(double share) noexcept {
   return t;
 }
 
-KVEVICT_CLONES
-void count_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept {
-  for (std::size_t i = 0; i < n; ++i) votes[i] += w[i] >= threshold ? 1U : 0U;
-}
 
 // Branch-free forms so the loops vectorise: a weight is valid when it is >= 0
 // and <= FLT_MAX (false for NaN and infinities), counted as an integer.
@@ -146,10 +142,6 @@ std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t en
   return end;
 }
 
-KVEVICT_CLONES
-void add_weights(double* scores, const float* w, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) scores[i] += static_cast<double>(w[i]);
-}
 
 KVEVICT_CLONES
 bool weights_valid(const float* w, std::size_t n) noexcept {

@@ -12,9 +12,6 @@ namespace kvevict::detail {
 // (double)w > share exactly when w >= t. Lets the vote test run on floats.
 float vote_threshold(double share) noexcept;
 
-// votes[i] += w[i] >= threshold, for i < n.
-void count_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept;
-
 // The Scissorhands step in one pass over the attention: votes[i] += w[i] >=
 // threshold for i < n, and, in the same pass, whether every w[i] is finite and
 // >= 0 and the minimum of the updated votes[begin, end) (UINT32_MAX when the
@@ -42,9 +39,6 @@ struct ScorePass {
 ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::size_t begin,
                           std::size_t end) noexcept;
 std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept;
-
-// scores[i] += (double)w[i], for i < n.
-void add_weights(double* scores, const float* w, std::size_t n) noexcept;
 
 // True when every w[i] (i < n) is finite and >= 0.
 bool weights_valid(const float* w, std::size_t n) noexcept;
