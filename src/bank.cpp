@@ -44,7 +44,8 @@ void aggregate(const float* rows, std::size_t stride, std::size_t group, std::si
 // pass -- compares, adds, the 64-bit minimum -- runs eight slots at a time.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
-                            float threshold, std::uint32_t protect_from, std::size_t& slot) {
+                            float threshold, std::uint32_t protect_from, std::size_t& slot, bool& valid) {
+  constexpr float kMax = std::numeric_limits<float>::max();
   using U8 = std::uint32_t __attribute__((vector_size(32)));
   using F8 = float __attribute__((vector_size(32)));
   using Q8 = std::uint64_t __attribute__((vector_size(64)));
@@ -56,6 +57,7 @@ std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, cons
     lanes[k] = kNoKey;
     here[k] = k;
   }
+  U8 bad = {};
   std::size_t s = 0;
   for (; s + 8 <= n; s += 8) {
     U8 p;
@@ -65,6 +67,9 @@ std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, cons
     std::memcpy(&v, votes + s, sizeof v);
     std::memcpy(&x, w + s, sizeof x);
     const U8 held = reinterpret_cast<U8>(p != kFreeSlot);        // all ones or zero
+    // A held weight must be finite and >= 0 (false for NaN): checked in the
+    // same pass; the caller undoes the votes exactly if one is not.
+    bad |= ~(reinterpret_cast<U8>(x >= 0.0F) & reinterpret_cast<U8>(x <= kMax)) & held;
     const U8 voted = reinterpret_cast<U8>(x >= threshold) & held;
     v -= voted;                                                  // -(-1) = +1
     std::memcpy(votes + s, &v, sizeof v);
@@ -80,7 +85,9 @@ std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, cons
   // Keys are unique (positions are), so the smallest lane names one slot.
   std::uint64_t best = kNoKey;
   slot = n;
+  std::uint32_t any_bad = 0;
   for (std::size_t k = 0; k < 8; ++k) {
+    any_bad |= bad[k];
     if (lanes[k] < best) {
       best = lanes[k];
       slot = lane_slots[k];
@@ -88,6 +95,7 @@ std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, cons
   }
   for (; s < n; ++s) {
     const bool held = pos[s] != kFreeSlot;
+    if (held && !(w[s] >= 0.0F && w[s] <= kMax)) any_bad = 1;
     const std::uint32_t v = votes[s] + (held && w[s] >= threshold ? 1U : 0U);
     votes[s] = v;
     const std::uint64_t key = (std::uint64_t{v} << 32) | pos[s];
@@ -96,7 +104,16 @@ std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, cons
       slot = s;
     }
   }
+  valid = any_bad == 0;
   return best;
+}
+
+// Takes back vote_and_find's votes (exact: they are integers).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n, float threshold) {
+  for (std::size_t s = 0; s < n; ++s) {
+    votes[s] -= (pos[s] != PolicyBank::kFree && w[s] >= threshold) ? 1U : 0U;
+  }
 }
 
 // H2O: add the weights of held slots and find, in the same pass, the
@@ -245,10 +262,18 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
   if constexpr (std::is_same_v<Score, std::uint32_t>) {
     // Fair share over the held slots, as a float threshold (exact).
     const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[k]));
-    best = vote_and_find(S, P, w, capacity_, threshold, protect_from, victim);
+    bool valid = true;  // validated up front on this path
+    best = vote_and_find(S, P, w, capacity_, threshold, protect_from, victim, valid);
   } else {
     victim = add_and_find(S, P, w, capacity_, protect_from);
   }
+  finish_instance(k, pos, protect_from, best, victim, S, victim_pos, victim_slot);
+}
+
+template <class Score>
+void PolicyBank::finish_instance(std::size_t k, std::uint32_t pos, std::uint32_t protect_from, std::uint64_t best,
+                                 std::size_t victim, Score* S, Position& victim_pos, std::uint32_t& victim_slot) {
+  std::uint32_t* P = positions_.data() + k * capacity_;
   // Admit the new token into the free slot, with a fresh record.
   const std::uint32_t f = free_slot_[k];
   P[f] = pos;
@@ -292,7 +317,65 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
   const auto n = static_cast<std::int64_t>(instances_);
   const int threads = params_.threads > 0 ? params_.threads : omp_get_max_threads();
 
-  // Refuse bad weights before any instance changes.
+  // The newest recent_window admitted positions (this one included) are
+  // protected: every one of them is still held. Committed only once the
+  // step's weights are accepted.
+  const auto p = static_cast<std::uint32_t>(pos);
+  const auto rw = static_cast<std::size_t>(params_.recent_window);
+  std::uint32_t protect_from = kFree;  // recentWindow 0: nothing protected
+  if (rw > 0) protect_from = admitted_ + 1 <= rw ? 0 : (rw == 1 ? p : recent_[(admitted_ + 1) % rw]);
+  auto commit = [&] {
+    if (rw > 0) recent_[admitted_ % rw] = p;
+    ++admitted_;
+    newest_ = pos;
+  };
+  auto refuse = [&](std::int64_t instance) {
+    throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
+                                    "weights must be finite and at least 0",
+                                    kTitle, instance));
+  };
+
+  if (votes_mode_ && group == 1) {
+    // Scissorhands without aggregation: one pass per instance reads the
+    // attention once -- votes, validity and the victim together -- and a
+    // refused step is taken back exactly (votes are integers).
+    pending_best_.resize(instances_);
+    pending_slot_.resize(instances_);
+    pending_bad_.resize(instances_);
+    int any_bad = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
+      std::size_t slot = capacity_;
+      bool valid = true;
+      pending_best_[kk] = vote_and_find(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_,
+                                        attn + kk * stride, capacity_, threshold, protect_from, slot, valid);
+      pending_slot_[kk] = static_cast<std::uint32_t>(slot);
+      pending_bad_[kk] = valid ? 0 : 1;
+      any_bad = std::max(any_bad, valid ? 0 : 1);
+    }
+    if (any_bad != 0) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (std::int64_t k = 0; k < n; ++k) {
+        const auto kk = static_cast<std::size_t>(k);
+        const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
+        unvote(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
+               threshold);
+      }
+      refuse(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
+    }
+    commit();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      finish_instance(kk, p, protect_from, pending_best_[kk], pending_slot_[kk], votes_.data() + kk * capacity_,
+                      victim_positions[kk], victim_slots[kk]);
+    }
+    return;
+  }
+
+  // Otherwise refuse bad weights before any instance changes.
   std::int64_t bad_instance = -1;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad_instance)
   for (std::int64_t k = 0; k < n; ++k) {
@@ -303,25 +386,8 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
       }
     }
   }
-  if (bad_instance >= 0) {
-    throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
-                                    "weights must be finite and at least 0",
-                                    kTitle, bad_instance));
-  }
-
-  // The newest recent_window admitted positions (this one included) are
-  // protected: every one of them is still held.
-  const auto p = static_cast<std::uint32_t>(pos);
-  const auto rw = static_cast<std::size_t>(params_.recent_window);
-  std::uint32_t protect_from = kFree;  // recentWindow 0: nothing protected
-  if (rw > 0) {
-    recent_[admitted_ % rw] = p;
-    ++admitted_;
-    protect_from = admitted_ <= rw ? 0 : recent_[admitted_ % rw];
-  } else {
-    ++admitted_;
-  }
-  newest_ = pos;
+  if (bad_instance >= 0) refuse(bad_instance);
+  commit();
 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t k = 0; k < n; ++k) {

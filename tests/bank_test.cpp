@@ -66,6 +66,16 @@ RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
         ascending[k].push_back(folded);
       }
     }
+    if (*rc::gen::inRange(0, 8) == 0) {
+      // A poisoned weight in one held slot: the whole step is refused and
+      // leaves no trace (the separate instances never see it).
+      std::vector<float> poisoned = attn;
+      const std::size_t k = *rc::gen::inRange<std::size_t>(0, n);
+      std::size_t slot = 0;
+      while (bank.slot_position(k, slot) == PolicyBank::kFree) ++slot;
+      poisoned[(k * group) * stride + slot] = *rc::gen::element(std::nanf(""), -0.5F, INFINITY);
+      RC_ASSERT_THROWS_AS(bank.step(t, poisoned.data(), stride, victims.data(), slots.data()), ContractError);
+    }
     bank.step(t, attn.data(), stride, victims.data(), slots.data());
     for (std::size_t k = 0; k < n; ++k) {
       separate[k]->on_decode_step(t, std::span<const float>(ascending[k]));

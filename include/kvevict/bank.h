@@ -66,6 +66,13 @@ class PolicyBank {
   void step_instance(std::size_t k, std::uint32_t pos, std::uint32_t protect_from, const float* rows,
                      std::size_t stride, Score* scores, Position& victim_pos, std::uint32_t& victim_slot);
 
+  // Admits `pos` and evicts the victim found by the update pass (`best` is
+  // Scissorhands' key; `victim` the slot, capacity() when none). S points at
+  // this instance's scores.
+  template <class Score>
+  void finish_instance(std::size_t k, std::uint32_t pos, std::uint32_t protect_from, std::uint64_t best,
+                       std::size_t victim, Score* S, Position& victim_pos, std::uint32_t& victim_slot);
+
   BankParams params_;
   bool votes_mode_;
   std::size_t instances_;
@@ -77,6 +84,9 @@ class PolicyBank {
   std::vector<std::uint32_t> free_slot_;
   std::vector<float> scratch_;            // per-thread aggregated rows
   std::vector<std::uint32_t> recent_;     // ring of the last recent_window admitted positions
+  std::vector<std::uint64_t> pending_best_;  // Scissorhands, one pass: each instance's best key
+  std::vector<std::uint32_t> pending_slot_;  // ... and its slot
+  std::vector<std::uint8_t> pending_bad_;    // ... and whether its weights were refused
   std::size_t admitted_ = 0;
   std::int64_t newest_ = 0;
 };
