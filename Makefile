@@ -1,7 +1,7 @@
 # Two commands from a fresh clone on Debian 12 (as root):
 #   make run    install what is missing, build Release in build/, print the canonical comparison
 #   make test   the same set-up, then every test suite (Release and sanitizers)
-.PHONY: all deps build run test docs clean
+.PHONY: all deps build run test docs performance clean
 
 all: build
 
@@ -24,3 +24,7 @@ clean:
 # Regenerate every measured table in README.md and docs/ from the built tool.
 docs: build
 	python3 scripts/update-docs.py
+
+# Rerun both benchmark tools and rewrite docs/performance.md from one run.
+performance: build
+	python3 scripts/performance.py

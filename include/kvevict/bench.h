@@ -40,7 +40,8 @@ struct BankBenchRow {
   double touched_bytes = 0.0;    // attention + state read and written per step
   double attention_gb_s = 0.0;
   double touched_gb_s = 0.0;
-  double share_of_bandwidth = 0.0;  // touched_gb_s / parallel read bandwidth
+  double same_size_bandwidth_gb_s = 0.0;  // parallel read of a buffer as large as the bank
+  double share_of_bandwidth = 0.0;  // touched_gb_s / the lower of the two read bandwidths
 };
 
 struct BenchReport {

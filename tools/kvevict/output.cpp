@@ -121,7 +121,8 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
     for (const BankBenchRow& b : r.bank) {
       bank.push_back({{"policy", b.policy}, {"instances", b.instances}, {"budget", b.budget}, {"threads", b.threads},
                       {"msPerStep", b.ms_per_step}, {"attentionGBps", b.attention_gb_s},
-                      {"touchedGBps", b.touched_gb_s}, {"shareOfBandwidth", b.share_of_bandwidth}});
+                      {"touchedGBps", b.touched_gb_s}, {"sameSizeReadGBps", b.same_size_bandwidth_gb_s},
+                      {"shareOfBandwidth", b.share_of_bandwidth}});
     }
     nlohmann::ordered_json doc = {{"readBandwidthGBps", r.read_bandwidth_gb_s},
                                   {"parallelReadBandwidthGBps", r.parallel_bandwidth_gb_s},
@@ -154,23 +155,25 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
     out << fmt::format("\nbank (structure of arrays, slot-addressed, {} threads); parallel read bandwidth {:.2f} GB/s\n",
                        r.bank.front().threads, r.parallel_bandwidth_gb_s);
     std::vector<std::vector<std::string>> bank{{"policy", "instances", "budget", "ms/step", "attention GB/s",
-                                                "touched GB/s", "of bandwidth"}};
+                                                "touched GB/s", "same-size read GB/s", "of bandwidth"}};
     for (const BankBenchRow& b : r.bank) {
       bank.push_back({b.policy, std::to_string(b.instances), std::to_string(b.budget),
                       fmt::format("{:.2f}", b.ms_per_step), fmt::format("{:.2f}", b.attention_gb_s),
-                      fmt::format("{:.2f}", b.touched_gb_s), fmt::format("{:.0f}%", 100 * b.share_of_bandwidth)});
+                      fmt::format("{:.2f}", b.touched_gb_s), fmt::format("{:.2f}", b.same_size_bandwidth_gb_s),
+                      fmt::format("{:.0f}%", 100 * b.share_of_bandwidth)});
     }
     if (format == "markdown") {
       for (std::size_t i = 0; i < bank.size(); ++i) {
         std::string line = "|";
         for (const auto& c : bank[i]) line += " " + c + " |";
         out << line << '\n';
-        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|\n";
+        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
       }
     } else {
       print_aligned(out, bank);
     }
-    out << "(touched = attention read + slot positions read + state read and written)\n";
+    out << "(touched = attention read + slot positions read + state read and written; share = touched / the lower "
+           "of the 1 GiB and the same-size parallel read bandwidth)\n";
   }
   if (r.compare_shared_seconds > 0) {
     out << fmt::format("canonical compare (21 runs): {:.3f} s in one pass over the trace, {:.3f} s run by run ({:.2f}x)\n",
