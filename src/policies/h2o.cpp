@@ -39,7 +39,7 @@ void H2O::on_decode_step(std::int64_t pos, Attention attn) {
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
   const std::size_t n = detail::readable(attn, kept_);
   detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
-  cached_min_valid_ = false;
+  hint_.valid = false;
   if (n > 0) {
     // Add the weights and, in the same pass, find the lowest score over the
     // range the next eviction will search (after this token is admitted).
@@ -47,13 +47,7 @@ void H2O::on_decode_step(std::int64_t pos, Attention attn) {
     const std::size_t end = after - std::min(static_cast<std::size_t>(params_.recent_window), after);
     const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
     const detail::ScorePass pass = detail::add_weights_min(scores_.data(), attn->data(), n, first, end);
-    if (first < end && end <= n) {
-      cached_min_valid_ = true;
-      cached_min_ = pass.min_score;
-      cached_block_ = pass.min_block;
-      cached_first_ = first;
-      cached_end_ = end;
-    }
+    if (first < end && end <= n) hint_.set(pass.min_score, pass.min_block, first, end);
   }
   positions_[kept_] = static_cast<Position>(pos);
   scores_[kept_] = 0.0;
@@ -70,21 +64,15 @@ std::span<const Position> H2O::evict(std::int64_t budget) {
   if (needed == 1) {
     // The steady state: one victim, found by a vectorised first-minimum, and
     // removed by sliding the tail down once.
-    const std::size_t end = kept_ - recent;
-    const bool cached = cached_min_valid_ && cached_first_ == first && cached_end_ == end;
-    const std::size_t j = cached ? detail::find_first(scores_.data(), cached_block_, end, cached_min_)
-                                 : detail::first_min(scores_.data(), first, end);
-    cached_min_valid_ = false;
+    const std::size_t j = detail::single_victim(scores_.data(), first, kept_ - recent, hint_);
     if (j == kept_ - recent) return {};
     victims_[0] = positions_[j];
-    std::copy(positions_.begin() + static_cast<std::ptrdiff_t>(j + 1), positions_.begin() + static_cast<std::ptrdiff_t>(kept_),
-              positions_.begin() + static_cast<std::ptrdiff_t>(j));
-    std::copy(scores_.begin() + static_cast<std::ptrdiff_t>(j + 1), scores_.begin() + static_cast<std::ptrdiff_t>(kept_),
-              scores_.begin() + static_cast<std::ptrdiff_t>(j));
+    detail::erase_slot(positions_, j, kept_);
+    detail::erase_slot(scores_, j, kept_);
     --kept_;
     return {victims_.data(), 1};
   }
-  cached_min_valid_ = false;
+  hint_.valid = false;
   detail::mark_argmin_victims(scores_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(),

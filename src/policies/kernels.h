@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "kvevict/detail/victim_hint.h"
 
 namespace kvevict::detail {
 
@@ -47,5 +51,23 @@ bool weights_valid(const float* w, std::size_t n) noexcept;
 // `end` when the range is empty.
 std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept;
 std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept;
+
+// The steady state's one victim in [first, end): the first minimum, found in
+// one block when the hint covers this range, else by a full scan. `end` when
+// the range is empty. Consumes the hint.
+template <class Score>
+std::size_t single_victim(const Score* score, std::size_t first, std::size_t end, VictimHint<Score>& hint) noexcept {
+  const bool hit = hint.valid && hint.first == first && hint.end == end;
+  hint.valid = false;
+  return hit ? find_first(score, hint.block, end, hint.min) : first_min(score, first, end);
+}
+
+// Removes slot j from each array (stride elements per slot) by sliding the
+// tail [j + 1, kept) down once.
+template <class T>
+void erase_slot(std::vector<T>& array, std::size_t j, std::size_t kept, std::size_t stride = 1) noexcept {
+  const auto at = [&](std::size_t slot) { return array.begin() + static_cast<std::ptrdiff_t>(slot * stride); };
+  std::copy(at(j + 1), at(kept), at(j));
+}
 
 }  // namespace kvevict::detail

@@ -44,7 +44,7 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
   const std::size_t n = detail::readable(attn, kept_);
-  cached_min_valid_ = false;
+  hint_.valid = false;
   if (attn && !attn->empty()) {
     // Fair share over the full vector, as the model spread it; a weight equal
     // to its share earns nothing (strict comparison).
@@ -63,13 +63,7 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
         detail::uncount_votes(votes_.data(), w, n, threshold);  // exact: votes are integers
         detail::check_weights(kTitle, w, n);                     // throws, naming the weight
       }
-      if (first < end && end <= n) {
-        cached_min_valid_ = true;
-        cached_min_ = pass.min_votes;
-        cached_block_ = pass.min_block;
-        cached_first_ = first;
-        cached_end_ = end;
-      }
+      if (first < end && end <= n) hint_.set(pass.min_votes, pass.min_block, first, end);
     } else {
       detail::check_weights(kTitle, w, n);
       // The vote cast history_window observed steps ago leaves the window
@@ -103,24 +97,16 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   if (needed == 1) {
     // The steady state: one victim, found by a vectorised first-minimum, and
     // removed by sliding the tail down once.
-    const std::size_t end = kept_ - recent;
-    const bool cached = cached_min_valid_ && cached_first_ == first && cached_end_ == end;
-    const std::size_t j = cached ? detail::find_first(votes_.data(), cached_block_, end, cached_min_)
-                                 : detail::first_min(votes_.data(), first, end);
-    cached_min_valid_ = false;
+    const std::size_t j = detail::single_victim(votes_.data(), first, kept_ - recent, hint_);
     if (j == kept_ - recent) return {};
     victims_[0] = positions_[j];
-    std::copy(positions_.begin() + static_cast<std::ptrdiff_t>(j + 1), positions_.begin() + static_cast<std::ptrdiff_t>(kept_),
-              positions_.begin() + static_cast<std::ptrdiff_t>(j));
-    std::copy(votes_.begin() + static_cast<std::ptrdiff_t>(j + 1), votes_.begin() + static_cast<std::ptrdiff_t>(kept_),
-              votes_.begin() + static_cast<std::ptrdiff_t>(j));
-    std::copy(history_.begin() + static_cast<std::ptrdiff_t>((j + 1) * history_words_),
-              history_.begin() + static_cast<std::ptrdiff_t>(kept_ * history_words_),
-              history_.begin() + static_cast<std::ptrdiff_t>(j * history_words_));
+    detail::erase_slot(positions_, j, kept_);
+    detail::erase_slot(votes_, j, kept_);
+    detail::erase_slot(history_, j, kept_, history_words_);
     --kept_;
     return {victims_.data(), 1};
   }
-  cached_min_valid_ = false;
+  hint_.valid = false;
   detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {

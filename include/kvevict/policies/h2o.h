@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvevict/detail/victim_hint.h"
 #include "kvevict/policy.h"
 
 namespace kvevict {
@@ -43,11 +44,7 @@ class H2O final : public Policy {
   std::vector<Position> victims_;
   // The lowest score over the next eviction's search range, found by the
   // decode step's pass (so the eviction need not scan for it again).
-  bool cached_min_valid_ = false;
-  double cached_min_ = 0.0;
-  std::size_t cached_block_ = 0;
-  std::size_t cached_first_ = 0;
-  std::size_t cached_end_ = 0;
+  detail::VictimHint<double> hint_;
 };
 
 }  // namespace kvevict

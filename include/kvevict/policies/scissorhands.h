@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvevict/detail/victim_hint.h"
 #include "kvevict/policy.h"
 
 namespace kvevict {
@@ -56,11 +57,7 @@ class Scissorhands final : public Policy {
   std::uint64_t observed_steps_ = 0;
   // The fewest votes over the next eviction's search range, found by the
   // decode step's single pass (so the eviction need not scan for it again).
-  bool cached_min_valid_ = false;
-  std::uint32_t cached_min_ = 0;
-  std::size_t cached_block_ = 0;  // first 64-slot block holding cached_min_
-  std::size_t cached_first_ = 0;
-  std::size_t cached_end_ = 0;
+  detail::VictimHint<std::uint32_t> hint_;
 };
 
 }  // namespace kvevict
