@@ -1,7 +1,7 @@
 # Two commands from a fresh clone on Debian 12 (as root):
 #   make run    install what is missing, build Release in build/, print the canonical comparison
 #   make test   the same set-up, then every test suite (Release and sanitizers)
-.PHONY: all deps build run test docs performance clean
+.PHONY: all deps build run test docs performance charts clean
 
 all: build
 
@@ -28,3 +28,8 @@ docs: build
 # Rerun both benchmark tools and rewrite docs/performance.md from one run.
 performance: build
 	python3 scripts/performance.py
+
+# Regenerate the committed charts in docs/images/ (embedded in README.md and
+# the policy pages) and the full report in build/report.html.
+charts: build
+	./build/kvevict report --out build/report.html --svg docs/images --force

@@ -8,6 +8,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev libomp-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
+  chromium
 )
 
 # Node.js binding: Debian's nodejs + npm + headers (libnode-dev), only when no

@@ -56,7 +56,17 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
       slots.push_back({built.back().get(), rows[i].budget});
     }
     std::vector<double> seconds;
-    const std::vector<RunTotals> totals = run_many(slots, *trace, options.steps, options.progress, &seconds);
+    StepObserver observe;
+    if (options.observe) {
+      const std::uint64_t head = static_cast<std::uint64_t>(&trace - heads.data());
+      observe = [&options, head](const StepView& view) {
+        StepView v = view;
+        v.head = head;
+        options.observe(v);
+      };
+    }
+    const std::vector<RunTotals> totals =
+        run_many(slots, *trace, options.steps, options.progress, &seconds, observe);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const RunTotals& t = totals[i];
       RunTotals& sum = rows[i].totals;
@@ -95,7 +105,7 @@ std::int64_t ranking_budget(std::vector<std::int64_t> budgets) {
   return budgets[(budgets.size() - 1) / 2];
 }
 
-std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options) {
+std::vector<RunSpec> compare_specs(const CompareRequest& request) {
   std::vector<std::string> names = request.policies;
   if (names.empty()) {
     for (const PolicyInfo* info : policies()) names.push_back(info->name);
@@ -144,9 +154,14 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
   for (const std::string& name : names) {
     for (const std::int64_t b : budgets) specs.push_back({name, per_policy[name], b});
   }
-  std::vector<RunRow> rows = evaluate(specs, options);
+  return specs;
+}
 
-  const std::int64_t rank_budget = ranking_budget(budgets);
+void rank_compare_rows(std::vector<RunRow>& rows, const std::vector<std::int64_t>& budgets) {
+  std::vector<std::int64_t> unique = budgets;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  const std::int64_t rank_budget = ranking_budget(unique);
   std::map<std::string, double> mass_at_rank;
   for (const RunRow& r : rows) {
     if (r.budget == rank_budget) mass_at_rank[r.policy] = r.metrics.retained_attention_mass;
@@ -163,6 +178,12 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
       if (mass > mass_at_rank[r.policy]) ++r.rank;
     }
   }
+}
+
+std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options) {
+  const std::vector<RunSpec> specs = compare_specs(request);
+  std::vector<RunRow> rows = evaluate(specs, options);
+  rank_compare_rows(rows, request.budgets);
   return rows;
 }
 

@@ -75,7 +75,7 @@ void apply_victims(RunState& run, std::span<const Position> victims, std::uint32
 
 std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
                                 std::optional<std::int64_t> max_steps, const ProgressFn& progress,
-                                std::vector<double>* seconds) {
+                                std::vector<double>* seconds, const StepObserver& observe) {
   const std::uint32_t steps = max_steps ? checked_steps(trace, *max_steps) : trace.steps();
   const std::uint32_t length = trace.length();
   std::vector<RunState> states;
@@ -106,7 +106,8 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
   for (std::uint32_t t = 1; t <= steps; ++t) {
     const std::span<const float> w = trace.next();
     top_set(w, scratch, top);
-    for (RunState& run : states) {
+    for (std::size_t r = 0; r < states.size(); ++r) {
+      RunState& run = states[r];
       const auto started = std::chrono::steady_clock::now();
       RunTotals& tot = run.totals;
       ++tot.steps;
@@ -123,11 +124,23 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
       run.policy->on_decode_step(t, std::span<const float>(run.attn.data(), held));
       run.kept.push_back(t);
       run.is_kept[t] = 1;
+      std::span<const Position> victims;
       if (std::ssize(run.kept) > run.budget) {
         ++tot.eviction_calls;
-        apply_victims(run, run.policy->evict(run.budget), t, length);
+        victims = run.policy->evict(run.budget);
+        apply_victims(run, victims, t, length);
       }
       run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (observe) {
+        StepView view;
+        view.run = r;
+        view.step = t;
+        view.weights = w;
+        view.kept = run.kept;
+        view.victims = victims;
+        view.retained = retained;
+        observe(view);
+      }
     }
     if (progress) progress(t, steps);
   }

@@ -44,6 +44,9 @@ struct EvaluateOptions {
   std::string trace = "decode-4096";  // a generated id, or a path to an .npy file
   std::optional<std::int64_t> steps;  // all when empty
   ProgressFn progress;
+  // Sees every step of every run (StepView::run indexes the specs given to
+  // evaluate(); StepView::head the trace head). Empty: no cost.
+  StepObserver observe;
 };
 
 // Builds every policy first (so a bad parameter fails before any work), then
@@ -60,6 +63,13 @@ struct CompareRequest {
   ParamMap overrides;                 // keys "policy.param" or "param"
 };
 std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options);
+
+// compare() in its two halves, for callers that observe the pass (the
+// report): the runs it makes, in order (policy-major, ascending budget, the
+// overrides resolved and checked), and the ranking it applies to evaluate()'s
+// rows. compare(r, o) == rank_compare_rows(evaluate(compare_specs(r), o), budgets).
+std::vector<RunSpec> compare_specs(const CompareRequest& request);
+void rank_compare_rows(std::vector<RunRow>& rows, const std::vector<std::int64_t>& budgets);
 
 // The budget whose retained mass ranks a comparison: the middle one of the
 // sorted budgets (the lower middle for an even count).

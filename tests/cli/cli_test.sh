@@ -51,7 +51,7 @@ ok  "compare set"      '"recentWindow": 48' -- compare --policies h2o --budgets 
 ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
 ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
 ok  "help"             "compare" -- --help
-for cmd in list run compare sweep trace vectors; do ok "help $cmd" "--help" -- "$cmd" --help; done
+for cmd in list run compare sweep trace vectors report; do ok "help $cmd" "--help" -- "$cmd" --help; done
 
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
@@ -89,6 +89,38 @@ if [[ $rc -ne 0 && "$out" == *"bad.vectors.json: case 'c' step 0: malformed: h2o
   pass
 else
   fail "malformed vectors: rc=$rc out=$out"
+fi
+
+# report: a small page and its SVG files, then bad input -- a clear error and
+# nothing left behind (no page, no half-written .tmp).
+ok  "report"           "" -- report --steps 300 --budgets 64,128 --policies h2o,streaming-llm --out "$tmp/r.html" --svg "$tmp/svg"
+if [[ -f "$tmp/r.html" ]] && grep -q '^<!DOCTYPE html>' "$tmp/r.html" && grep -q 'data-chart="strip-h2o-64"' "$tmp/r.html" \
+    && [[ $(ls "$tmp/svg" | wc -l) -eq 5 && -f "$tmp/svg/strip-streaming-llm-64.svg" ]]; then
+  pass
+else
+  fail "report files: $(ls "$tmp" "$tmp/svg" 2>&1 | tr '\n' ' ')"
+fi
+# The page's table is compare's.
+"$tool" compare --steps 300 --budgets 64,128 --policies h2o,streaming-llm --format csv >"$tmp/cmp.csv"
+if grep -q "<td>64</td><td>$(grep '^h2o,.*,64,' "$tmp/cmp.csv" | cut -d, -f4)</td>" "$tmp/r.html"; then pass; else fail "report table != compare"; fi
+ok  "report help"      "--strip-budget" -- report --help
+bad "report exists"    "r.html: already exists (pass --force to replace it)" -- report --steps 50 --budgets 64 --out "$tmp/r.html"
+ok  "report force"     "" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/r.html" --force
+bad "report unwritable" "/nonexistent/dir/r.html: cannot be written: the folder /nonexistent/dir does not exist" -- report --steps 50 --out /nonexistent/dir/r.html
+bad "report folder"    "is a folder, not a file" -- report --steps 50 --out "$tmp"
+bad "report policy"    "unknown policy 'lru' (known: scissorhands" -- report --steps 50 --policies h2o,lru --out "$tmp/x.html"
+bad "report trace"     "unknown trace 'nope' (known: decode-4096" -- report --trace nope --out "$tmp/x.html"
+bad "report no file"   "missing.npy: cannot be opened" -- report --trace "$tmp/missing.npy" --out "$tmp/x.html"
+bad "report empty"     "--policies: the policy list is empty (name at least one policy, or all)" -- report --policies "" --out "$tmp/x.html"
+bad "report empty item" "empty policy name in the list 'h2o,'" -- report --policies h2o, --out "$tmp/x.html"
+bad "report strip"     "report: the strip budget 100 is not one of the budgets (64, 128)" -- report --steps 50 --budgets 64,128 --strip-budget 100 --out "$tmp/x.html"
+bad "report param"     "--set h2o.window: H2O has no parameter 'window'" -- report --steps 50 --set h2o.window=3 --out "$tmp/x.html"
+bad "report no out"    "--out" -- report --steps 50
+bad "report svg file"  "r.html: is not a folder" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/y.html" --svg "$tmp/r.html"
+if [[ ! -e "$tmp/x.html" && ! -e "$tmp/y.html" && -z "$(find "$tmp" -name '*.tmp')" ]]; then
+  pass
+else
+  fail "report left files behind: $(ls "$tmp" | tr '\n' ' ')"
 fi
 
 echo "$passed passed, $failed failed"

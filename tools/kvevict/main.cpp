@@ -18,6 +18,7 @@
 #include "kvevict/json.h"
 #include "kvevict/npy.h"
 #include "kvevict/registry.h"
+#include "kvevict/report.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
 #include "output.h"
@@ -185,6 +186,29 @@ int main(int argc, char** argv) {
   bench->add_option("--bank-budget", bench_bank_budget, "budget of each bank instance")
       ->check(CLI::Range(std::int64_t{33}, std::int64_t{1} << 16))->capture_default_str();
 
+  // report
+  std::string rep_policies = "all";
+  std::string rep_budgets = "256,512,1024";
+  std::vector<std::string> rep_sets;
+  std::string rep_trace = "decode-4096";
+  std::optional<std::int64_t> rep_steps;
+  std::optional<std::int64_t> rep_strip_budget;
+  std::string rep_out;
+  std::string rep_svg;
+  bool rep_force = false;
+  auto* rep = app.add_subcommand(
+      "report", "Write a self-contained HTML report: the metrics, retained mass over the decode, what "
+                "each policy holds at each step, and both metrics against the budget");
+  rep->add_option("--policies", rep_policies, "comma-separated names, or all")->capture_default_str();
+  rep->add_option("--budgets", rep_budgets, "comma-separated budgets")->capture_default_str();
+  rep->add_option("--set", rep_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  add_trace_options(rep, rep_trace, rep_steps);
+  rep->add_option("--strip-budget", rep_strip_budget,
+                  "budget of the strips and the mass-over-time chart, one of --budgets (default: the smallest)");
+  rep->add_option("--out", rep_out, "the HTML file to write")->required();
+  rep->add_option("--svg", rep_svg, "also write each chart as its own SVG file into this folder");
+  rep->add_flag("--force", rep_force, "replace existing files");
+
   // vectors
   std::vector<std::string> vec_paths;
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
@@ -290,6 +314,27 @@ int main(int argc, char** argv) {
       options.progress = [](const std::string& what) { std::cerr << "bench: " << what << '\n'; };
       const BenchReport r = run_bench(options);
       cli::print_bench(std::cout, r, bench_format);
+      return 0;
+    }
+
+    if (rep->parsed()) {
+      ReportRequest request;
+      if (rep_policies.find_first_not_of(" ,") == std::string::npos) {
+        throw ParameterError("--policies: the policy list is empty (name at least one policy, or all)");
+      }
+      request.compare.policies = parse_policy_list(rep_policies);
+      request.compare.budgets = parse_integer_list(rep_budgets, "--budgets");
+      request.compare.overrides = parse_sets(rep_sets);
+      request.strip_budget = rep_strip_budget;
+      ReportOutput output;
+      output.html = rep_out;
+      if (!rep_svg.empty()) output.svg_dir = rep_svg;
+      output.overwrite = rep_force;
+      check_output_file(output.html, output.overwrite);  // before the work, not after
+      const ReportData data = build_report(request, options_of(rep_trace, rep_steps, "report"));
+      for (const auto& [file, bytes] : write_report(data, output)) {
+        std::cerr << fmt::format("wrote {} ({} bytes)\n", file.string(), bytes);
+      }
       return 0;
     }
 
