@@ -4,13 +4,8 @@
 set -u
 tool=$1
 src=$2
-passed=0
-failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-pass() { passed=$((passed + 1)); }
-fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+# shellcheck source=../shell_checks.sh
+source "$(dirname "$0")/../shell_checks.sh"
 
 # ok NAME EXPECTED_SUBSTRING -- ARGS...: exit 0 and stdout contains the text.
 ok() {
