@@ -95,11 +95,9 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   const std::size_t cap = bank.capacity();
   const auto n = static_cast<std::size_t>(instances);
   std::vector<float> attn(n * cap);
-  const auto total = static_cast<std::int64_t>(attn.size());
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(0.0F, 2.0F / static_cast<float>(budget));
   for (float& x : attn) x = dist(rng);
-  (void)total;
   std::vector<Position> victims(n);
   std::vector<std::uint32_t> slots(n);
   std::int64_t pos = 0;

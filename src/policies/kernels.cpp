@@ -115,21 +115,26 @@ ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::si
   return {low, low_block};
 }
 
-KVEVICT_CLONES
-std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept {
-  for (std::size_t i = begin; i < end; ++i) {
-    if (v[i] == value) return i;
-  }
-  return end;
-}
 
 KVEVICT_CLONES
 void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept {
   for (std::size_t i = 0; i < n; ++i) votes[i] -= static_cast<std::uint32_t>(w[i] >= threshold);
 }
 
+
+
 KVEVICT_CLONES
-std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {
+bool weights_valid(const float* w, std::size_t n) noexcept {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= invalid(w[i]);
+  return bad == 0;
+}
+
+namespace {
+// The first v[i] == value in [begin, end): whole 64-element blocks are tested
+// with one vectorised OR, then the block that holds it is scanned.
+template <class T>
+inline std::size_t find_first_impl(const T* v, std::size_t begin, std::size_t end, T value) noexcept {
   std::size_t i = begin;
   for (; i + 64 <= end; i += 64) {
     bool found = false;
@@ -142,32 +147,13 @@ std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t en
   return end;
 }
 
-
-KVEVICT_CLONES
-bool weights_valid(const float* w, std::size_t n) noexcept {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) bad |= invalid(w[i]);
-  return bad == 0;
-}
-
-namespace {
-// Two passes, both vectorised: the minimum, then the first block of 64 that
-// holds it, then the index inside that block.
+// Two passes, both vectorised: the minimum, then its first occurrence.
 template <class T>
 inline std::size_t first_min_impl(const T* v, std::size_t begin, std::size_t end) noexcept {
   if (begin >= end) return end;
   T m = v[begin];
   for (std::size_t i = begin + 1; i < end; ++i) m = v[i] < m ? v[i] : m;
-  std::size_t i = begin;
-  for (; i + 64 <= end; i += 64) {
-    bool found = false;
-    for (std::size_t k = 0; k < 64; ++k) found |= v[i + k] == m;
-    if (found) break;
-  }
-  for (; i < end; ++i) {
-    if (v[i] == m) return i;
-  }
-  return end;
+  return find_first_impl(v, begin, end, m);
 }
 }  // namespace
 
@@ -179,6 +165,16 @@ std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end
 KVEVICT_CLONES
 std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept {
   return first_min_impl(v, begin, end);
+}
+
+KVEVICT_CLONES
+std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {
+  return find_first_impl(v, begin, end, value);
+}
+
+KVEVICT_CLONES
+std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept {
+  return find_first_impl(v, begin, end, value);
 }
 
 }  // namespace kvevict::detail
