@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build make g++ clang pkgconf
-  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev libomp-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
   chromium

@@ -283,13 +283,25 @@ std::vector<std::unique_ptr<Trace>> open_trace_heads(std::string_view id) {
 
 void write_npy_trace(Trace& trace, std::uint32_t steps, const std::filesystem::path& file,
                      bool overwrite) {
+  Trace* one = &trace;
+  write_npy_heads(std::span<Trace* const>(&one, 1), steps, file, overwrite, false);
+}
+
+void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
+                     const std::filesystem::path& file, bool overwrite, bool head_axis) {
   const std::string name = file.string();
   std::error_code ec;
   if (!overwrite && std::filesystem::exists(file, ec)) {
     fail(name, "already exists (pass --force to replace it)");
   }
+  if (heads.empty() || (!head_axis && heads.size() != 1)) {
+    throw ContractError(fmt::format("{}: {} heads to write", name, heads.size()));
+  }
   const std::uint64_t n = std::uint64_t{steps} + 1;
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", n, n);
+  std::string header =
+      head_axis ? fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
+                              heads.size(), n, n)
+                : fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", n, n);
   // Pad so the data starts on a 64-byte boundary; the header ends with '\n'.
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -307,13 +319,16 @@ void write_npy_trace(Trace& trace, std::uint32_t steps, const std::filesystem::p
     out.put(static_cast<char>(len >> 8));
     out << header;
     std::vector<float> row(n, 0.0F);
-    out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));  // row 0
-    trace.rewind();
-    for (std::uint32_t t = 1; t <= steps; ++t) {
-      const auto w = trace.next();
+    for (Trace* trace : heads) {
       std::fill(row.begin(), row.end(), 0.0F);
-      std::copy(w.begin(), w.end(), row.begin());
-      out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));
+      out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));  // row 0
+      trace->rewind();
+      for (std::uint32_t t = 1; t <= steps; ++t) {
+        const auto w = trace->next();
+        std::fill(row.begin(), row.end(), 0.0F);
+        std::copy(w.begin(), w.end(), row.begin());
+        out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));
+      }
     }
     out.flush();
     if (!out) {

@@ -164,4 +164,23 @@ std::uint32_t checked_steps(const Trace& trace, std::int64_t steps) {
   return static_cast<std::uint32_t>(steps);
 }
 
+MatrixTrace::MatrixTrace(std::string id, std::uint32_t length)
+    : id_(std::move(id)), length_(length) {
+  if (length < 2) throw ContractError(fmt::format("{}: a trace needs at least 2 positions", id_));
+  data_.assign(std::size_t{length} * (length - 1) / 2, 0.0F);
+}
+
+std::span<float> MatrixTrace::row(std::uint32_t t) {
+  if (t < 1 || t >= length_) {
+    throw ContractError(fmt::format("{}: row {} is out of range 1 ... {}", id_, t, length_ - 1));
+  }
+  return {data_.data() + std::size_t{t} * (t - 1) / 2, t};
+}
+
+std::span<const float> MatrixTrace::next() {
+  if (step_ + 1 >= length_) throw InputError(fmt::format("{}: read past the last step", id_));
+  ++step_;
+  return row(step_);
+}
+
 }  // namespace kvevict

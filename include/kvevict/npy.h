@@ -70,4 +70,9 @@ std::vector<std::unique_ptr<Trace>> open_trace_heads(std::string_view id);
 void write_npy_trace(Trace& trace, std::uint32_t steps, const std::filesystem::path& file,
                      bool overwrite);
 
+// The same for several traces of equal length: [H, steps + 1, steps + 1] when
+// `head_axis` (or [steps + 1, steps + 1] for exactly one trace without it).
+void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
+                     const std::filesystem::path& file, bool overwrite, bool head_axis = true);
+
 }  // namespace kvevict

@@ -79,6 +79,27 @@ class DecodeTrace final : public Trace {
   std::vector<float> weights_;
 };
 
+// A trace held in memory (a model's recorded attention, say): row t, for
+// t = 1 ... length-1, holds t weights. Rows start at zero and are written
+// through row(); next() replays them in order.
+class MatrixTrace final : public Trace {
+ public:
+  MatrixTrace(std::string id, std::uint32_t length);
+  const std::string& id() const noexcept override { return id_; }
+  std::uint32_t length() const noexcept override { return length_; }
+  void rewind() override { step_ = 0; }
+  std::uint32_t step() const noexcept override { return step_; }
+  std::span<const float> next() override;
+  // Row t (1 ... length-1), writable; throws ContractError out of range.
+  std::span<float> row(std::uint32_t t);
+
+ private:
+  std::string id_;
+  std::uint32_t length_;
+  std::uint32_t step_ = 0;
+  std::vector<float> data_;  // row t starts at t * (t - 1) / 2
+};
+
 // Known generated trace ids ("decode-4096").
 std::vector<std::string> trace_ids();
 

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <iostream>
+#include <limits>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +19,10 @@
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
+#include "kvevict/model.h"
 #include "kvevict/npy.h"
+#include "kvevict/perplexity.h"
+#include "kvevict/persistence.h"
 #include "kvevict/registry.h"
 #include "kvevict/report.h"
 #include "kvevict/trace.h"
@@ -34,6 +40,25 @@ ProgressFn progress_for(const std::string& what) {
     if (step % 128 == 0 || step == total) {
       std::fprintf(stderr, "\r%s: step %u/%u", what.c_str(), step, total);
       if (step == total) std::fprintf(stderr, "\r\033[K");
+    }
+  };
+}
+
+// Progress for the model's work (minutes, not seconds): a live line on a
+// terminal, a line every tenth of the way otherwise (logs, CI).
+ProgressFn model_progress(const std::string& what) {
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto last = std::make_shared<std::uint32_t>(0);
+  return [what, tty, last](std::uint32_t done, std::uint32_t total) {
+    if (tty) {
+      std::fprintf(stderr, "\r%s: %u/%u windows", what.c_str(), done, total);
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+      return;
+    }
+    const std::uint32_t tenth = done * 10 / total;
+    if (tenth != *last || done == total) {
+      *last = tenth;
+      std::fprintf(stderr, "%s: %u/%u windows\n", what.c_str(), done, total);
     }
   };
 }
@@ -131,6 +156,65 @@ int main(int argc, char** argv) {
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   add_trace_options(cmp, cmp_trace, cmp_steps);
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+  std::string cmp_model;
+  std::string cmp_text;
+  std::uint32_t cmp_windows = 0;
+  auto* cmp_model_opt = cmp->add_option(
+      "--model", cmp_model,
+      "rank by perplexity of this model (.kvm) evicting for real, with the proxies on its own attention "
+      "(budgets default to 64,128,256,512)");
+  cmp->add_option("--text", cmp_text, "with --model: the text to score (bytes)")->needs(cmp_model_opt);
+  cmp_model_opt->needs("--text");
+  cmp->add_option("--max-windows", cmp_windows, "with --model: use only the first N context windows (0 = all)")
+      ->needs(cmp_model_opt);
+
+  // perplexity
+  std::string ppl_model;
+  std::string ppl_text;
+  std::string ppl_policies;
+  std::string ppl_budgets;
+  std::vector<std::string> ppl_sets;
+  std::uint32_t ppl_windows = 0;
+  std::string ppl_format = "table";
+  auto* ppl = app.add_subcommand(
+      "perplexity",
+      "Perplexity of a model (.kvm) over a text with every layer and head evicting through a policy, "
+      "beside the full cache's");
+  ppl->add_option("--model", ppl_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  ppl->add_option("--text", ppl_text, "the text to score (bytes), e.g. model/heldout-sample.txt")->required();
+  ppl->add_option("--policy", ppl_policies, "policy names, comma-separated, or all (default: the full cache only)");
+  ppl->add_option("--budget", ppl_budgets, "budgets, comma-separated (default: each policy's)");
+  ppl->add_option("--set", ppl_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
+  ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // record
+  std::string rec_model;
+  std::string rec_text;
+  std::string rec_out;
+  std::uint32_t rec_tokens = 0;
+  bool rec_force = false;
+  auto* rec = app.add_subcommand(
+      "record", "Record a model's full-cache attention over a text as an [layers x heads, N, N] .npy trace "
+                "that run, compare and report replay with --trace FILE.npy");
+  rec->add_option("--model", rec_model, "model weights (.kvm)")->required();
+  rec->add_option("--text", rec_text, "the text (bytes); its first N bytes are recorded")->required();
+  rec->add_option("--out", rec_out, "the .npy file to write")->required();
+  rec->add_option("--tokens", rec_tokens, "N: bytes to record (default and most: the model's context)");
+  rec->add_flag("--force", rec_force, "replace an existing file");
+
+  // persistence
+  std::string per_trace = "decode-4096";
+  std::string per_lags = "1,4,16,64,256";
+  std::string per_format = "table";
+  auto* per = app.add_subcommand(
+      "persistence", "Persistence of importance: of the positions above fair share at step t, the share "
+                     "still above it at t + k");
+  per->add_option("--trace", per_trace, "generated trace id or FILE.npy")->capture_default_str();
+  per->add_option("--lags", per_lags, "comma-separated lags k")->capture_default_str();
+  per->add_option("--format", per_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
   // sweep
@@ -239,6 +323,88 @@ int main(int argc, char** argv) {
       } else {
         cli::print_run_table(std::cout, rows.front());
       }
+      return 0;
+    }
+
+    if (cmp->parsed() && !cmp_model.empty()) {
+      if (cmp->count("--trace") + cmp->count("--steps") > 0) {
+        throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
+      }
+      CompareRequest request;
+      request.policies = parse_policy_list(cmp_policies);
+      request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
+      request.overrides = parse_sets(cmp_sets);
+      const auto model = Model::load(cmp_model);
+      const std::vector<std::uint8_t> text = read_text(cmp_text);
+      ModelRunOptions options;
+      options.max_windows = cmp_windows;
+      options.progress = model_progress("compare");
+      const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
+      cli::print_perplexity(std::cout, rows, cmp_format, true);
+      if (cmp_format == "table") {
+        std::cout << fmt::format(
+            "\nranked by perplexity at budget {}; {} predictions over {} of {}. Retained mass and recall: "
+            "the same policy replayed on the model's full-cache attention, mean over its {} heads.\n",
+            ranking_budget(request.budgets), rows.front().predictions, cmp_text, model->path(),
+            model->config().head_count());
+      }
+      return 0;
+    }
+
+    if (ppl->parsed()) {
+      const auto model = Model::load(ppl_model);
+      const std::vector<std::uint8_t> text = read_text(ppl_text);
+      std::vector<RunSpec> specs;
+      if (!ppl_policies.empty()) {
+        CompareRequest request;
+        request.policies = parse_policy_list(ppl_policies);
+        request.overrides = parse_sets(ppl_sets);
+        request.budgets.clear();
+        if (!ppl_budgets.empty()) {
+          request.budgets = parse_integer_list(ppl_budgets, "--budget");
+        } else {
+          for (const std::string& name : request.policies) {
+            const ParamMap defaults = find_policy(name).effective({});
+            request.budgets.push_back(defaults.front().second);
+          }
+          std::sort(request.budgets.begin(), request.budgets.end());
+          request.budgets.erase(std::unique(request.budgets.begin(), request.budgets.end()), request.budgets.end());
+        }
+        specs = compare_specs(request);
+      } else if (!ppl_budgets.empty() || !ppl_sets.empty()) {
+        throw ParameterError("--budget and --set need --policy (without it only the full cache is scored)");
+      }
+      ModelRunOptions options;
+      options.max_windows = ppl_windows;
+      options.progress = model_progress("perplexity");
+      const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
+      cli::print_perplexity(std::cout, rows, ppl_format, false);
+      return 0;
+    }
+
+    if (rec->parsed()) {
+      check_output_file(rec_out, rec_force);  // before the work, not after
+      const auto model = Model::load(rec_model);
+      const std::vector<std::uint8_t> text = read_text(rec_text);
+      const std::uint32_t n = record_attention(*model, text, rec_out, rec_force, rec_tokens);
+      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} heads, {} bytes of {})\n",
+                               rec_out, model->config().head_count(), n, n, model->config().layers,
+                               model->config().heads, n, rec_text);
+      return 0;
+    }
+
+    if (per->parsed()) {
+      const auto heads = open_trace_heads(per_trace);
+      std::vector<Trace*> views;
+      for (const auto& h : heads) views.push_back(h.get());
+      std::vector<std::uint32_t> lags;
+      for (const std::int64_t k : parse_integer_list(per_lags, "--lags")) {
+        if (k < 1 || k > std::numeric_limits<std::uint32_t>::max()) {
+          throw ParameterError(fmt::format("--lags: {} is not a positive lag", k));
+        }
+        lags.push_back(static_cast<std::uint32_t>(k));
+      }
+      cli::print_persistence(std::cout, persistence(views, lags), per_format);
       return 0;
     }
 

@@ -182,4 +182,108 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
   }
 }
 
+namespace {
+void print_cells(std::ostream& out, const std::vector<std::vector<std::string>>& cells,
+                 const std::string& format, std::size_t left_columns) {
+  if (format == "csv") {
+    for (const auto& r : cells) {
+      std::string line;
+      for (std::size_t i = 0; i < r.size(); ++i) line += (i ? "," : "") + r[i];
+      out << line << '\n';
+    }
+    return;
+  }
+  if (format == "markdown") {
+    auto md_line = [&](const std::vector<std::string>& c) {
+      std::string s = "|";
+      for (const auto& x : c) s += " " + x + " |";
+      return s;
+    };
+    out << md_line(cells[0]) << '\n';
+    std::string sep = "|";
+    for (std::size_t i = 0; i < cells[0].size(); ++i) sep += i < left_columns ? "---|" : "---:|";
+    out << sep << '\n';
+    for (std::size_t i = 1; i < cells.size(); ++i) out << md_line(cells[i]) << '\n';
+    return;
+  }
+  print_aligned(out, cells);
+}
+}  // namespace
+
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
+                      const std::string& format, bool ranked) {
+  const bool proxy = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_proxy; });
+  const double full_bits = rows.empty() ? 0.0 : rows.front().bits_per_byte;
+  if (format == "json") {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+    for (const PerplexityRow& r : rows) {
+      nlohmann::ordered_json row;
+      if (ranked) row["rank"] = r.rank;
+      row["policy"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.policy);
+      row["budget"] = r.budget == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.budget);
+      nlohmann::ordered_json params = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : r.params) params[k] = v;
+      row["params"] = params;
+      row["perplexity"] = r.perplexity;
+      row["bitsPerByte"] = r.bits_per_byte;
+      row["predictions"] = r.predictions;
+      row["evicted"] = r.evicted;
+      if (r.has_proxy) {
+        row["retainedAttentionMass"] = r.proxy.retained_attention_mass;
+        row["heavyHitterRecall"] = r.proxy.heavy_hitter_recall;
+      }
+      row["seconds"] = r.seconds;
+      doc.push_back(row);
+    }
+    out << doc.dump(2) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> header;
+  if (ranked) header.push_back("rank");
+  for (const char* h : {"policy", "budget", "perplexity", "bits per byte", "extra bits per byte"}) header.push_back(h);
+  if (proxy) {
+    header.push_back("retained mass");
+    header.push_back("heavy-hitter recall");
+  }
+  header.push_back("evicted");
+  cells.push_back(header);
+  for (const PerplexityRow& r : rows) {
+    std::vector<std::string> line;
+    if (ranked) line.push_back(r.policy.empty() ? "-" : std::to_string(r.rank));
+    line.push_back(r.policy.empty() ? "full cache" : r.policy);
+    line.push_back(r.budget == 0 ? "-" : std::to_string(r.budget));
+    line.push_back(fmt::format("{:.4f}", r.perplexity));
+    line.push_back(fmt::format("{:.4f}", r.bits_per_byte));
+    line.push_back(fmt::format("{:+.4f}", r.bits_per_byte - full_bits));
+    if (proxy) {
+      line.push_back(r.has_proxy ? fmt::format("{:.6f}", r.proxy.retained_attention_mass) : "-");
+      line.push_back(r.has_proxy ? fmt::format("{:.6f}", r.proxy.heavy_hitter_recall) : "-");
+    }
+    line.push_back(std::to_string(r.evicted));
+    cells.push_back(std::move(line));
+  }
+  print_cells(out, cells, format, ranked ? 2 : 1);
+}
+
+void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,
+                       const std::string& format) {
+  if (format == "json") {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+    for (const PersistenceRow& r : rows) {
+      doc.push_back({{"lag", r.lag}, {"important", r.important}, {"persisted", r.persisted},
+                     {"share", r.share}, {"baseRate", r.base_rate}});
+    }
+    out << doc.dump(2) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> cells{
+      {"lag k", "above fair share at t", "still above at t+k", "share persisting", "chance level"}};
+  for (const PersistenceRow& r : rows) {
+    cells.push_back({std::to_string(r.lag), std::to_string(r.important), std::to_string(r.persisted),
+                     fmt::format("{:.4f}", r.share), fmt::format("{:.4f}", r.base_rate)});
+  }
+  print_cells(out, cells, format, 0);
+}
+
 }  // namespace kvevict::cli

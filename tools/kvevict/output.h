@@ -8,6 +8,8 @@
 
 #include "kvevict/bench.h"
 #include "kvevict/evaluate.h"
+#include "kvevict/perplexity.h"
+#include "kvevict/persistence.h"
 
 namespace kvevict::cli {
 
@@ -21,6 +23,15 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
 
 // The bench report as a table, Markdown or JSON.
 void print_bench(std::ostream& out, const BenchReport& report, const std::string& format);
+
+// Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON.
+// `ranked` adds the rank column; rows with proxies add their two columns.
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
+                      const std::string& format, bool ranked);
+
+// Persistence rows as a table, CSV, Markdown or JSON.
+void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,
+                       const std::string& format);
 
 // Plain aligned text table; the first row is the header.
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells);

@@ -1,0 +1,487 @@
+// The real model: the committed weights load, the C++ forward pass matches
+// PyTorch's logits, the KV cache really loses what a policy evicts (and RoPE
+// keeps true positions), a budget that never binds changes nothing, and bad
+// weight files fail with one clear error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "kvevict/errors.h"
+#include "kvevict/model.h"
+#include "kvevict/npy.h"
+#include "kvevict/perplexity.h"
+#include "kvevict/persistence.h"
+#include "kvevict/registry.h"
+#include "support.h"
+
+namespace kvevict {
+namespace {
+
+using testing::source_dir;
+
+// KVEVICT_MODEL_DIR points the tests at a freshly trained model before it is
+// committed; by default they check the committed one.
+std::filesystem::path model_dir() {
+  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
+  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : source_dir() / "model";
+}
+
+std::shared_ptr<const Model> committed_model() {
+  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
+  return model;
+}
+
+std::vector<std::uint8_t> heldout_prefix(std::size_t bytes) {
+  std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
+  text.resize(std::min(bytes, text.size()));
+  return text;
+}
+
+std::vector<char> file_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A float32 [rows, cols] .npy (version 1) as train.py writes it with numpy.
+std::vector<float> read_matrix(const std::filesystem::path& file, std::uint64_t& rows,
+                               std::uint64_t& cols) {
+  const std::vector<char> bytes = file_bytes(file);
+  EXPECT_GT(bytes.size(), 10U);
+  EXPECT_EQ(std::string(bytes.data() + 1, 5), "NUMPY");
+  const std::size_t header_len = static_cast<unsigned char>(bytes[8]) |
+                                 (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  const std::string header(bytes.data() + 10, header_len);
+  EXPECT_NE(header.find("'<f4'"), std::string::npos) << header;
+  const std::size_t open = header.find("'shape': (");
+  EXPECT_NE(open, std::string::npos) << header;
+  rows = std::stoull(header.substr(open + 10));
+  cols = std::stoull(header.substr(header.find(',', open + 10) + 1));
+  std::vector<float> out(rows * cols);
+  EXPECT_EQ(bytes.size(), 10 + header_len + out.size() * 4);
+  std::memcpy(out.data(), bytes.data() + 10 + header_len, out.size() * 4);
+  return out;
+}
+
+TEST(Model, CommittedWeightsLoadWithTheDocumentedShape) {
+  const auto model = committed_model();
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.vocab, 256U);
+  EXPECT_EQ(c.layers, 4U);
+  EXPECT_EQ(c.heads, 4U);
+  EXPECT_EQ(c.width, 128U);
+  EXPECT_EQ(c.ff, 512U);
+  EXPECT_GE(c.context, 1024U);
+  EXPECT_LE(std::filesystem::file_size(model_dir() / "kvevict-tiny.kvm"), 16U << 20);
+}
+
+TEST(Model, LogitsMatchPyTorchOnTheReferencePrompt) {
+  const auto model = committed_model();
+  std::uint64_t rows = 0, cols = 0;
+  const std::vector<float> reference = read_matrix(model_dir() / "reference.npy", rows, cols);
+  const std::vector<char> prompt = file_bytes(model_dir() / "reference-prompt.txt");
+  ASSERT_EQ(rows, prompt.size());
+  ASSERT_EQ(cols, 256U);
+  Decoder decoder(model);
+  double worst = 0.0;
+  for (std::size_t t = 0; t < prompt.size(); ++t) {
+    const std::span<const float> logits = decoder.step(static_cast<std::uint8_t>(prompt[t]));
+    for (std::size_t v = 0; v < cols; ++v) {
+      worst = std::max(worst, std::abs(static_cast<double>(logits[v]) - reference[t * cols + v]));
+    }
+  }
+  EXPECT_LE(worst, 1e-4) << "largest |C++ - PyTorch| logit difference over " << rows << " positions";
+}
+
+TEST(Model, TheModelHasLearnedSomething) {
+  // A model that learned nothing scores 8 bits per byte; the model card
+  // quotes its held-out figure, and the engine must agree it is far below.
+  const std::vector<std::uint8_t> text = heldout_prefix(2048);
+  const std::vector<PerplexityRow> rows = perplexity(*committed_model(), text, {});
+  ASSERT_EQ(rows.size(), 1U);
+  EXPECT_LT(rows[0].bits_per_byte, 3.0);
+  EXPECT_EQ(rows[0].predictions, text.size() - 2);  // two windows of 1,024
+}
+
+TEST(Model, EveryPolicyWithABudgetThatNeverBindsGivesExactlyTheFullCachePerplexity) {
+  const std::vector<std::uint8_t> text = heldout_prefix(300);
+  std::vector<RunSpec> specs;
+  for (const PolicyInfo* info : policies()) {
+    specs.push_back({info->name, {}, 300});
+    specs.push_back({info->name, {}, 1024});
+  }
+  const std::vector<PerplexityRow> rows = perplexity(*committed_model(), text, specs);
+  ASSERT_EQ(rows.size(), specs.size() + 1);
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].perplexity, rows[0].perplexity) << rows[i].policy << " at " << rows[i].budget;
+    EXPECT_EQ(rows[i].evicted, 0U) << rows[i].policy;
+  }
+}
+
+TEST(Model, ABindingBudgetChangesThePerplexity) {
+  const std::vector<std::uint8_t> text = heldout_prefix(400);
+  const std::vector<PerplexityRow> rows =
+      perplexity(*committed_model(), text, {{"sliding-window", {}, 8}, {"scissorhands", {}, 64}});
+  EXPECT_NE(rows[1].perplexity, rows[0].perplexity);
+  EXPECT_GT(rows[1].bits_per_byte, rows[0].bits_per_byte);  // 8 recent bytes lose context
+  EXPECT_EQ(rows[1].evicted, std::uint64_t{16} * (399 - 8));  // 16 heads, one a step once full
+  EXPECT_GT(rows[2].evicted, 0U);
+}
+
+// Wraps a real policy and remembers everything it evicted.
+class Probe final : public Policy {
+ public:
+  explicit Probe(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const noexcept override { return inner_->name(); }
+  void on_decode_step(std::int64_t pos, Attention attn) override {
+    if (attn) last_weights.assign(attn->begin(), attn->end());
+    inner_->on_decode_step(pos, attn);
+  }
+  std::span<const Position> evict(std::int64_t budget) override {
+    const auto victims = inner_->evict(budget);
+    evicted.insert(victims.begin(), victims.end());
+    return victims;
+  }
+  std::size_t kept_count() const noexcept override { return inner_->kept_count(); }
+  std::size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
+  std::set<Position> evicted;
+  std::vector<float> last_weights;
+
+ private:
+  std::unique_ptr<Policy> inner_;
+};
+
+TEST(Model, AnEvictedPositionIsNeverAttendedAgain) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(200);
+  for (const char* name : {"scissorhands", "h2o", "tova", "snapkv"}) {
+    constexpr std::int64_t kBudget = 40;
+    Decoder decoder(model, 200);
+    std::vector<std::unique_ptr<Probe>> probes;
+    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+      ParamMap params;
+      set_param(params, "budget", kBudget);
+      probes.push_back(std::make_unique<Probe>(make_policy(name, params)));
+      decoder.set_policy(h, probes.back().get(), kBudget);
+    }
+    for (std::uint32_t t = 0; t < text.size(); ++t) {
+      // Evicted before this step (a victim of this step was attended in it:
+      // a policy acts on the attention it has just seen).
+      std::vector<std::set<Position>> before;
+      for (const auto& p : probes) before.push_back(p->evicted);
+      decoder.step(text[t]);
+      for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+        const auto attended = decoder.attended(h);
+        ASSERT_EQ(attended.back(), t) << name << ": the newest token attends to itself";
+        for (const Position p : attended) {
+          ASSERT_EQ(before[h].count(p), 0U)
+              << name << ": head " << h << " attended position " << p << " at step " << t
+              << " after evicting it";
+        }
+        // The policy saw the weights over the held positions, ascending.
+        if (t > 0) {
+          ASSERT_EQ(probes[h]->last_weights.size(), attended.size() - 1);
+          for (std::size_t i = 0; i + 1 < attended.size(); ++i) {
+            ASSERT_EQ(probes[h]->last_weights[i], decoder.attention(h)[i]);
+          }
+        }
+        const auto held = decoder.held(h);
+        ASSERT_LE(held.size(), static_cast<std::size_t>(kBudget));
+        ASSERT_EQ(held.size(), probes[h]->kept_count());
+        ASSERT_TRUE(std::is_sorted(held.begin(), held.end()));
+        for (const Position p : held) ASSERT_EQ(probes[h]->evicted.count(p), 0U);
+      }
+    }
+    EXPECT_EQ(decoder.evicted(), std::uint64_t{16} * (200 - kBudget)) << name;
+  }
+}
+
+// An independent, plain forward pass: every key and value stays in memory and
+// an evicted position is masked out instead of removed. It takes each head's
+// attended set from the decoder; the logits must agree, which they would not
+// if the decoder rotated keys by their slot instead of their true position or
+// mixed up which values belong to which position.
+std::vector<std::vector<float>> masked_reference(const Model& model, std::span<const std::uint8_t> text,
+                                                 const std::vector<std::vector<std::vector<Position>>>& masks) {
+  const ModelConfig& c = model.config();
+  const std::uint32_t d = c.head_dim(), half = d / 2, W = c.width;
+  std::vector<std::vector<float>> keys(c.head_count()), values(c.head_count());
+  std::vector<std::vector<float>> logits;
+  auto norm = [&](const std::vector<float>& x, const float* w) {
+    double s = 0;
+    for (float v : x) s += double(v) * v;
+    const double r = 1.0 / std::sqrt(s / W + c.norm_eps);
+    std::vector<float> o(W);
+    for (std::uint32_t i = 0; i < W; ++i) o[i] = float(x[i] * r * w[i]);
+    return o;
+  };
+  auto mat = [](const float* m, const std::vector<float>& x, std::size_t rows) {
+    std::vector<float> y(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) s += double(m[r * x.size() + i]) * x[i];
+      y[r] = float(s);
+    }
+    return y;
+  };
+  for (std::uint32_t t = 0; t < text.size(); ++t) {
+    std::vector<float> x(model.embed() + std::size_t{text[t]} * W, model.embed() + (std::size_t{text[t]} + 1) * W);
+    for (std::uint32_t l = 0; l < c.layers; ++l) {
+      const Model::Layer& w = model.layer(l);
+      std::vector<float> qkv = mat(w.qkv, norm(x, w.attn_norm), 3 * W);
+      std::vector<float> out(W, 0.0F);
+      for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
+        const std::uint32_t h = l * c.heads + hd;
+        float* q = &qkv[hd * d];
+        float* k = &qkv[W + hd * d];
+        for (std::uint32_t i = 0; i < half; ++i) {
+          const double ang = t * std::pow(double(c.rope_base), -2.0 * i / d);
+          const double cs = std::cos(ang), sn = std::sin(ang);
+          const double qa = q[i], qb = q[i + half], ka = k[i], kb = k[i + half];
+          q[i] = float(qa * cs - qb * sn);
+          q[i + half] = float(qa * sn + qb * cs);
+          k[i] = float(ka * cs - kb * sn);
+          k[i + half] = float(ka * sn + kb * cs);
+        }
+        keys[h].insert(keys[h].end(), k, k + d);
+        values[h].insert(values[h].end(), &qkv[2 * W + hd * d], &qkv[2 * W + hd * d] + d);
+        const std::vector<Position>& allowed = masks[t][h];
+        std::vector<double> s;
+        for (const Position p : allowed) {
+          double dot = 0;
+          for (std::uint32_t i = 0; i < d; ++i) dot += double(q[i]) * keys[h][p * d + i];
+          s.push_back(dot / std::sqrt(double(d)));
+        }
+        const double top = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double& v : s) sum += (v = std::exp(v - top));
+        for (std::size_t j = 0; j < allowed.size(); ++j) {
+          for (std::uint32_t i = 0; i < d; ++i) out[hd * d + i] += float(s[j] / sum * values[h][allowed[j] * d + i]);
+        }
+      }
+      std::vector<float> y = mat(w.proj, out, W);
+      for (std::uint32_t i = 0; i < W; ++i) x[i] += y[i];
+      std::vector<float> u = mat(w.up, norm(x, w.mlp_norm), c.ff);
+      for (float& v : u) v = float(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+      y = mat(w.down, u, W);
+      for (std::uint32_t i = 0; i < W; ++i) x[i] += y[i];
+    }
+    logits.push_back(mat(model.embed(), norm(x, model.final_norm()), c.vocab));
+  }
+  return logits;
+}
+
+TEST(Model, AnEvictingDecoderMatchesAPlainMaskedForwardPass) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(120);
+  for (const char* name : {"scissorhands", "streaming-llm"}) {
+    constexpr std::int64_t kBudget = 40;
+    Decoder decoder(model, 120);
+    std::vector<std::unique_ptr<Policy>> built;
+    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+      ParamMap params;
+      set_param(params, "budget", kBudget);
+      built.push_back(make_policy(name, params));
+      decoder.set_policy(h, built.back().get(), kBudget);
+    }
+    std::vector<std::vector<float>> got;
+    std::vector<std::vector<std::vector<Position>>> masks;
+    for (const std::uint8_t b : text) {
+      const auto logits = decoder.step(b);
+      got.emplace_back(logits.begin(), logits.end());
+      masks.emplace_back();
+      for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+        const auto a = decoder.attended(h);
+        masks.back().emplace_back(a.begin(), a.end());
+      }
+    }
+    ASSERT_LT(masks.back().front().size(), text.size());  // it really evicted
+    const auto want = masked_reference(*model, text, masks);
+    double worst = 0.0;
+    for (std::size_t t = 0; t < text.size(); ++t) {
+      for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, double(std::abs(got[t][v] - want[t][v])));
+    }
+    EXPECT_LE(worst, 1e-4) << name;
+  }
+}
+
+TEST(Model, BudgetOneRunsAndHoldsOnePositionPerHead) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(64);
+  for (const PolicyInfo* info : policies()) {
+    ParamMap params;
+    set_param(params, "budget", 1);
+    std::unique_ptr<Policy> probe;
+    try {
+      probe = info->make(head_params({info->name, {}, 1}, model->config(), 0));
+    } catch (const ParameterError& e) {
+      // A policy may refuse a budget its own windows cannot fit: cleanly, by name.
+      EXPECT_NE(std::string(e.what()).find(info->title), std::string::npos) << e.what();
+      EXPECT_THROW(perplexity(*model, text, {{info->name, {}, 1}}), ParameterError);
+      continue;
+    }
+    const std::vector<PerplexityRow> rows = perplexity(*model, text, {{info->name, {}, 1}});
+    EXPECT_TRUE(std::isfinite(rows[1].perplexity)) << info->name;
+    EXPECT_EQ(rows[1].evicted, std::uint64_t{16} * 62) << info->name;  // steps 1 ... 62, every head
+  }
+}
+
+TEST(Model, RecordedAttentionReplaysAsATrace) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(96);
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "kvevict-model-record.npy";
+  std::filesystem::remove(file);
+  EXPECT_EQ(record_attention(*model, text, file, false), 96U);
+  EXPECT_THROW(record_attention(*model, text, file, false), InputError);  // never overwritten silently
+  const auto heads = open_trace_heads(file.string());
+  ASSERT_EQ(heads.size(), 16U);
+  ASSERT_EQ(heads.front()->length(), 96U);
+  // Row t over 0 ... t-1 plus the token's weight on itself make a softmax:
+  // every recorded row sums to less than 1 and every weight is positive.
+  for (const auto& h : heads) {
+    h->rewind();
+    for (std::uint32_t t = 1; t < 96; ++t) {
+      const auto w = h->next();
+      double sum = 0;
+      for (const float v : w) {
+        ASSERT_GT(v, 0.0F);
+        sum += v;
+      }
+      ASSERT_LT(sum, 1.0);
+    }
+  }
+  // The same weights the decoder reports, head 5 (layer 1, head 1), step 50.
+  Decoder decoder(model);
+  for (std::uint32_t t = 0; t <= 50; ++t) decoder.step(text[t]);
+  heads[5]->rewind();
+  std::span<const float> row;
+  for (std::uint32_t t = 1; t <= 50; ++t) row = heads[5]->next();
+  for (std::uint32_t i = 0; i < 50; ++i) EXPECT_EQ(row[i], decoder.attention(5)[i]);
+  std::filesystem::remove(file);
+}
+
+// ---- bad weight files ---------------------------------------------------------
+
+class BadWeights : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    good = file_bytes(model_dir() / "kvevict-tiny.kvm");
+    path = std::filesystem::temp_directory_path() / "kvevict-bad-weights.kvm";
+  }
+  void TearDown() override { std::filesystem::remove(path); }
+  void expect_error(const std::vector<char>& bytes, const std::string& phrase) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    try {
+      Model::load(path);
+      ADD_FAILURE() << "loaded a bad file; expected: " << phrase;
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path.string()), std::string::npos) << what;
+      EXPECT_NE(what.find(phrase), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+    }
+  }
+  std::vector<char> good;
+  std::filesystem::path path;
+};
+
+TEST_F(BadWeights, MissingFile) {
+  EXPECT_THROW(Model::load(path), InputError);
+}
+
+TEST_F(BadWeights, WrongMagic) {
+  std::vector<char> b = good;
+  b[0] = 'X';
+  expect_error(b, "not a kvevict model");
+  expect_error(std::vector<char>{'h', 'i'}, "not a kvevict model");
+}
+
+TEST_F(BadWeights, TruncatedAnywhere) {
+  for (const std::size_t keep : {std::size_t{12}, std::size_t{40}, good.size() / 2, good.size() - 1}) {
+    expect_error(std::vector<char>(good.begin(), good.begin() + static_cast<long>(keep)), "truncated");
+  }
+}
+
+TEST_F(BadWeights, TrailingBytes) {
+  std::vector<char> b = good;
+  b.push_back('\0');
+  expect_error(b, "trailing bytes");
+}
+
+TEST_F(BadWeights, OneFlippedBitFailsTheChecksum) {
+  std::vector<char> b = good;
+  b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x10);
+  expect_error(b, "checksum mismatch");
+}
+
+TEST_F(BadWeights, UnsupportedVersion) {
+  std::vector<char> b = good;
+  b[8] = 9;
+  expect_error(b, "format version 9");
+}
+
+TEST(Decoder, RefusesToRunPastItsCapacityAndLateOrBadPolicies) {
+  const auto model = committed_model();
+  Decoder decoder(model, 4);
+  for (int i = 0; i < 4; ++i) decoder.step('a');
+  EXPECT_THROW(decoder.step('a'), InputError);
+  auto policy = make_policy("h2o");
+  EXPECT_THROW(decoder.set_policy(0, policy.get(), 512), ContractError);  // after the first token
+  Decoder fresh(model, 4);
+  EXPECT_THROW(fresh.set_policy(99, policy.get(), 512), ContractError);
+  EXPECT_THROW(fresh.set_policy(0, policy.get(), 0), ParameterError);
+  EXPECT_THROW(Decoder(model, model->config().context + 1), InputError);
+}
+
+TEST(Text, TooShortOrMissingIsAClearError) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "kvevict-one-byte.txt";
+  {
+    std::ofstream out(file);
+    out << "a";
+  }
+  EXPECT_THROW(read_text(file), InputError);
+  EXPECT_THROW(read_text(file.string() + ".missing"), InputError);
+  std::filesystem::remove(file);
+}
+
+TEST(Persistence, UniformAttentionNeverBeatsFairShareAndAStickyPositionAlwaysDoes) {
+  MatrixTrace uniform("uniform", 40);
+  MatrixTrace sticky("sticky", 40);
+  for (std::uint32_t t = 1; t < 40; ++t) {
+    auto u = uniform.row(t);
+    std::fill(u.begin(), u.end(), 0.5F / static_cast<float>(t));  // below fair share
+    auto s = sticky.row(t);
+    std::fill(s.begin(), s.end(), 0.0F);
+    s[0] = 1.0F;  // position 0 above fair share at every step
+  }
+  Trace* u = &uniform;
+  auto rows = persistence(std::span<Trace* const>(&u, 1), {1, 8});
+  EXPECT_EQ(rows[0].important, 0U);
+  EXPECT_EQ(rows[0].share, 0.0);
+  Trace* s = &sticky;
+  rows = persistence(std::span<Trace* const>(&s, 1), {8, 1});
+  ASSERT_EQ(rows.size(), 2U);
+  EXPECT_EQ(rows[0].lag, 1U);
+  // At step 1 position 0 holds exactly its fair share 1/1, which is not above
+  // it; from step 2 on it is above. Steps 2 ... 38 have a successor.
+  EXPECT_EQ(rows[0].important, 37U);
+  EXPECT_EQ(rows[0].share, 1.0);
+  EXPECT_EQ(rows[1].important, 30U);  // steps 2 ... 31 have one 8 later
+  EXPECT_EQ(rows[1].share, 1.0);
+  // Chance level: one of t positions above fair share, averaged over t = 9 ... 39.
+  double base = 0;
+  for (int t = 9; t <= 39; ++t) base += 1.0 / t;
+  EXPECT_NEAR(rows[1].base_rate, base / 31, 1e-12);
+  EXPECT_THROW(persistence(std::span<Trace* const>(&s, 1), {39}), ParameterError);
+  EXPECT_THROW(persistence(std::span<Trace* const>(&s, 1), {}), ParameterError);
+}
+
+}  // namespace
+}  // namespace kvevict
