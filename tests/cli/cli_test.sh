@@ -46,7 +46,7 @@ ok  "compare set"      '"recentWindow": 48' -- compare --policies h2o --budgets 
 ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
 ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
 ok  "help"             "compare" -- --help
-for cmd in list run compare sweep trace vectors report; do ok "help $cmd" "--help" -- "$cmd" --help; done
+for cmd in list run compare sweep trace vectors report perplexity record persistence; do ok "help $cmd" "--help" -- "$cmd" --help; done
 
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
@@ -117,6 +117,37 @@ if [[ ! -e "$tmp/x.html" && ! -e "$tmp/y.html" && -z "$(find "$tmp" -name '*.tmp
 else
   fail "report left files behind: $(ls "$tmp" | tr '\n' ' ')"
 fi
+
+# The real model (KVEVICT_MODEL_DIR may point at a model not yet committed).
+model_dir=${KVEVICT_MODEL_DIR:-$src/model}
+model=$model_dir/kvevict-tiny.kvm
+head -c 400 "$model_dir/heldout-sample.txt" >"$tmp/text.txt"
+ok  "perplexity full"  "full cache" -- perplexity --model "$model" --text "$tmp/text.txt"
+ok  "perplexity policy" "scissorhands  64" -- perplexity --model "$model" --text "$tmp/text.txt" --policy scissorhands,tova --budget 64,128
+ok  "perplexity json"  '"bitsPerByte"' -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format json
+# A budget at least the text's length: exactly the full cache's perplexity.
+"$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy all --budget 400 --format csv >"$tmp/ppl.csv" 2>/dev/null
+if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 9 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
+ok  "compare model"    "ranked by perplexity at budget 64" -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64,128 --policies sliding-window,tova
+ok  "record"           "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 200
+ok  "record replays"   "16 head(s)" -- trace --trace "$tmp/rec.npy"
+ok  "record compare"   "tova" -- compare --trace "$tmp/rec.npy" --budgets 48,64 --policies tova,h2o
+ok  "persistence"      "share persisting" -- persistence --trace "$tmp/rec.npy" --lags 1,8,32
+bad "record exists"    "rec.npy: already exists (pass --force to replace it)" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy"
+ok  "record force"     "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 50 --force
+bad "record tokens"    "tokens (5000) must be in 2 ... 1024" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/r2.npy" --tokens 5000
+bad "model missing"    "no-such.kvm: cannot be opened" -- perplexity --model "$tmp/no-such.kvm" --text "$tmp/text.txt"
+head -c 1000 "$model" >"$tmp/cut.kvm"
+bad "model truncated"  "cut.kvm: truncated" -- perplexity --model "$tmp/cut.kvm" --text "$tmp/text.txt"
+bad "model not one"    "text.txt: not a kvevict model" -- perplexity --model "$tmp/text.txt" --text "$tmp/text.txt"
+printf 'a' >"$tmp/one.txt"
+bad "text too short"   "one.txt: has 1 bytes; a text needs at least 2" -- perplexity --model "$model" --text "$tmp/one.txt"
+bad "text missing"     "nope.txt: not a readable file" -- perplexity --model "$model" --text "$tmp/nope.txt"
+bad "budget no policy" "--budget and --set need --policy" -- perplexity --model "$model" --text "$tmp/text.txt" --budget 64
+bad "model budget"     "Scissorhands: recentWindow (32) must be smaller than budget (16)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy scissorhands --budget 16
+bad "model and trace"  "--trace and --steps replay a trace; --model runs the model" -- compare --model "$model" --text "$tmp/text.txt" --trace decode-4096
+bad "model no text"    "--text" -- compare --model "$model"
+bad "persistence lag"  "lags must be in 1 ... 48" -- persistence --trace "$tmp/rec.npy" --lags 49
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
