@@ -124,10 +124,16 @@ void matvec(const float* w, const float* x, float* y, std::uint32_t rows, std::u
 
 std::shared_ptr<const Model> Model::load(const std::filesystem::path& path) {
   const std::string file = path.string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(file, "is a folder, not a model file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(file, "cannot be opened (does it exist?)");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail(file, "reading failed");
+  return parse(std::move(bytes), file);
+}
+
+std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::string& file) {
   if (bytes.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), bytes.begin())) {
     fail(file, "not a kvevict model (no KVEVMODL magic at the start)");
   }
@@ -196,6 +202,11 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path) {
     total += n;
   }
   if (total > kMaxFloats) fail(file, fmt::format("bad model header: {} weights is too many", total));
+  // The weights must be in the file before anything is allocated for them.
+  if (total * 4 > crc_at - r.at()) {
+    fail(file, fmt::format("truncated: the header describes {} weights, the file holds at most {}", total,
+                           (crc_at - r.at()) / 4));
+  }
 
   const std::uint32_t count = r.u32("the tensor count");
   if (count != want.size()) {

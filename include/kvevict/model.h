@@ -41,6 +41,8 @@ class Model {
   // name and shape, the CRC-32 and that nothing follows it. Throws InputError
   // naming the file and what is wrong.
   static std::shared_ptr<const Model> load(const std::filesystem::path& file);
+  // The same checks on a file's bytes already in memory; `file` names it in errors.
+  static std::shared_ptr<const Model> parse(std::vector<char> bytes, const std::string& file);
 
   const ModelConfig& config() const noexcept { return config_; }
   const std::string& path() const noexcept { return path_; }
