@@ -318,21 +318,31 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   return rows;
 }
 
+namespace {
+Window first_window(const Model& model, std::span<const std::uint8_t> text, std::uint32_t tokens) {
+  const std::uint32_t context = model.config().context;
+  if (tokens == 0) tokens = context;
+  if (tokens < 2 || tokens > context) {
+    throw ParameterError(fmt::format("tokens ({}) must be in 2 ... {} (the model's context)", tokens, context));
+  }
+  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to record");
+  return {0, static_cast<std::uint32_t>(std::min<std::size_t>(tokens, text.size()))};
+}
+}  // namespace
+
+std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model, std::span<const std::uint8_t> text,
+                                                       std::uint32_t tokens) {
+  return record_window(shared_view(model), text, first_window(model, text, tokens));
+}
+
 std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens, const ProgressFn& progress) {
-  const ModelConfig& cfg = model.config();
   std::error_code ec;
   if (!overwrite && std::filesystem::exists(file, ec)) {
     throw InputError(fmt::format("{}: already exists (pass --force to replace it)", file.string()));
   }
-  if (tokens == 0) tokens = cfg.context;
-  if (tokens < 2 || tokens > cfg.context) {
-    throw ParameterError(fmt::format("tokens ({}) must be in 2 ... {} (the model's context)", tokens,
-                                     cfg.context));
-  }
-  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to record");
-  const Window w{0, static_cast<std::uint32_t>(std::min<std::size_t>(tokens, text.size()))};
+  const Window w = first_window(model, text, tokens);
   const auto heads = record_window(shared_view(model), text, w, progress);
   std::vector<Trace*> views;
   for (const auto& h : heads) views.push_back(h.get());

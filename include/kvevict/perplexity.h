@@ -21,6 +21,7 @@
 #include "kvevict/metrics.h"
 #include "kvevict/model.h"
 #include "kvevict/params.h"
+#include "kvevict/trace.h"
 
 namespace kvevict {
 
@@ -74,6 +75,11 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
 // index = layer * heads + head, row t the weights token t gave positions
 // 0 ... t-1 (its weight on itself left out, as in every trace). Refuses to
 // replace an existing file unless `overwrite`. Returns N.
+// The same attention in memory, one trace per head (head index as above).
+std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model,
+                                                       std::span<const std::uint8_t> text,
+                                                       std::uint32_t tokens = 0);
+
 std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens = 0, const ProgressFn& progress = {});

@@ -212,7 +212,15 @@ int main(int argc, char** argv) {
   auto* per = app.add_subcommand(
       "persistence", "Persistence of importance: of the positions above fair share at step t, the share "
                      "still above it at t + k");
+  std::string per_model;
+  std::string per_text;
+  std::optional<std::uint32_t> per_layer;
   per->add_option("--trace", per_trace, "generated trace id or FILE.npy")->capture_default_str();
+  auto* per_model_opt = per->add_option(
+      "--model", per_model, "instead of --trace: this model's (.kvm) full-cache attention over --text");
+  per->add_option("--text", per_text, "with --model: the text (its first context-length bytes)")->needs(per_model_opt);
+  per_model_opt->needs("--text");
+  per->add_option("--layer", per_layer, "with --model: only this layer's heads")->needs(per_model_opt);
   per->add_option("--lags", per_lags, "comma-separated lags k")->capture_default_str();
   per->add_option("--format", per_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
@@ -394,9 +402,27 @@ int main(int argc, char** argv) {
     }
 
     if (per->parsed()) {
-      const auto heads = open_trace_heads(per_trace);
+      std::vector<std::unique_ptr<Trace>> heads;
       std::vector<Trace*> views;
-      for (const auto& h : heads) views.push_back(h.get());
+      if (!per_model.empty()) {
+        if (per->count("--trace") > 0) throw ParameterError("give --trace or --model, not both");
+        const auto model = Model::load(per_model);
+        for (auto& h : record_heads(*model, read_text(per_text))) heads.push_back(std::move(h));
+        if (per_layer) {
+          if (*per_layer >= model->config().layers) {
+            throw ParameterError(fmt::format("--layer {}: the model has layers 0 ... {}", *per_layer,
+                                             model->config().layers - 1));
+          }
+          for (std::uint32_t hd = 0; hd < model->config().heads; ++hd) {
+            views.push_back(heads[*per_layer * model->config().heads + hd].get());
+          }
+        }
+      } else {
+        heads = open_trace_heads(per_trace);
+      }
+      if (views.empty()) {
+        for (const auto& h : heads) views.push_back(h.get());
+      }
       std::vector<std::uint32_t> lags;
       for (const std::int64_t k : parse_integer_list(per_lags, "--lags")) {
         if (k < 1 || k > std::numeric_limits<std::uint32_t>::max()) {
