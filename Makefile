@@ -1,7 +1,7 @@
 # Two commands from a fresh clone on Debian 12 (as root):
 #   make run    install what is missing, build Release in build/, print the canonical comparison
 #   make test   the same set-up, then every test suite (Release and sanitizers)
-.PHONY: all deps build run test docs performance charts clean
+.PHONY: all deps build run test docs performance charts model clean
 
 all: build
 
@@ -33,3 +33,10 @@ performance: build
 # the policy pages) and the full report in build/report.html.
 charts: build
 	./build/kvevict report --out build/report.html --svg docs/images --force
+
+# Retrain the real model from scratch (about an hour on 2 cores; not part of
+# CI). Rewrites model/kvevict-tiny.kvm, reference.npy, heldout-sample.txt,
+# training-log.csv and card.json -- see model/README.md.
+model:
+	@bash scripts/install-deps.sh --training
+	/usr/bin/python3 model/train.py

@@ -176,6 +176,29 @@ def write_weights(model, path):
     os.replace(tmp, path)
 
 
+def read_weights(model, path):
+    """Loads a .kvm written by write_weights into `model` (same configuration)."""
+    blob = open(path, "rb").read()
+    if blob[:8] != MAGIC or zlib.crc32(blob[:-4]) & 0xFFFFFFFF != struct.unpack("<I", blob[-4:])[0]:
+        sys.exit(f"train.py: {path}: not an intact .kvm file")
+    at = 8 + 4 + 8 + 8 * 4 + 2 * 4
+    (count,) = struct.unpack_from("<I", blob, at)
+    at += 4
+    tensors = dict(tensor_list(model))
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", blob, at)
+        name = blob[at + 4: at + 4 + n].decode()
+        at += 4 + n
+        (ndim,) = struct.unpack_from("<I", blob, at)
+        shape = struct.unpack_from(f"<{ndim}I", blob, at + 4)
+        at += 4 + 4 * ndim
+        size = int(np.prod(shape))
+        data = np.frombuffer(blob, dtype="<f4", count=size, offset=at).reshape(shape)
+        at += 4 * size
+        with torch.no_grad():
+            tensors[name].copy_(torch.from_numpy(data.copy()))
+
+
 def write_npy(path, array):
     array = np.ascontiguousarray(array, dtype="<f4")
     np.save(path, array)
@@ -221,6 +244,7 @@ def main():
     # Every step holds 8,192 tokens: STEPSxBATCHxLENGTH per phase.
     ap.add_argument("--phases", default="1000x32x256,100x16x512,100x8x1024")
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--init", help="continue from this .kvm (same configuration) instead of a fresh start")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
@@ -237,6 +261,9 @@ def main():
     print(f"corpus: {len(files)} files, train {len(train)} bytes, held-out {len(held)} bytes",
           flush=True)
     model = Model(cfg)
+    if args.init:
+        read_weights(model, args.init)
+        print(f"initialised from {args.init}", flush=True)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)
 

@@ -74,7 +74,8 @@ double run_window(const std::shared_ptr<const Model>& model, std::span<const std
 }
 
 // Runs `jobs` (index -> work) on every core, in any order, and rethrows the
-// first failure after all have stopped. Progress is reported in completion order.
+// first failure -- the work's or the progress callback's -- after all have
+// stopped. Progress is reported in completion order, one call at a time.
 template <typename Job>
 void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
   std::exception_ptr failure;
@@ -83,19 +84,26 @@ void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::size_t i = 0; i < jobs; ++i) {
     bool skip = false;
-#pragma omp critical(kvevict_model_failure)
+#pragma omp critical(kvevict_model_jobs)
     skip = failure != nullptr;
     if (skip) continue;
+    std::exception_ptr mine;
     try {
       job(i);
     } catch (...) {
-#pragma omp critical(kvevict_model_failure)
-      if (!failure) failure = std::current_exception();
+      mine = std::current_exception();
     }
-#pragma omp critical(kvevict_model_progress)
+#pragma omp critical(kvevict_model_jobs)
     {
+      if (mine && !failure) failure = mine;
       ++done;
-      if (progress && !failure) progress(done, total);
+      if (progress && !failure) {
+        try {
+          progress(done, total);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
     }
   }
   if (failure) std::rethrow_exception(failure);

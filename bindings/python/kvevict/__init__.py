@@ -19,6 +19,19 @@ Every policy is built through the C++ registry: ``kvevict.policy(name,
 are thin subclasses of :class:`Policy` with Pythonic signatures. Core errors
 keep their messages: a bad parameter is ``ValueError``, a broken contract or
 bad input ``RuntimeError``.
+
+The real model (``model/``, a small byte-level transformer) runs the same
+policies on a real KV cache, one instance per (layer, head)::
+
+    model = kvevict.Model("model/kvevict-tiny.kvm")
+    text = open("model/heldout-sample.txt", "rb").read()
+    kvevict.perplexity(model, text, [("scissorhands", 256), ("h2o", 256)])
+    kvevict.compare_model(model, text)                # ranked by perplexity
+
+    decoder = kvevict.Decoder(model)
+    for h in range(decoder.head_count):
+        decoder.set_policy(h, kvevict.H2O(budget=64))
+    logits = [decoder.step(b) for b in text[:512]]    # float32 arrays of 256
 """
 
 from __future__ import annotations
@@ -27,12 +40,18 @@ import inspect
 from typing import Any, Dict, Type
 
 from ._kvevict import (
+    Decoder,
+    Model,
     Policy,
     TraceIterator,
     __version__,
     compare,
+    compare_model,
+    perplexity,
+    persistence,
     policies,
     pyramid_budget,
+    record_attention,
     run,
     run_vectors,
     trace,
@@ -59,6 +78,12 @@ __all__ = [
     "run",
     "compare",
     "run_vectors",
+    "Model",
+    "Decoder",
+    "perplexity",
+    "compare_model",
+    "record_attention",
+    "persistence",
     "__version__",
 ]
 

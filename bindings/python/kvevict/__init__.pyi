@@ -1,10 +1,10 @@
 # Type stub for the kvevict package (the pure-Python half and the compiled
 # kvevict._kvevict). Kept in step with the registry by tests/test_stub.py:
-# every public name, every Policy method, and each named class's parameters,
-# defaults and query methods.
+# every public name, every Policy method, each named class's parameters,
+# defaults and query methods, and the Model and Decoder members.
 
 import os
-from typing import Dict, Iterator, List, Optional, Sequence, TypedDict, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,58 @@ class VectorReport(TypedDict):
     passed: int
     failed: int
     failures: List[str]
+
+class ModelConfig(TypedDict):
+    vocab: int
+    layers: int
+    heads: int  # per layer
+    width: int
+    ff: int
+    context: int  # positions the model was trained on
+    rope_base: float
+    norm_eps: float
+
+class PerplexityRow(TypedDict):
+    policy: Optional[str]  # None for the full cache
+    budget: Optional[int]  # None for the full cache
+    params: Dict[str, int]  # camelCase keys
+    perplexity: float
+    bitsPerByte: float
+    predictions: int
+    evicted: int
+    seconds: float
+
+class ModelCompareRow(TypedDict):
+    rank: Optional[int]  # None for the full cache
+    policy: Optional[str]
+    budget: Optional[int]
+    params: Dict[str, int]
+    perplexity: float
+    bitsPerByte: float
+    predictions: int
+    evicted: int
+    retainedAttentionMass: Optional[float]  # the proxies: None for the full cache
+    heavyHitterRecall: Optional[float]
+    evictionCalls: Optional[int]
+    seconds: float
+
+class PersistenceRow(TypedDict):
+    lag: int
+    important: int
+    persisted: int
+    share: float
+    baseRate: float
+
+# The bytes of a text (a file: open(path, "rb").read()), or a path to read.
+_Text = Union[bytes, bytearray, memoryview, os.PathLike[str]]
+# A run: a policy (a name or a Policy, whose parameters are used), with a
+# budget (None: the policy's own) and extra parameters.
+_Run = Union[
+    str,
+    Policy,
+    Tuple[Union[str, Policy], Optional[int]],
+    Tuple[Union[str, Policy], Optional[int], Dict[str, int]],
+]
 
 class Policy:
     """A KV-cache eviction policy built by registry name."""
@@ -163,3 +215,51 @@ def compare(
     steps: Optional[int] = None,
 ) -> CompareResult: ...
 def run_vectors(paths: Union[_Path, Sequence[_Path]]) -> VectorReport: ...
+
+class Model:
+    """The byte-level transformer of model/FORMAT.md, loaded from a .kvm file."""
+
+    def __init__(self, path: _Path) -> None: ...
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def parameter_count(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+
+class Decoder:
+    """One sequence through a Model with a real KV cache per (layer, head)."""
+
+    def __init__(self, model: Model, capacity: int = 0) -> None: ...
+    def step(self, token: int) -> npt.NDArray[np.float32]: ...
+    def set_policy(self, head: int, policy: Optional[Policy], budget: Optional[int] = None) -> None: ...
+    def policy(self, head: int) -> Optional[Policy]: ...
+    def reset(self) -> None: ...
+    def held(self, head: int) -> List[int]: ...
+    def attended(self, head: int) -> List[int]: ...
+    def attention(self, head: int) -> npt.NDArray[np.float32]: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def evicted(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def head_count(self) -> int: ...
+
+def perplexity(
+    model: Model,
+    text: _Text,
+    runs: Optional[Sequence[_Run]] = None,
+    max_windows: int = 0,
+) -> List[PerplexityRow]: ...
+def compare_model(
+    model: Model,
+    text: _Text,
+    policies: Union[str, Sequence[str]] = "all",
+    budgets: Sequence[int] = (64, 128, 256, 512),
+    overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+    max_windows: int = 0,
+) -> List[ModelCompareRow]: ...
+def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
+def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...

@@ -7,6 +7,11 @@
 // text (kvevict/json.h) parsed by Python's json module, so the binding and the
 // tool cannot drift apart.
 //
+// The real model (kvevict/model.h, kvevict/perplexity.h): Model, Decoder and
+// the evaluations over a text. Their rows are built here as dicts with
+// snake_case keys (the library has no JSON for them); the evaluations run
+// without the GIL on the core's OpenMP threads.
+//
 // Errors: kvevict::ParameterError -> ValueError, every other kvevict::Error ->
 // RuntimeError, with the core's message unchanged. Arguments of the wrong type
 // (a float budget, a string weight) are refused here with TypeError, before the
@@ -17,8 +22,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -31,7 +38,10 @@
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
+#include "kvevict/model.h"
 #include "kvevict/params.h"
+#include "kvevict/perplexity.h"
+#include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
@@ -75,17 +85,30 @@ KVEVICT_PY_ARG(PolicyList, "Union[str, Sequence[str]]")
 KVEVICT_PY_ARG(IntList, "Sequence[int]")
 KVEVICT_PY_ARG(Overrides, "Optional[Dict[str, Union[int, Dict[str, int]]]]")
 KVEVICT_PY_ARG(Paths, "Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]")
+KVEVICT_PY_ARG(PathArg, "Union[str, os.PathLike]")
+KVEVICT_PY_ARG(ModelArg, "Model")
+KVEVICT_PY_ARG(Text, "Union[bytes, bytearray, memoryview, os.PathLike]")
+KVEVICT_PY_ARG(Runs, "Optional[Sequence[Union[str, Policy, Tuple[Union[str, Policy], Optional[int]], "
+                     "Tuple[Union[str, Policy], Optional[int], Dict[str, int]]]]]")
+KVEVICT_PY_ARG(OptionalPolicy, "Optional[Policy]")
+KVEVICT_PY_ARG(AttentionStack, "numpy.typing.ArrayLike")
 #undef KVEVICT_PY_ARG
 
 using kvevict_py::Attention;
+using kvevict_py::AttentionStack;
 using kvevict_py::Int;
 using kvevict_py::IntList;
+using kvevict_py::ModelArg;
 using kvevict_py::OptionalInt;
+using kvevict_py::OptionalPolicy;
 using kvevict_py::Overrides;
+using kvevict_py::PathArg;
 using kvevict_py::Paths;
 using kvevict_py::PolicyArg;
 using kvevict_py::PolicyList;
+using kvevict_py::Runs;
 using kvevict_py::Str;
+using kvevict_py::Text;
 using kvevict_py::TraceId;
 
 namespace {
@@ -331,6 +354,7 @@ class PyPolicy {
   std::uintptr_t last_address() const noexcept { return last_address_; }
 
   void on_decode_step(py::handle pos_obj, py::handle attn_obj) {
+    refuse_if_driven("on_decode_step");
     const std::int64_t pos = to_int(pos_obj, "pos");
     if (attn_obj.is_none()) {
       last_copied_ = false;
@@ -345,6 +369,7 @@ class PyPolicy {
   }
 
   py::list evict(py::handle budget_obj) {
+    refuse_if_driven("evict");
     const std::int64_t budget = to_int(budget_obj, "budget");
     std::span<const kvevict::Position> victims;
     try {
@@ -358,6 +383,17 @@ class PyPolicy {
     py::list out(victims.size());
     for (std::size_t i = 0; i < victims.size(); ++i) out[i] = py::int_(victims[i]);
     return out;
+  }
+
+  // The core policy, for a Decoder to drive.
+  kvevict::Policy& core() noexcept { return *policy_; }
+  // The Decoder driving this policy (null: none) and the head it serves there.
+  // While driven, stepping it by hand is refused: the decoder owns its steps.
+  const void* driver() const noexcept { return driver_; }
+  std::uint32_t driver_head() const noexcept { return driver_head_; }
+  void set_driver(const void* decoder, std::uint32_t head) noexcept {
+    driver_ = decoder;
+    driver_head_ = head;
   }
 
   std::size_t kept_count() const noexcept { return policy_->kept_count(); }
@@ -396,12 +432,21 @@ class PyPolicy {
   }
 
  private:
+  void refuse_if_driven(const char* method) const {
+    if (driver_ == nullptr) return;
+    throw kvevict::ContractError(info_->title + ": " + method + "() refused: this policy is driven by a "
+                                 "Decoder (head " + std::to_string(driver_head_) +
+                                 "); detach it with set_policy(head, None) or reset() first");
+  }
+
   const kvevict::PolicyInfo* info_;
   kvevict::ParamMap given_;
   std::unique_ptr<kvevict::Policy> policy_;
   kvevict::ParamMap effective_;
   bool last_copied_ = false;
   std::uintptr_t last_address_ = 0;
+  const void* driver_ = nullptr;
+  std::uint32_t driver_head_ = 0;
 };
 
 std::unique_ptr<PyPolicy> make_policy(const Str& name, const py::kwargs& kwargs) {
@@ -457,6 +502,162 @@ T& checked(py::handle self) {
   return *holder_of<T>(self).template value_ptr<T>();
 }
 
+// ---- the real model -------------------------------------------------------------
+
+// A loaded .kvm model (immutable; shared by the decoders built from it).
+class PyModel {
+ public:
+  explicit PyModel(std::shared_ptr<const kvevict::Model> model) : model_(std::move(model)) {}
+  const kvevict::Model& get() const noexcept { return *model_; }
+  const std::shared_ptr<const kvevict::Model>& shared() const noexcept { return model_; }
+
+ private:
+  std::shared_ptr<const kvevict::Model> model_;
+};
+
+// A float32 as the Python float with the same shortest decimal form (1e-05,
+// not 9.999999747378752e-06).
+py::float_ shortest(float x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc{} ? py::float_(std::stod(std::string(buf, end))) : py::float_(x);
+}
+
+py::dict config_dict(const kvevict::ModelConfig& c) {
+  py::dict d;
+  d["vocab"] = py::int_(c.vocab);
+  d["layers"] = py::int_(c.layers);
+  d["heads"] = py::int_(c.heads);
+  d["width"] = py::int_(c.width);
+  d["ff"] = py::int_(c.ff);
+  d["context"] = py::int_(c.context);
+  d["rope_base"] = shortest(c.rope_base);
+  d["norm_eps"] = shortest(c.norm_eps);
+  return d;
+}
+
+// A non-negative integer that fits in 32 bits; `rule` completes the message.
+std::uint32_t to_u32(py::handle value, const std::string& what, const std::string& rule) {
+  const std::int64_t v = to_int(value, what);
+  if (v < 0 || v > std::numeric_limits<std::uint32_t>::max()) {
+    throw py::value_error(what + " (" + std::to_string(v) + ") " + rule);
+  }
+  return static_cast<std::uint32_t>(v);
+}
+
+py::list position_list(std::span<const kvevict::Position> positions) {
+  py::list out(positions.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) out[i] = py::int_(positions[i]);
+  return out;
+}
+
+// A new float32 array holding a copy of `w`.
+py::array_t<float> float_array(std::span<const float> w) {
+  return py::array_t<float>(static_cast<py::ssize_t>(w.size()), w.data());
+}
+
+// One sequence through the model. Holds a reference to every policy it
+// drives (so a policy cannot be collected under it) and marks each as driven,
+// so a policy serves one head of one decoder at a time.
+class PyDecoder {
+ public:
+  PyDecoder(const std::shared_ptr<const kvevict::Model>& model, std::uint32_t capacity)
+      : decoder_(model, capacity),
+        capacity_(capacity == 0 ? model->config().context : capacity),
+        policies_(model->config().head_count()),
+        drivers_(model->config().head_count(), nullptr) {}
+  ~PyDecoder() {
+    for (PyPolicy* p : drivers_) {
+      if (p != nullptr) p->set_driver(nullptr, 0);
+    }
+  }
+  PyDecoder(const PyDecoder&) = delete;
+  PyDecoder& operator=(const PyDecoder&) = delete;
+
+  std::uint32_t head_count() const noexcept { return decoder_.config().head_count(); }
+  std::uint32_t capacity() const noexcept { return capacity_; }
+  std::uint32_t position() const noexcept { return decoder_.position(); }
+  std::uint64_t evicted() const noexcept { return decoder_.evicted(); }
+  const kvevict::ModelConfig& config() const noexcept { return decoder_.config(); }
+
+  std::uint32_t head_of(py::handle head) const {
+    const std::int64_t h = to_int(head, "head");
+    if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
+      throw py::value_error("head (" + std::to_string(h) + ") must be in 0 ... " +
+                            std::to_string(head_count() - 1) + " (layer * heads + head)");
+    }
+    return static_cast<std::uint32_t>(h);
+  }
+
+  py::array_t<float> step(py::handle token_obj) {
+    const std::int64_t token = to_int(token_obj, "token");
+    const std::int64_t top = std::min<std::int64_t>(decoder_.config().vocab, 256) - 1;
+    if (token < 0 || token > top) {
+      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... " +
+                            std::to_string(top) + " (a byte)");
+    }
+    return float_array(decoder_.step(static_cast<std::uint8_t>(token)));
+  }
+
+  void set_policy(py::handle head_obj, py::handle policy_obj, py::handle budget_obj) {
+    const std::uint32_t h = head_of(head_obj);
+    if (policy_obj.is_none()) {
+      decoder_.set_policy(h, nullptr, 0);  // refused after the first token
+      release(h);
+      return;
+    }
+    if (!py::isinstance<PyPolicy>(policy_obj)) {
+      throw py::type_error("policy must be a kvevict.Policy or None, got " + type_name(policy_obj) +
+                           " (" + short_repr(policy_obj) + ")");
+    }
+    PyPolicy& p = checked<PyPolicy>(policy_obj);
+    const std::optional<std::int64_t> b = to_optional_int(budget_obj, "budget");
+    const std::int64_t budget = b ? *b : value_of(p.effective(), "budget", 512);
+    if (p.driver() != nullptr && (p.driver() != this || p.driver_head() != h)) {
+      throw py::value_error(p.info().title + ": this policy already serves head " +
+                            std::to_string(p.driver_head()) +
+                            (p.driver() == this ? "" : " of another Decoder") +
+                            ": give each head its own policy");
+    }
+    decoder_.set_policy(h, &p.core(), budget);  // may refuse; nothing changed then
+    release(h);
+    policies_[h] = py::reinterpret_borrow<py::object>(policy_obj);
+    drivers_[h] = &p;
+    p.set_driver(this, h);
+  }
+
+  // Back to an empty cache, every policy detached (give new ones).
+  void reset() {
+    decoder_.reset();
+    for (std::uint32_t h = 0; h < head_count(); ++h) {
+      decoder_.set_policy(h, nullptr, 0);
+      release(h);
+    }
+  }
+
+  py::list held(py::handle head) const { return position_list(decoder_.held(head_of(head))); }
+  py::list attended(py::handle head) const { return position_list(decoder_.attended(head_of(head))); }
+  py::array_t<float> attention(py::handle head) const {
+    return float_array(decoder_.attention(head_of(head)));
+  }
+  py::object policy(py::handle head) const {
+    const py::object& p = policies_[head_of(head)];
+    return p ? p : py::none();
+  }
+
+ private:
+  void release(std::uint32_t h) {
+    if (drivers_[h] != nullptr) drivers_[h]->set_driver(nullptr, 0);
+    drivers_[h] = nullptr;
+    policies_[h] = py::object();
+  }
+
+  kvevict::Decoder decoder_;
+  std::uint32_t capacity_;
+  std::vector<py::object> policies_;  // per head; empty: none
+  std::vector<PyPolicy*> drivers_;    // the C++ side of policies_
+};
+
 }  // namespace
 
 // `self` of the bound methods: checked to be an instance of the class, then
@@ -483,8 +684,12 @@ T& checked(py::handle self) {
 
 KVEVICT_PY_SELF(PolicySelf, PyPolicy, "Policy")
 KVEVICT_PY_SELF(TraceSelf, TraceIterator, "TraceIterator")
+KVEVICT_PY_SELF(ModelSelf, PyModel, "Model")
+KVEVICT_PY_SELF(DecoderSelf, PyDecoder, "Decoder")
 #undef KVEVICT_PY_SELF
 
+using kvevict_py::DecoderSelf;
+using kvevict_py::ModelSelf;
 using kvevict_py::PolicySelf;
 using kvevict_py::TraceSelf;
 
@@ -526,10 +731,9 @@ py::object json_loads(const std::string& text) {
   return py::module_::import("json").attr("loads")(text);
 }
 
-py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const TraceId& trace,
-               const OptionalInt& steps, const py::kwargs& kwargs) {
-  const py::handle policy = policy_arg.obj;
-  const py::handle budget = budget_arg.obj;
+// One run: a policy name or a Policy (whose given parameters are the base),
+// `params` on top, and the budget (None: the `budget` parameter, or its default).
+kvevict::RunSpec spec_of(py::handle policy, py::handle budget, const py::dict& params) {
   const kvevict::PolicyInfo* info = nullptr;
   kvevict::ParamMap base;
   if (py::isinstance<PyPolicy>(policy)) {
@@ -544,9 +748,15 @@ py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const
   }
   kvevict::RunSpec spec;
   spec.policy = info->name;
-  spec.params = params_of(*info, kwargs, std::move(base));
+  spec.params = params_of(*info, params, std::move(base));
   const std::optional<std::int64_t> b = to_optional_int(budget, "budget");
   spec.budget = b ? *b : value_of(spec.params, "budget", default_of(*info, "budget", 512));
+  return spec;
+}
+
+py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const TraceId& trace,
+               const OptionalInt& steps, const py::kwargs& kwargs) {
+  const kvevict::RunSpec spec = spec_of(policy_arg.obj, budget_arg.obj, kwargs);
   const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
   const std::string text = without_gil([&] {
     const auto rows = kvevict::evaluate({spec}, options);
@@ -685,6 +895,240 @@ py::dict run_vectors(const Paths& paths_arg) {
   out["passed"] = py::int_(report.passed);
   out["failed"] = py::int_(report.failed);
   out["failures"] = failures;
+  return out;
+}
+
+// ---- the real model: functions ------------------------------------------------------
+
+std::string path_of(py::handle path, const std::string& what) {
+  if (!py::isinstance<py::str>(path) && !py::hasattr(path, "__fspath__")) {
+    throw py::type_error(what + " must be a str or os.PathLike, got " + type_name(path) + " (" +
+                         short_repr(path) + ")");
+  }
+  const py::object p = py::module_::import("os").attr("fsdecode")(path);
+  return p.cast<std::string>();
+}
+
+const PyModel& model_of(py::handle model) {
+  if (!py::isinstance<PyModel>(model)) {
+    throw py::type_error("model must be a kvevict.Model, got " + type_name(model) + " (" +
+                         short_repr(model) + ")");
+  }
+  return checked<PyModel>(model);
+}
+
+std::unique_ptr<PyModel> load_model(const PathArg& path_arg) {
+  const std::string file = path_of(path_arg.obj, "path");
+  return std::make_unique<PyModel>(without_gil([&] { return kvevict::Model::load(file); }));
+}
+
+// The text's bytes: any 1-D buffer of 1-byte items (bytes, bytearray,
+// memoryview, a uint8 array; copied, so the caller may change it meanwhile),
+// or an os.PathLike naming a file, read whole. A str is refused: text or path?
+std::vector<std::uint8_t> text_of(py::handle text) {
+  if (py::isinstance<py::str>(text)) {
+    throw py::type_error(
+        "text must be bytes, not str: pass s.encode() for a string, or read a file with "
+        "open(path, \"rb\").read() (or pass a pathlib.Path)");
+  }
+  if (py::hasattr(text, "__fspath__")) {
+    const std::string file = path_of(text, "text");
+    return without_gil([&] { return kvevict::read_text(file); });
+  }
+  if (PyObject_CheckBuffer(text.ptr()) == 0) {
+    throw py::type_error("text must be bytes-like (bytes, bytearray, memoryview, a uint8 array) or "
+                         "a pathlib.Path, got " + type_name(text) + " (" + short_repr(text) + ")");
+  }
+  const py::buffer_info info = py::reinterpret_borrow<py::buffer>(text).request();
+  if (info.itemsize != 1 || info.ndim != 1) {
+    throw py::type_error("text must be a 1-D buffer of bytes, got a " + type_name(text) + " of " +
+                         std::to_string(info.ndim) + " dimension(s) with " +
+                         std::to_string(info.itemsize) + "-byte items");
+  }
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(info.shape[0]));
+  const auto* base = static_cast<const std::uint8_t*>(info.ptr);
+  for (py::ssize_t i = 0; i < info.shape[0]; ++i) {
+    out[static_cast<std::size_t>(i)] = base[i * info.strides[0]];
+  }
+  return out;
+}
+
+const char* const kRunShape = "a run is a policy (a name or a kvevict.Policy), (policy, budget) or "
+                              "(policy, budget, params)";
+
+std::vector<kvevict::RunSpec> runs_of(py::handle runs) {
+  std::vector<kvevict::RunSpec> out;
+  if (runs.is_none()) return out;
+  if (py::isinstance<py::str>(runs) || py::isinstance<PyPolicy>(runs) ||
+      !py::isinstance<py::iterable>(runs)) {
+    throw py::type_error(std::string("runs must be a list of runs (") + kRunShape + "), got " +
+                         type_name(runs) + " (" + short_repr(runs) + ")");
+  }
+  for (const py::handle item : runs) {
+    if (py::isinstance<py::str>(item) || py::isinstance<PyPolicy>(item)) {
+      out.push_back(spec_of(item, py::none(), py::dict()));
+      continue;
+    }
+    if (!py::isinstance<py::tuple>(item) && !py::isinstance<py::list>(item)) {
+      throw py::type_error(std::string(kRunShape) + ", got " + type_name(item) + " (" +
+                           short_repr(item) + ")");
+    }
+    const auto seq = py::reinterpret_borrow<py::sequence>(item);
+    if (seq.size() < 2 || seq.size() > 3) {
+      throw py::value_error(std::string(kRunShape) + ", got " + std::to_string(seq.size()) +
+                            " item(s): " + short_repr(item));
+    }
+    py::dict params;
+    if (seq.size() == 3) {
+      const py::object given = seq[2];
+      if (!py::isinstance<py::dict>(given)) {
+        throw py::type_error("a run's params must be a dict such as {\"recent_window\": 16}, got " +
+                             type_name(given));
+      }
+      params = py::reinterpret_borrow<py::dict>(given);
+    }
+    out.push_back(spec_of(seq[0], seq[1], params));
+  }
+  return out;
+}
+
+kvevict::ModelRunOptions model_options(py::handle max_windows) {
+  kvevict::ModelRunOptions options;
+  options.max_windows =
+      to_u32(max_windows, "max_windows", "must be at least 0 (0 = every window of the text)");
+  return options;
+}
+
+// A row as a dict; the full cache has policy, budget (and rank and proxies) None.
+py::dict row_dict(const kvevict::PerplexityRow& r, bool ranked) {
+  const bool full = r.policy.empty();
+  const auto or_none = [&](py::object value) { return full ? py::object(py::none()) : value; };
+  py::dict d;
+  if (ranked) d["rank"] = or_none(py::int_(r.rank));
+  d["policy"] = or_none(py::str(r.policy));
+  d["budget"] = or_none(py::int_(r.budget));
+  d["params"] = dict_of(r.params);
+  d["perplexity"] = py::float_(r.perplexity);
+  d["bitsPerByte"] = py::float_(r.bits_per_byte);
+  d["predictions"] = py::int_(r.predictions);
+  d["evicted"] = py::int_(r.evicted);
+  if (ranked) {
+    const auto proxy = [&](py::object value) { return r.has_proxy ? value : py::object(py::none()); };
+    d["retainedAttentionMass"] = proxy(py::float_(r.proxy.retained_attention_mass));
+    d["heavyHitterRecall"] = proxy(py::float_(r.proxy.heavy_hitter_recall));
+    d["evictionCalls"] = proxy(py::int_(r.proxy.eviction_calls));
+  }
+  d["seconds"] = py::float_(r.seconds);
+  return d;
+}
+
+py::list model_perplexity(const ModelArg& model_arg, const Text& text_arg, const Runs& runs_arg,
+                          const Int& max_windows) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  const std::vector<kvevict::RunSpec> specs = runs_of(runs_arg.obj);
+  const kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  const auto rows = without_gil([&] { return kvevict::perplexity(*model, text, specs, options); });
+  py::list out;
+  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, false));
+  return out;
+}
+
+py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const PolicyList& policies,
+                       const IntList& budgets, const Overrides& overrides, const Int& max_windows) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  kvevict::CompareRequest request;
+  request.policies = policy_names(policies.obj);
+  request.budgets = budget_list(budgets.obj);
+  request.overrides = overrides_of(overrides.obj);
+  const kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  const auto rows = without_gil([&] { return kvevict::compare_model(*model, text, request, options); });
+  py::list out;
+  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, true));
+  return out;
+}
+
+py::array_t<float> model_record(const ModelArg& model_arg, const Text& text_arg, const Int& tokens_arg) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  const std::uint32_t tokens = to_u32(
+      tokens_arg.obj, "tokens",
+      "must be in 2 ... " + std::to_string(model->config().context) +
+          " (the model's context), or 0 for the whole context");
+  const auto heads = without_gil([&] { return kvevict::record_heads(*model, text, tokens); });
+  const auto h = static_cast<py::ssize_t>(heads.size());
+  const auto n = static_cast<py::ssize_t>(heads.empty() ? 0 : heads.front()->length());
+  py::array_t<float> out({h, n, n});
+  float* data = out.mutable_data();
+  without_gil([&] {
+    std::fill_n(data, static_cast<std::size_t>(h * n * n), 0.0F);
+    for (py::ssize_t i = 0; i < h; ++i) {
+      for (py::ssize_t t = 1; t < n; ++t) {
+        const std::span<const float> row = heads[static_cast<std::size_t>(i)]->row(static_cast<std::uint32_t>(t));
+        std::copy(row.begin(), row.end(), data + (i * n + t) * n);
+      }
+    }
+  });
+  return out;
+}
+
+py::list attention_persistence(const AttentionStack& attention, const IntList& lags_arg) {
+  using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  const py::handle obj = attention.obj;
+  const py::array arr = py::array::ensure(obj);
+  if (!arr || arr.ndim() == 0) {
+    throw py::type_error("attention must be a [heads, N, N] or [N, N] array, got " + type_name(obj) +
+                         " (" + short_repr(obj) + ")");
+  }
+  check_numeric(arr, obj);
+  const py::ssize_t nd = arr.ndim();
+  if ((nd != 2 && nd != 3) || arr.shape(nd - 1) != arr.shape(nd - 2) || arr.shape(nd - 1) < 2) {
+    std::string shape = "(";
+    for (py::ssize_t d = 0; d < nd; ++d) shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
+    shape += nd == 1 ? ",)" : ")";
+    throw py::value_error("attention must be [heads, N, N] or [N, N] with N >= 2 (row t: the weights "
+                          "step t gave positions 0 ... t-1), got shape " + shape);
+  }
+  const Convert weights = Convert::ensure(arr);
+  if (!weights) throw py::type_error("attention could not be converted to float32");
+  const py::ssize_t heads = nd == 3 ? arr.shape(0) : 1;
+  const py::ssize_t n = arr.shape(nd - 1);
+  const py::handle lag_list = lags_arg.obj;
+  if (py::isinstance<py::str>(lag_list) || !py::isinstance<py::iterable>(lag_list)) {
+    throw py::type_error("lags must be a sequence of integers, got " + type_name(lag_list));
+  }
+  std::vector<std::uint32_t> lags;
+  for (const py::handle lag : lag_list) {
+    // Out-of-range lags are clamped to values the core refuses with its message.
+    lags.push_back(static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(to_int(lag, "a lag"), 0, std::numeric_limits<std::uint32_t>::max())));
+  }
+  const float* data = weights.data();
+  const auto rows = without_gil([&] {
+    std::vector<std::unique_ptr<kvevict::MatrixTrace>> traces;
+    std::vector<kvevict::Trace*> views;
+    for (py::ssize_t h = 0; h < heads; ++h) {
+      traces.push_back(std::make_unique<kvevict::MatrixTrace>("head" + std::to_string(h),
+                                                              static_cast<std::uint32_t>(n)));
+      for (py::ssize_t t = 1; t < n; ++t) {
+        const std::span<float> row = traces.back()->row(static_cast<std::uint32_t>(t));
+        std::copy_n(data + (h * n + t) * n, t, row.begin());
+      }
+      views.push_back(traces.back().get());
+    }
+    return kvevict::persistence(views, std::move(lags));
+  });
+  py::list out;
+  for (const kvevict::PersistenceRow& r : rows) {
+    py::dict d;
+    d["lag"] = py::int_(r.lag);
+    d["important"] = py::int_(r.important);
+    d["persisted"] = py::int_(r.persisted);
+    d["share"] = py::float_(r.share);
+    d["baseRate"] = py::float_(r.base_rate);
+    out.append(d);
+  }
   return out;
 }
 
@@ -955,5 +1399,169 @@ overrides: {"policy.param": value} or {"param": value} (every compared policy
 Replays test-vector files, or folders of *.vectors.json, through the C++
 runner; returns {"passed": int, "failed": int, "failures": [one line each]}
 (counts are cases). A path that does not exist raises RuntimeError.
+)doc");
+
+  // ---- the real model ----
+
+  py::class_<PyModel>(m, "Model", R"doc(
+The byte-level transformer of model/FORMAT.md, loaded from a .kvm file.
+
+Model(path): reads and checks the whole file (magic, version, sizes, every
+tensor, the CRC-32); a missing, truncated or corrupt file raises RuntimeError
+naming the file and what is wrong. Immutable once loaded: one Model serves any
+number of Decoders and evaluations.
+)doc")
+      .def(py::init(&load_model), py::arg("path"), "Loads and checks the .kvm file at `path`.")
+      .def_property_readonly(
+          "config", [](const ModelSelf& self) { return config_dict(self.get().get().config()); },
+          "The model's shape, a new dict each time: {\"vocab\", \"layers\", \"heads\" (per layer), "
+          "\"width\", \"ff\", \"context\" (positions it was trained on), \"rope_base\", \"norm_eps\"}.")
+      .def_property_readonly(
+          "parameter_count", [](const ModelSelf& self) { return self.get().get().parameter_count(); },
+          "Number of float32 parameters.")
+      .def_property_readonly(
+          "path", [](const ModelSelf& self) { return self.get().get().path(); },
+          "The file the model was loaded from, as given.")
+      .def(
+          "__repr__",
+          [](const ModelSelf& self) {
+            if (!checked_ok<PyModel>(self.obj)) return std::string("<Model (not initialised)>");
+            const kvevict::Model& model = self.get().get();
+            const kvevict::ModelConfig& c = model.config();
+            return "<Model " + py::repr(py::str(model.path())).cast<std::string>() +
+                   ": layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) +
+                   ", width=" + std::to_string(c.width) + ", context=" + std::to_string(c.context) +
+                   ", " + std::to_string(model.parameter_count()) + " parameters>";
+          },
+          "<Model 'path': layers=..., heads=..., width=..., context=..., N parameters>.");
+
+  py::class_<PyDecoder>(m, "Decoder", R"doc(
+One sequence through a Model, token by token, with a real KV cache per
+(layer, head). Head h = layer * heads + head has its own cache; give it a
+policy with set_policy() and it holds at most `budget` positions: the
+positions the policy names are physically removed from that head's keys and
+values. Positions stay absolute (RoPE at each token's true position).
+
+Decoder(model, capacity=0): room for `capacity` tokens (0 = the model's
+context; more raises RuntimeError). step() holds the GIL (it is short).
+)doc")
+      .def(py::init([](const ModelArg& model, const Int& capacity) {
+             return std::make_unique<PyDecoder>(
+                 model_of(model.obj).shared(), to_u32(capacity.obj, "capacity",
+                                    "must be at least 0 (0 = the model's context)"));
+           }),
+           py::arg("model"), py::arg("capacity") = 0,
+           "A decoder for `model` with room for `capacity` tokens (0 = the model's context).")
+      .def(
+          "step", [](const DecoderSelf& self, const Int& token) { return self.get().step(token.obj); },
+          py::arg("token"), R"doc(
+Feeds the next byte (0 ... 255) at position `position` and returns the logits
+for the byte after it: a new float32 array of `vocab` entries. Each head with a
+policy first shows it that head's softmax weights over the positions it holds
+(ascending), then evicts down to its budget. Past the capacity, or when a
+policy breaks the contract, RuntimeError.
+)doc")
+      .def(
+          "set_policy",
+          [](const DecoderSelf& self, const Int& head, const OptionalPolicy& policy,
+             const OptionalInt& budget) { self.get().set_policy(head.obj, policy.obj, budget.obj); },
+          py::arg("head"), py::arg("policy"), py::arg("budget") = py::none(), R"doc(
+Gives head `head` (= layer * heads + head) a policy held to `budget` (None:
+the policy's own `budget` parameter); None removes it. Only before the first
+token (RuntimeError after). The policy must be fresh and serve this head
+alone: the decoder keeps it alive and drives it, and stepping it by hand
+meanwhile raises RuntimeError. A budget below 1 raises ValueError.
+)doc")
+      .def(
+          "policy", [](const DecoderSelf& self, const Int& head) { return self.get().policy(head.obj); },
+          py::arg("head"), "The Policy driving head `head`, or None.")
+      .def(
+          "reset", [](const DecoderSelf& self) { self.get().reset(); },
+          "Back to an empty cache at position 0, with every policy detached (give new ones).")
+      .def(
+          "held", [](const DecoderSelf& self, const Int& head) { return self.get().held(head.obj); },
+          py::arg("head"), "Positions head `head` holds now, ascending (after this step's eviction).")
+      .def(
+          "attended", [](const DecoderSelf& self, const Int& head) { return self.get().attended(head.obj); },
+          py::arg("head"),
+          "Positions head `head` attended over on the last step, ascending, the newest token last.")
+      .def(
+          "attention",
+          [](const DecoderSelf& self, const Int& head) { return self.get().attention(head.obj); },
+          py::arg("head"),
+          "The softmax weights head `head` gave attended(head) on the last step: a new float32 array "
+          "(the newest token's weight on itself last).")
+      .def_property_readonly(
+          "position", [](const DecoderSelf& self) { return self.get().position(); },
+          "Tokens fed so far (the position the next token takes).")
+      .def_property_readonly(
+          "evicted", [](const DecoderSelf& self) { return self.get().evicted(); },
+          "Positions removed so far, all heads together.")
+      .def_property_readonly(
+          "capacity", [](const DecoderSelf& self) { return self.get().capacity(); },
+          "Tokens this decoder has room for.")
+      .def_property_readonly(
+          "head_count", [](const DecoderSelf& self) { return self.get().head_count(); },
+          "Layers x heads: the number of caches (and of policies it can drive).")
+      .def(
+          "__repr__",
+          [](const DecoderSelf& self) {
+            if (!checked_ok<PyDecoder>(self.obj)) return std::string("<Decoder (not initialised)>");
+            const PyDecoder& d = self.get();
+            return "<Decoder position=" + std::to_string(d.position()) + " capacity=" +
+                   std::to_string(d.capacity()) + " heads=" + std::to_string(d.head_count()) + ">";
+          },
+          "<Decoder position=... capacity=... heads=...>.");
+
+  m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
+        py::arg("runs") = py::none(), py::arg("max_windows") = 0, R"doc(
+Perplexity of `model` over `text` with every (layer, head) evicting through
+its own instance of each run's policy, beside the full cache. Returns a list
+of dicts, the full cache first, then one per run in order: {"policy", "budget"
+(both None for the full cache), "params" (every effective parameter, layer 0's
+for pyramidkv), "perplexity", "bitsPerByte", "predictions", "evicted"
+(positions removed, all heads and windows), "seconds"}.
+
+text: bytes (a file: open(path, "rb").read(), or a pathlib.Path). It is cut
+    into windows of the model's context, each from an empty cache; a text of
+    B bytes in W windows makes B - W predictions.
+runs: a list of runs, each a policy name or Policy (its parameters are
+    used), (policy, budget) or (policy, budget, {"param": value}); a budget
+    of None takes the policy's `budget` parameter.
+max_windows: use only the first windows of the text (0 = all).
+
+Every policy is built before any work: a bad parameter raises ValueError.
+Runs on every core without the GIL (it cannot be interrupted).
+)doc");
+
+  m.def("compare_model", &model_compare, py::arg("model"), py::arg("text"),
+        py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(64, 128, 256, 512),
+        py::arg("overrides") = py::none(), py::arg("max_windows") = 0, R"doc(
+Every policy at every budget by perplexity on `model` over `text`, with the
+attention proxies measured on the model's own full-cache attention. Returns
+a list of dicts: the full cache first, then ranked by perplexity at the
+middle budget (lower first, ties share a rank), each policy's rows by
+ascending budget: perplexity()'s keys plus "rank", "retainedAttentionMass",
+"heavyHitterRecall" and "evictionCalls" (None for the full cache).
+
+policies, budgets, overrides: as for compare().
+)doc");
+
+  m.def("record_attention", &model_record, py::arg("model"), py::arg("text"), py::arg("tokens") = 0,
+        R"doc(
+The model's full-cache attention over the first `tokens` bytes of `text` (0 =
+as many as the context holds): a new float32 array [layers * heads, N, N],
+head index layer * heads + head, row t the weights token t gave positions
+0 ... t-1 (its weight on itself left out) and zeros elsewhere. Row 0 is all
+zeros.
+)doc");
+
+  m.def("persistence", &attention_persistence, py::arg("attention"), py::arg("lags"), R"doc(
+The persistence-of-importance statistic (Scissorhands, section 3) over
+recorded attention, [heads, N, N] or [N, N] as record_attention() returns it:
+of the positions whose weight beats their fair share 1/t at step t, the share
+still above it at step t + k. One dict per lag (ascending, each 1 ... N - 2):
+{"lag", "important", "persisted", "share" (the mean over heads), "baseRate"
+(the chance level)}.
 )doc");
 }

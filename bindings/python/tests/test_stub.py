@@ -110,3 +110,18 @@ def test_trace_iterator_matches():
     stub = set(members(CLASSES["TraceIterator"]))
     assert stub == {n for n in vars(kvevict.TraceIterator) if not n.startswith("_") or
                     n in ("__iter__", "__next__", "__length_hint__")}
+
+
+@pytest.mark.parametrize("name", ["Model", "Decoder"])
+def test_model_classes_match(name):
+    cls = getattr(kvevict, name)
+    stub = members(CLASSES[name])
+    runtime = {n for n in vars(cls) if not n.startswith("_")} | {"__init__"}
+    assert set(stub) == runtime
+    for attr, fn in stub.items():
+        is_property = any(getattr(d, "id", None) == "property" for d in fn.decorator_list)
+        assert is_property == isinstance(inspect.getattr_static(cls, attr), property), attr
+        if not is_property and attr != "__init__":
+            assert stub_params(fn) == runtime_params(getattr(cls, attr)), attr
+    init = runtime_params(cls.__init__)
+    assert stub_params(stub["__init__"]) == init, init
