@@ -235,6 +235,159 @@ export interface VectorReport {
 /** Replays vector files, or every *.vectors.json under folders, through the C++ runner. */
 export function runVectors(paths: string | readonly string[]): VectorReport;
 
+// ---- the real model -------------------------------------------------------------
+// Every call below is synchronous: it blocks the calling thread until done
+// (run it in a worker thread to keep an event loop free).
+
+/** The text a model reads: bytes. A Buffer is a Uint8Array. A string is refused (TypeError). */
+export type Text = Uint8Array;
+
+export interface ModelConfig {
+  vocab: number;
+  layers: number;
+  /** Per layer. */
+  heads: number;
+  width: number;
+  ff: number;
+  /** Positions the model was trained on: the window length. */
+  context: number;
+  ropeBase: number;
+  normEps: number;
+}
+
+/**
+ * A small byte-level transformer read from a .kvm file (model/FORMAT.md). The
+ * whole file is read and checked at construction: InputError naming the file
+ * and what is wrong (missing, truncated, corrupt). Immutable.
+ */
+export class Model {
+  constructor(path: string);
+  /** A fresh object on each read. */
+  readonly config: ModelConfig;
+  readonly parameterCount: number;
+  readonly path: string;
+}
+
+/** One sequence through a Model, token by token, with a real KV cache per (layer, head). */
+export class Decoder {
+  /** Room for `capacity` tokens (0 or omitted: the model's context). */
+  constructor(model: Model, capacity?: number);
+  /** Feeds a byte; the next byte's logits, a new Float32Array of `vocab` values. */
+  step(token: number): Float32Array;
+  /**
+   * Gives head `head` (= layer * heads + head) a fresh policy held to `budget`
+   * (omitted: the policy's own budget parameter); null removes it. Before the
+   * first token only. The decoder keeps the policy alive and drives it: one
+   * head per policy, and stepping or evicting it by hand meanwhile throws
+   * ContractError (until reset() or the decoder is collected).
+   */
+  setPolicy(head: number, policy: Policy | null, budget?: number): void;
+  /** The policy of a head, or null. */
+  policy(head: number): Policy | null;
+  /** Back to an empty cache, every policy detached (give new ones). */
+  reset(): void;
+  /** Positions the head holds, ascending. */
+  held(head: number): Position[];
+  /** Positions the head attended over on the last step, the new token last. */
+  attended(head: number): Position[];
+  /** The softmax weights of the last step over attended(head) (a copy). */
+  attention(head: number): Float32Array;
+  /** Tokens fed so far. */
+  readonly position: number;
+  /** Positions removed so far, all heads together. */
+  readonly evicted: number;
+  readonly capacity: number;
+  /** layers x heads. */
+  readonly headCount: number;
+}
+
+/**
+ * A run of perplexity(): a policy name or a Policy (its parameters are the
+ * base), [policy, budget?, params?], or {policy, budget?, params?}. The budget
+ * defaults to params.budget, else the policy's own.
+ */
+export type ModelRun =
+  | string
+  | Policy
+  | readonly [string | Policy, number?, Params?]
+  | { policy: string | Policy; budget?: number; params?: Params };
+
+export interface ModelRunOptions {
+  /** Windows of the text to use (0 or omitted: all); samples a long text. */
+  maxWindows?: number;
+}
+
+/**
+ * A row of `kvevict perplexity --format json`. A text is cut into windows of
+ * the model's context, each from an empty cache: B bytes in W windows make
+ * B - W predictions.
+ */
+export interface PerplexityRow {
+  /** null for the full cache. */
+  policy: string | null;
+  /** null for the full cache. */
+  budget: number | null;
+  /** Every effective parameter (layer 0's for pyramidkv); {} for the full cache. */
+  params: Record<string, number>;
+  /** exp(mean negative log-likelihood, nats). */
+  perplexity: number;
+  bitsPerByte: number;
+  predictions: number;
+  /** Positions removed, all heads and windows together. */
+  evicted: number;
+  seconds: number;
+}
+/** A compareModel() row: the proxies measured on the model's own full-cache attention; null for the full cache. */
+export interface CompareModelRow extends PerplexityRow {
+  /** 1 = lowest perplexity at the ranking budget (ties share a rank). */
+  rank: number | null;
+  retainedAttentionMass: number | null;
+  heavyHitterRecall: number | null;
+  evictionCalls: number | null;
+}
+
+/** The full cache first, then one row per run, in order. Synchronous. */
+export function perplexity(model: Model, text: Text, runs?: readonly ModelRun[] | null, options?: ModelRunOptions): PerplexityRow[];
+
+export interface CompareModelOptions extends ModelRunOptions {
+  /** Names, or "all" / "a,b" (default: every policy). */
+  policies?: readonly string[] | string;
+  /** Default [64, 128, 256, 512]; ranked by perplexity at the middle one. */
+  budgets?: readonly number[];
+  /** As for compare(). */
+  overrides?: { readonly [key: string]: number | Params | undefined };
+}
+/** Every policy x budget by perplexity: the full cache first (rank null), then ranked. Synchronous. */
+export function compareModel(model: Model, text: Text, options?: CompareModelOptions): CompareModelRow[];
+
+/**
+ * Attention as [heads, N, N] (or one head as [N, N]), row-major: row t holds
+ * the weights token t gave positions 0 ... t-1, zeros elsewhere.
+ */
+export interface AttentionArray {
+  shape: number[];
+  data: Float32Array;
+}
+/**
+ * The full cache's attention over the first `tokens` bytes of `text` (0 or
+ * omitted: as many as the context holds): shape [layers * heads, N, N], head
+ * index layer * heads + head. Synchronous.
+ */
+export function recordAttention(model: Model, text: Text, tokens?: number): AttentionArray;
+
+export interface PersistenceRow {
+  lag: number;
+  /** Pooled count of above-fair-share positions over every step t with t + lag in the trace. */
+  important: number;
+  /** Of those, still above fair share at t + lag. */
+  persisted: number;
+  share: number;
+  /** The chance level: the mean share of positions above fair share at a step. */
+  baseRate: number;
+}
+/** The persistence of importance (Scissorhands, section 3), one row per lag (each in 1 ... N-1). */
+export function persistence(attention: AttentionArray, lags: readonly number[]): PersistenceRow[];
+
 /** Base of the errors the core throws on purpose. */
 export class KvevictError extends Error {
   constructor(message: string);
@@ -243,7 +396,7 @@ export class KvevictError extends Error {
 export class ParameterError extends KvevictError {}
 /** A broken contract: positions out of order, a capacity overrun, a NaN/infinite/negative weight. */
 export class ContractError extends KvevictError {}
-/** Bad input from outside: an unknown trace, steps out of range, a missing vector path. */
+/** Bad input from outside: an unknown trace, steps out of range, a missing vector path, a bad .kvm file. */
 export class InputError extends KvevictError {}
 
 /** Where the native addon was loaded from. */

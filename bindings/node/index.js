@@ -154,6 +154,64 @@ function runVectors(paths) {
   return native.runVectors(paths);
 }
 
+// ---- the real model ---------------------------------------------------------------
+
+/**
+ * A small byte-level transformer read from a .kvm file (model/FORMAT.md): the
+ * whole file is read and checked at construction (InputError naming the file
+ * and what is wrong). Immutable; one Model serves any number of Decoders and
+ * evaluations. `config`, `parameterCount`, `path`.
+ */
+class Model extends native.Model {
+  constructor(path) {
+    super(path);
+  }
+}
+Object.defineProperty(Model.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    const c = this.config;
+    return `Model ${JSON.stringify(this.path)} (layers=${c.layers}, heads=${c.heads}, width=${c.width}, ` +
+      `context=${c.context}, ${this.parameterCount} parameters)`;
+  },
+  configurable: true,
+});
+
+/**
+ * One sequence through a Model, token by token, with a real KV cache per
+ * (layer, head); a head given a policy evicts what the policy names.
+ */
+class Decoder extends native.Decoder {
+  constructor(model, capacity) {
+    super(model, capacity);
+  }
+}
+Object.defineProperty(Decoder.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    return `Decoder (position ${this.position}, capacity ${this.capacity}, evicted ${this.evicted})`;
+  },
+  configurable: true,
+});
+
+/** Perplexity of the full cache, then of each run; synchronous (blocks the thread). */
+function perplexity(model, text, runs, options) {
+  return native.perplexity(model, text, runs, options);
+}
+
+/** Every policy x budget by perplexity, ranked, with the attention proxies; synchronous. */
+function compareModel(model, text, options) {
+  return native.compareModel(model, text, options);
+}
+
+/** The full cache's attention: {shape: [layers * heads, N, N], data: Float32Array}; synchronous. */
+function recordAttention(model, text, tokens) {
+  return native.recordAttention(model, text, tokens);
+}
+
+/** The persistence of importance over recorded attention: [{lag, important, persisted, share, baseRate}]. */
+function persistence(attention, lags) {
+  return native.persistence(attention, lags);
+}
+
 module.exports = {
   Policy,
   ...classesByTitle,
@@ -166,6 +224,12 @@ module.exports = {
   run,
   compare,
   runVectors,
+  Model,
+  Decoder,
+  perplexity,
+  compareModel,
+  recordAttention,
+  persistence,
   KvevictError,
   ParameterError,
   ContractError,

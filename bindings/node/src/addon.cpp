@@ -12,22 +12,30 @@
 // position is a RangeError, still with the core's message.
 #include <napi.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
+#include "kvevict/model.h"
 #include "kvevict/params.h"
+#include "kvevict/perplexity.h"
+#include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
@@ -41,6 +49,8 @@ struct AddonData {
   Napi::FunctionReference parameter_error;
   Napi::FunctionReference contract_error;
   Napi::FunctionReference input_error;
+  Napi::FunctionReference policy_class;  // NativePolicy, for instanceof checks
+  Napi::FunctionReference model_class;   // NativeModel
 };
 
 enum class Kind { kBase, kParameter, kContract, kInput };
@@ -222,11 +232,37 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   PolicyWrap(const PolicyWrap&) = delete;
   PolicyWrap& operator=(const PolicyWrap&) = delete;
 
+  kvevict::Policy& core() noexcept { return *policy_; }
+  const kvevict::PolicyInfo& info() const noexcept { return *info_; }
+  const kvevict::ParamMap& given() const noexcept { return given_; }
+  // The Decoder driving this policy (null: none, or that decoder is gone: a
+  // decoder's token dies with it) and the head it serves there.
+  const char* driver() const noexcept {
+    const std::shared_ptr<char> d = driver_.lock();
+    return d.get();
+  }
+  std::uint32_t driver_head() const noexcept { return driver_head_; }
+  void set_driver(const std::shared_ptr<char>& token, std::uint32_t head) noexcept {
+    driver_ = token;
+    driver_head_ = head;
+  }
+
  private:
+  // A policy a Decoder drives is stepped by that decoder only.
+  void check_not_driven(Napi::Env env) const {
+    if (driver() != nullptr) {
+      throw make_error(env, Kind::kContract,
+                       info_->title + ": this policy is driven by a Decoder (head " +
+                           std::to_string(driver_head_) +
+                           "); it cannot be stepped or evicted by hand meanwhile");
+    }
+  }
+
   // onDecodeStep(pos, attn: Float32Array | number[] | null | undefined)
   Napi::Value OnDecodeStep(const Napi::CallbackInfo& info) {
     const Napi::Env env = info.Env();
     guard(env, [&](Call& call) {
+      check_not_driven(env);
       const std::int64_t pos = to_integer(info[0], "onDecodeStep: pos");
       if (pos < 0) call.negative = true;
       const Napi::Value a = info[1];
@@ -266,6 +302,7 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   Napi::Value Evict(const Napi::CallbackInfo& info) {
     const Napi::Env env = info.Env();
     return guard(env, [&](Call& call) -> Napi::Value {
+      check_not_driven(env);
       const std::int64_t budget = to_integer(info[0], "evict: budget");
       if (budget < 0) call.negative = true;
       const std::span<const kvevict::Position> victims = policy_->evict(budget);
@@ -324,6 +361,8 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   kvevict::ParamMap given_;
   std::vector<float> scratch_;  // plain-array attention, converted to float32
   std::int64_t external_ = 0;   // bytes reported to V8 as external memory
+  std::weak_ptr<char> driver_;
+  std::uint32_t driver_head_ = 0;
 };
 
 // ---- Trace -----------------------------------------------------------------------
@@ -455,61 +494,69 @@ Napi::Value RunJson(const Napi::CallbackInfo& info) {
   });
 }
 
+// {policies?, budgets?, overrides?} of compare() and compareModel(); `what`
+// names the function in messages.
+kvevict::CompareRequest compare_request(const Napi::Object& options, const std::string& what, Call& call) {
+  const Napi::Env env = options.Env();
+  kvevict::CompareRequest request;
+  const Napi::Value names = options.Get("policies");
+  if (names.IsString()) {
+    request.policies = kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value());
+  } else if (names.IsArray()) {
+    const auto array = names.As<Napi::Array>();
+    for (std::uint32_t i = 0; i < array.Length(); ++i) {
+      const std::string name = to_string(array.Get(i), what + ": options.policies[" + std::to_string(i) + "]");
+      request.policies.push_back(kvevict::find_policy(name).name);
+    }
+    if (request.policies.empty()) {
+      throw Napi::TypeError::New(env, what + ": options.policies is empty (omit it, or give \"all\", for every policy)");
+    }
+  } else if (!names.IsUndefined()) {
+    throw Napi::TypeError::New(env, what + ": options.policies must be an array of names or a string, got " + type_name(names));
+  }
+  const Napi::Value budgets = options.Get("budgets");
+  if (!budgets.IsUndefined()) {
+    if (!budgets.IsArray()) {
+      throw Napi::TypeError::New(env, what + ": options.budgets must be an array of numbers, got " + type_name(budgets));
+    }
+    const auto array = budgets.As<Napi::Array>();
+    request.budgets.clear();
+    for (std::uint32_t i = 0; i < array.Length(); ++i) {
+      const std::int64_t b = to_integer(array.Get(i), what + ": options.budgets[" + std::to_string(i) + "]");
+      call.negative = call.negative || b < 0;
+      request.budgets.push_back(b);
+    }
+  }
+  const Napi::Value overrides = options.Get("overrides");
+  if (!overrides.IsUndefined()) {
+    const Napi::Object object = to_object(overrides, what + ": options.overrides");
+    for (const std::string& key : own_keys(object)) {
+      const Napi::Value value = object.Get(key);
+      if (value.IsUndefined()) continue;
+      const std::string where = what + ": options.overrides." + key;
+      if (value.IsNumber()) {
+        kvevict::set_param(request.overrides, key, to_integer(value, where));
+        continue;
+      }
+      // {policy: {param: value}} means "policy.param".
+      const Napi::Object nested = to_object(value, where);
+      for (const std::string& param : own_keys(nested)) {
+        const Napi::Value v = nested.Get(param);
+        if (v.IsUndefined()) continue;
+        kvevict::set_param(request.overrides, key + "." + param, to_integer(v, where + "." + param));
+      }
+    }
+  }
+  return request;
+}
+
 // compareJson({policies?, budgets?, overrides?, trace?, steps?}) -> kvevict::rows_json text
 Napi::Value CompareJson(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
     const Napi::Object options =
         info[0].IsUndefined() ? Napi::Object::New(env) : to_object(info[0], "compare: options");
-    kvevict::CompareRequest request;
-    const Napi::Value names = options.Get("policies");
-    if (names.IsString()) {
-      request.policies = kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value());
-    } else if (names.IsArray()) {
-      const auto array = names.As<Napi::Array>();
-      for (std::uint32_t i = 0; i < array.Length(); ++i) {
-        const std::string name = to_string(array.Get(i), "compare: options.policies[" + std::to_string(i) + "]");
-        request.policies.push_back(kvevict::find_policy(name).name);
-      }
-      if (request.policies.empty()) {
-        throw Napi::TypeError::New(env, "compare: options.policies is empty (omit it, or give \"all\", for every policy)");
-      }
-    } else if (!names.IsUndefined()) {
-      throw Napi::TypeError::New(env, "compare: options.policies must be an array of names or a string, got " + type_name(names));
-    }
-    const Napi::Value budgets = options.Get("budgets");
-    if (!budgets.IsUndefined()) {
-      if (!budgets.IsArray()) {
-        throw Napi::TypeError::New(env, "compare: options.budgets must be an array of numbers, got " + type_name(budgets));
-      }
-      const auto array = budgets.As<Napi::Array>();
-      request.budgets.clear();
-      for (std::uint32_t i = 0; i < array.Length(); ++i) {
-        const std::int64_t b = to_integer(array.Get(i), "compare: options.budgets[" + std::to_string(i) + "]");
-        call.negative = call.negative || b < 0;
-        request.budgets.push_back(b);
-      }
-    }
-    const Napi::Value overrides = options.Get("overrides");
-    if (!overrides.IsUndefined()) {
-      const Napi::Object object = to_object(overrides, "compare: options.overrides");
-      for (const std::string& key : own_keys(object)) {
-        const Napi::Value value = object.Get(key);
-        if (value.IsUndefined()) continue;
-        const std::string what = "compare: options.overrides." + key;
-        if (value.IsNumber()) {
-          kvevict::set_param(request.overrides, key, to_integer(value, what));
-          continue;
-        }
-        // {policy: {param: value}} means "policy.param".
-        const Napi::Object nested = to_object(value, what);
-        for (const std::string& param : own_keys(nested)) {
-          const Napi::Value v = nested.Get(param);
-          if (v.IsUndefined()) continue;
-          kvevict::set_param(request.overrides, key + "." + param, to_integer(v, what + "." + param));
-        }
-      }
-    }
+    const kvevict::CompareRequest request = compare_request(options, "compare", call);
     const kvevict::EvaluateOptions evaluate = evaluate_options(options, "compare: options");
     const std::vector<kvevict::RunRow> rows = kvevict::compare(request, evaluate);
     return Napi::String::New(env, kvevict::rows_json(rows, -1));
@@ -553,6 +600,509 @@ Napi::Value RunVectors(const Napi::CallbackInfo& info) {
   });
 }
 
+// ---- the real model (kvevict/model.h, perplexity.h, persistence.h) -------------------
+
+// A float as the shortest decimal that reads back to it (1e-5F -> 1e-05, not 9.99999974e-06).
+double shortest(float x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc{} ? std::stod(std::string(buf, end)) : static_cast<double>(x);
+}
+
+class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeModel",
+                       {InstanceAccessor<&ModelWrap::Config>("config"),
+                        InstanceAccessor<&ModelWrap::ParameterCount>("parameterCount"),
+                        InstanceAccessor<&ModelWrap::Path>("path")});
+  }
+
+  // new NativeModel(path): reads and checks the whole .kvm file.
+  explicit ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
+    guard(info.Env(), [&](Call&) {
+      const std::string file = to_string(info[0], "Model: path");
+      model_ = kvevict::Model::load(file);
+    });
+    external_ = static_cast<std::int64_t>(model_->parameter_count() * sizeof(float));
+    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), external_);
+  }
+  ~ModelWrap() override {
+    if (external_ != 0) Napi::MemoryManagement::AdjustExternalMemory(Env(), -external_);
+  }
+  ModelWrap(const ModelWrap&) = delete;
+  ModelWrap& operator=(const ModelWrap&) = delete;
+
+  const std::shared_ptr<const kvevict::Model>& shared() const noexcept { return model_; }
+
+ private:
+  Napi::Value Config(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    const kvevict::ModelConfig& c = model_->config();
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("vocab", Napi::Number::New(env, c.vocab));
+    out.Set("layers", Napi::Number::New(env, c.layers));
+    out.Set("heads", Napi::Number::New(env, c.heads));
+    out.Set("width", Napi::Number::New(env, c.width));
+    out.Set("ff", Napi::Number::New(env, c.ff));
+    out.Set("context", Napi::Number::New(env, c.context));
+    out.Set("ropeBase", Napi::Number::New(env, shortest(c.rope_base)));
+    out.Set("normEps", Napi::Number::New(env, shortest(c.norm_eps)));
+    return out;
+  }
+  Napi::Value ParameterCount(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(model_->parameter_count()));
+  }
+  Napi::Value Path(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), model_->path()); }
+
+  std::shared_ptr<const kvevict::Model> model_;
+  std::int64_t external_ = 0;
+};
+
+// The native object behind `v` when it is an instance of `cls` (subclasses too), else null.
+template <class Wrap>
+Wrap* unwrap_as(const Napi::Value& v, const Napi::FunctionReference& cls) {
+  if (!v.IsObject() || cls.IsEmpty()) return nullptr;
+  const Napi::Object object = v.As<Napi::Object>();
+  if (!object.InstanceOf(cls.Value())) return nullptr;
+  return Wrap::Unwrap(object);  // null for an object made from the prototype alone
+}
+
+PolicyWrap* policy_wrap(const Napi::Value& v) {
+  return unwrap_as<PolicyWrap>(v, v.Env().GetInstanceData<AddonData>()->policy_class);
+}
+
+const std::shared_ptr<const kvevict::Model>& model_of(const Napi::Value& v, const std::string& what) {
+  ModelWrap* m = unwrap_as<ModelWrap>(v, v.Env().GetInstanceData<AddonData>()->model_class);
+  if (m == nullptr) throw Napi::TypeError::New(v.Env(), what + " must be a kvevict.Model, got " + type_name(v));
+  return m->shared();
+}
+
+// The text's bytes (copied): a Buffer or another Uint8Array. A string is
+// refused: text or path?
+std::vector<std::uint8_t> text_of(const Napi::Value& v, const std::string& what) {
+  const Napi::Env env = v.Env();
+  if (v.IsString()) {
+    throw Napi::TypeError::New(env, what + ": text must be a Buffer or Uint8Array, not a string: pass "
+                                           "Buffer.from(s) for a string, or fs.readFileSync(path) for a file");
+  }
+  if (v.IsTypedArray() && v.As<Napi::TypedArray>().TypedArrayType() == napi_uint8_array) {
+    const auto bytes = v.As<Napi::Uint8Array>();
+    return {bytes.Data(), bytes.Data() + bytes.ElementLength()};
+  }
+  throw Napi::TypeError::New(env, what + ": text must be a Buffer or Uint8Array, got " + type_name(v));
+}
+
+// A 32-bit count: RangeError (the binding's message) outside 0 ... 2^32-1.
+std::uint32_t to_u32(const Napi::Value& v, const std::string& what, const std::string& rule) {
+  const std::int64_t n = to_integer(v, what);
+  if (n < 0 || n > static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max())) {
+    throw Napi::RangeError::New(v.Env(), what + " (" + std::to_string(n) + ") " + rule);
+  }
+  return static_cast<std::uint32_t>(n);
+}
+
+// A policy (a name or a Policy instance, whose given parameters are the base),
+// a budget (absent: params.budget, else the policy's own) and more parameters.
+kvevict::RunSpec spec_of(const Napi::Value& policy, const Napi::Value& budget, const Napi::Value& params,
+                         const std::string& what, Call& call) {
+  const kvevict::PolicyInfo* info = nullptr;
+  kvevict::ParamMap base;
+  if (PolicyWrap* p = policy_wrap(policy)) {
+    info = &p->info();
+    base = p->given();
+  } else if (policy.IsString()) {
+    info = &kvevict::find_policy(policy.As<Napi::String>().Utf8Value());
+  } else {
+    throw Napi::TypeError::New(policy.Env(), what + ": the policy must be a name or a Policy, got " + type_name(policy));
+  }
+  for (const auto& [key, value] : to_params(params, what + ".params", call)) kvevict::set_param(base, key, value);
+  kvevict::RunSpec spec;
+  spec.policy = info->name;
+  spec.budget = 512;
+  for (const auto& [key, value] : info->effective(base)) {
+    if (key == "budget") spec.budget = value;
+  }
+  if (!absent(budget)) {
+    spec.budget = to_integer(budget, what + ".budget");
+    call.negative = call.negative || spec.budget < 0;
+  }
+  spec.params = std::move(base);
+  return spec;
+}
+
+// runs: [name | Policy | [policy, budget?, params?] | {policy, budget?, params?}]
+std::vector<kvevict::RunSpec> runs_of(const Napi::Value& runs, Call& call) {
+  const Napi::Env env = runs.Env();
+  std::vector<kvevict::RunSpec> out;
+  if (absent(runs)) return out;
+  if (!runs.IsArray()) {
+    throw Napi::TypeError::New(env, "perplexity: runs must be an array of runs (a policy name or Policy, "
+                                    "[policy, budget, params?] or {policy, budget?, params?}), got " + type_name(runs));
+  }
+  const auto array = runs.As<Napi::Array>();
+  for (std::uint32_t i = 0; i < array.Length(); ++i) {
+    const Napi::Value item = array.Get(i);
+    const std::string what = "perplexity: runs[" + std::to_string(i) + "]";
+    if (item.IsString() || policy_wrap(item) != nullptr) {
+      out.push_back(spec_of(item, env.Undefined(), env.Undefined(), what, call));
+    } else if (item.IsArray()) {
+      const auto tuple = item.As<Napi::Array>();
+      if (tuple.Length() < 1 || tuple.Length() > 3) {
+        throw Napi::TypeError::New(env, what + " must be [policy, budget?, params?], got " +
+                                            std::to_string(tuple.Length()) + " item(s)");
+      }
+      out.push_back(spec_of(tuple.Get(0u), tuple.Get(1u), tuple.Get(2u), what, call));
+    } else if (item.IsObject() && !item.IsFunction() && !item.IsTypedArray()) {
+      const auto object = item.As<Napi::Object>();
+      out.push_back(spec_of(object.Get("policy"), object.Get("budget"), object.Get("params"), what, call));
+    } else {
+      throw Napi::TypeError::New(env, what + " must be a policy name, a Policy, [policy, budget, params?] or "
+                                             "{policy, budget?, params?}, got " + type_name(item));
+    }
+  }
+  return out;
+}
+
+kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::string& what) {
+  kvevict::ModelRunOptions out;
+  const Napi::Value v = options.Get("maxWindows");
+  if (!v.IsUndefined()) {
+    out.max_windows = to_u32(v, what + ": options.maxWindows", "must be at least 0 (0 = every window of the text)");
+  }
+  return out;
+}
+
+// A row as `kvevict perplexity --format json` prints it; the full cache has
+// policy, budget (and rank and the proxies) null.
+Napi::Object row_object(Napi::Env env, const kvevict::PerplexityRow& r, bool ranked) {
+  const bool full = r.policy.empty();
+  const auto num = [&](double x) { return Napi::Value(Napi::Number::New(env, x)); };
+  const Napi::Value null = env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  if (ranked) o.Set("rank", full ? null : num(r.rank));
+  o.Set("policy", full ? null : Napi::Value(Napi::String::New(env, r.policy)));
+  o.Set("budget", full ? null : num(static_cast<double>(r.budget)));
+  o.Set("params", params_object(env, r.params));
+  o.Set("perplexity", num(r.perplexity));
+  o.Set("bitsPerByte", num(r.bits_per_byte));
+  o.Set("predictions", num(static_cast<double>(r.predictions)));
+  o.Set("evicted", num(static_cast<double>(r.evicted)));
+  if (ranked) {
+    o.Set("retainedAttentionMass", r.has_proxy ? num(r.proxy.retained_attention_mass) : null);
+    o.Set("heavyHitterRecall", r.has_proxy ? num(r.proxy.heavy_hitter_recall) : null);
+    o.Set("evictionCalls", r.has_proxy ? num(static_cast<double>(r.proxy.eviction_calls)) : null);
+  }
+  o.Set("seconds", num(r.seconds));
+  return o;
+}
+
+Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows, bool ranked) {
+  Napi::Array out = Napi::Array::New(env, rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) out.Set(static_cast<std::uint32_t>(i), row_object(env, rows[i], ranked));
+  return out;
+}
+
+Napi::Object options_object(const Napi::Value& v, const std::string& what) {
+  return v.IsUndefined() ? Napi::Object::New(v.Env()) : to_object(v, what + ": options");
+}
+
+// perplexity(model, text, runs?, {maxWindows}?) -> rows, the full cache first
+Napi::Value Perplexity(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "perplexity: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "perplexity");
+    const std::vector<kvevict::RunSpec> specs = runs_of(info[2], call);
+    const kvevict::ModelRunOptions options = model_options(options_object(info[3], "perplexity"), "perplexity");
+    return row_array(env, kvevict::perplexity(*model, text, specs, options), false);
+  });
+}
+
+// compareModel(model, text, {policies?, budgets?, overrides?, maxWindows?}?) -> ranked rows
+Napi::Value CompareModel(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "compareModel: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "compareModel");
+    const Napi::Object options = options_object(info[2], "compareModel");
+    kvevict::CompareRequest request = compare_request(options, "compareModel", call);
+    if (options.Get("budgets").IsUndefined()) request.budgets = {64, 128, 256, 512};
+    const kvevict::ModelRunOptions run = model_options(options, "compareModel");
+    return row_array(env, kvevict::compare_model(*model, text, request, run), true);
+  });
+}
+
+// recordAttention(model, text, tokens = 0) -> {shape: [heads, N, N], data: Float32Array}
+Napi::Value RecordAttention(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    const auto& model = model_of(info[0], "recordAttention: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "recordAttention");
+    const std::uint32_t tokens =
+        absent(info[2]) ? 0
+                        : to_u32(info[2], "recordAttention: tokens",
+                                 "must be in 2 ... " + std::to_string(model->config().context) +
+                                     " (the model's context), or 0 for the whole context");
+    const auto heads = kvevict::record_heads(*model, text, tokens);
+    const std::size_t h = heads.size();
+    const std::size_t n = heads.empty() ? 0 : heads.front()->length();
+    Napi::Float32Array data = Napi::Float32Array::New(env, h * n * n);  // zeroed
+    float* out = data.Data();
+    for (std::size_t i = 0; i < h; ++i) {
+      for (std::size_t t = 1; t < n; ++t) {
+        const std::span<const float> row = heads[i]->row(static_cast<std::uint32_t>(t));
+        std::copy(row.begin(), row.end(), out + (i * n + t) * n);
+      }
+    }
+    Napi::Array shape = Napi::Array::New(env, 3);
+    shape.Set(0u, Napi::Number::New(env, static_cast<double>(h)));
+    shape.Set(1u, Napi::Number::New(env, static_cast<double>(n)));
+    shape.Set(2u, Napi::Number::New(env, static_cast<double>(n)));
+    Napi::Object result = Napi::Object::New(env);
+    result.Set("shape", shape);
+    result.Set("data", data);
+    return result;
+  });
+}
+
+// persistence({shape: [heads, N, N] | [N, N], data: Float32Array}, lags: number[])
+Napi::Value Persistence(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    const Napi::Object attention = to_object(info[0], "persistence: attention");
+    const Napi::Value shape_value = attention.Get("shape");
+    if (!shape_value.IsArray()) {
+      throw Napi::TypeError::New(env, "persistence: attention.shape must be an array ([heads, N, N] or [N, N]), got " +
+                                          type_name(shape_value));
+    }
+    const auto shape_array = shape_value.As<Napi::Array>();
+    std::vector<std::int64_t> shape;
+    std::string shown;
+    for (std::uint32_t i = 0; i < shape_array.Length(); ++i) {
+      shape.push_back(to_integer(shape_array.Get(i), "persistence: attention.shape[" + std::to_string(i) + "]"));
+      shown += (i == 0 ? "" : ", ") + std::to_string(shape.back());
+    }
+    const std::size_t nd = shape.size();
+    if ((nd != 2 && nd != 3) || shape[nd - 1] != shape[nd - 2] || shape[nd - 1] < 2 || (nd == 3 && shape[0] < 1) ||
+        shape[nd - 1] > static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max())) {
+      throw Napi::RangeError::New(env, "persistence: attention must be [heads, N, N] or [N, N] with N >= 2 (row t: the "
+                                       "weights step t gave positions 0 ... t-1), got shape [" + shown + "]");
+    }
+    const Napi::Value data_value = attention.Get("data");
+    if (!data_value.IsTypedArray() || data_value.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+      throw Napi::TypeError::New(env, "persistence: attention.data must be a Float32Array, got " + type_name(data_value));
+    }
+    const auto data = data_value.As<Napi::Float32Array>();
+    const std::int64_t heads = nd == 3 ? shape[0] : 1;
+    const std::int64_t n = shape[nd - 1];
+    if (static_cast<double>(data.ElementLength()) != static_cast<double>(heads) * static_cast<double>(n) * static_cast<double>(n)) {
+      throw Napi::RangeError::New(env, "persistence: attention.data has " + std::to_string(data.ElementLength()) +
+                                           " values, the shape [" + shown + "] needs " + std::to_string(heads * n * n));
+    }
+    const Napi::Value lag_value = info[1];
+    if (!lag_value.IsArray()) {
+      throw Napi::TypeError::New(env, "persistence: lags must be an array of numbers, got " + type_name(lag_value));
+    }
+    const auto lag_array = lag_value.As<Napi::Array>();
+    std::vector<std::uint32_t> lags;
+    for (std::uint32_t i = 0; i < lag_array.Length(); ++i) {
+      const std::int64_t lag = to_integer(lag_array.Get(i), "persistence: lags[" + std::to_string(i) + "]");
+      // Out-of-range lags are clamped to values the core refuses with its message.
+      lags.push_back(static_cast<std::uint32_t>(
+          std::clamp<std::int64_t>(lag, 0, std::numeric_limits<std::uint32_t>::max())));
+    }
+    const float* base = data.Data();
+    std::vector<std::unique_ptr<kvevict::MatrixTrace>> traces;
+    std::vector<kvevict::Trace*> views;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      traces.push_back(std::make_unique<kvevict::MatrixTrace>("head" + std::to_string(h), static_cast<std::uint32_t>(n)));
+      for (std::int64_t t = 1; t < n; ++t) {
+        const std::span<float> row = traces.back()->row(static_cast<std::uint32_t>(t));
+        std::copy_n(base + (h * n + t) * n, t, row.begin());
+      }
+      views.push_back(traces.back().get());
+    }
+    const std::vector<kvevict::PersistenceRow> rows = kvevict::persistence(views, std::move(lags));
+    Napi::Array out = Napi::Array::New(env, rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const kvevict::PersistenceRow& r = rows[i];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("lag", Napi::Number::New(env, r.lag));
+      o.Set("important", Napi::Number::New(env, static_cast<double>(r.important)));
+      o.Set("persisted", Napi::Number::New(env, static_cast<double>(r.persisted)));
+      o.Set("share", Napi::Number::New(env, r.share));
+      o.Set("baseRate", Napi::Number::New(env, r.base_rate));
+      out.Set(static_cast<std::uint32_t>(i), o);
+    }
+    return out;
+  });
+}
+
+Napi::Array position_array(Napi::Env env, std::span<const kvevict::Position> positions) {
+  Napi::Array out = Napi::Array::New(env, positions.size());
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    out.Set(static_cast<std::uint32_t>(i), Napi::Number::New(env, static_cast<double>(positions[i])));
+  }
+  return out;
+}
+
+Napi::Float32Array float_array(Napi::Env env, std::span<const float> w) {
+  Napi::Float32Array out = Napi::Float32Array::New(env, w.size());
+  if (!w.empty()) std::memcpy(out.Data(), w.data(), w.size_bytes());
+  return out;
+}
+
+// One sequence through a model, token by token. Holds a reference to every
+// policy it drives and marks each as driven (through a token that dies with
+// the decoder), so a policy serves one head of one decoder at a time.
+class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeDecoder",
+                       {InstanceMethod<&DecoderWrap::Step>("step"),
+                        InstanceMethod<&DecoderWrap::SetPolicy>("setPolicy"),
+                        InstanceMethod<&DecoderWrap::PolicyOf>("policy"),
+                        InstanceMethod<&DecoderWrap::Reset>("reset"),
+                        InstanceMethod<&DecoderWrap::Held>("held"),
+                        InstanceMethod<&DecoderWrap::Attended>("attended"),
+                        InstanceMethod<&DecoderWrap::Attention>("attention"),
+                        InstanceAccessor<&DecoderWrap::Position>("position"),
+                        InstanceAccessor<&DecoderWrap::Evicted>("evicted"),
+                        InstanceAccessor<&DecoderWrap::Capacity>("capacity"),
+                        InstanceAccessor<&DecoderWrap::HeadCount>("headCount")});
+  }
+
+  // new NativeDecoder(model, capacity = 0)
+  explicit DecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DecoderWrap>(info) {
+    guard(info.Env(), [&](Call&) {
+      const auto& model = model_of(info[0], "Decoder: model");
+      const std::uint32_t capacity =
+          absent(info[1]) ? 0 : to_u32(info[1], "Decoder: capacity", "must be at least 0 (0 = the model's context)");
+      decoder_ = std::make_unique<kvevict::Decoder>(model, capacity);
+      capacity_ = capacity == 0 ? model->config().context : capacity;
+      policies_.resize(model->config().head_count());
+      drivers_.assign(model->config().head_count(), nullptr);
+    });
+  }
+
+ private:
+  std::uint32_t head_count() const noexcept { return decoder_->config().head_count(); }
+
+  std::uint32_t head_of(const Napi::Value& v, const std::string& what) const {
+    const std::int64_t h = to_integer(v, what + ": head");
+    if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
+      throw Napi::RangeError::New(v.Env(), what + ": head (" + std::to_string(h) + ") must be in 0 ... " +
+                                               std::to_string(head_count() - 1) + " (layer * heads + head)");
+    }
+    return static_cast<std::uint32_t>(h);
+  }
+
+  void release(std::uint32_t h) {
+    if (drivers_[h] != nullptr && drivers_[h]->driver() == token_.get()) drivers_[h]->set_driver(nullptr, 0);
+    drivers_[h] = nullptr;
+    policies_[h].Reset();
+  }
+
+  // step(token) -> the next byte's logits, a new Float32Array
+  Napi::Value Step(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    return guard(env, [&](Call&) -> Napi::Value {
+      const std::int64_t token = to_integer(info[0], "step: token");
+      const std::int64_t top = std::min<std::int64_t>(decoder_->config().vocab, 256) - 1;
+      if (token < 0 || token > top) {
+        throw Napi::RangeError::New(env, "step: token (" + std::to_string(token) + ") must be in 0 ... " +
+                                             std::to_string(top) + " (a byte)");
+      }
+      return float_array(env, decoder_->step(static_cast<std::uint8_t>(token)));
+    });
+  }
+
+  // setPolicy(head, policy | null, budget?)
+  Napi::Value SetPolicy(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      const std::uint32_t h = head_of(info[0], "setPolicy");
+      if (absent(info[1])) {
+        decoder_->set_policy(h, nullptr, 0);  // refused after the first token
+        release(h);
+        return;
+      }
+      PolicyWrap* p = policy_wrap(info[1]);
+      if (p == nullptr) {
+        throw Napi::TypeError::New(env, "setPolicy: policy must be a Policy or null, got " + type_name(info[1]));
+      }
+      std::int64_t budget = 512;
+      for (const auto& [key, value] : p->info().effective(p->given())) {
+        if (key == "budget") budget = value;
+      }
+      if (!absent(info[2])) {
+        budget = to_integer(info[2], "setPolicy: budget");
+        call.negative = budget < 0;
+      }
+      if (p->driver() != nullptr && (p->driver() != token_.get() || p->driver_head() != h)) {
+        throw make_error(env, Kind::kContract,
+                         p->info().title + ": this policy already serves head " + std::to_string(p->driver_head()) +
+                             (p->driver() == token_.get() ? "" : " of another Decoder") +
+                             ": give each head its own policy");
+      }
+      decoder_->set_policy(h, &p->core(), budget);  // may refuse; nothing changed then
+      release(h);
+      policies_[h] = Napi::Persistent(info[1].As<Napi::Object>());
+      drivers_[h] = p;
+      p->set_driver(token_, h);
+    });
+    return env.Undefined();
+  }
+
+  Napi::Value PolicyOf(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      const std::uint32_t h = head_of(info[0], "policy");
+      return policies_[h].IsEmpty() ? info.Env().Null() : policies_[h].Value();
+    });
+  }
+
+  // Back to an empty cache, every policy detached (give new ones).
+  Napi::Value Reset(const Napi::CallbackInfo& info) {
+    guard(info.Env(), [&](Call&) {
+      decoder_->reset();
+      for (std::uint32_t h = 0; h < head_count(); ++h) {
+        decoder_->set_policy(h, nullptr, 0);
+        release(h);
+      }
+    });
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Held(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      return position_array(info.Env(), decoder_->held(head_of(info[0], "held")));
+    });
+  }
+  Napi::Value Attended(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      return position_array(info.Env(), decoder_->attended(head_of(info[0], "attended")));
+    });
+  }
+  Napi::Value Attention(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      return float_array(info.Env(), decoder_->attention(head_of(info[0], "attention")));
+    });
+  }
+  Napi::Value Position(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), decoder_->position()); }
+  Napi::Value Evicted(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(decoder_->evicted()));
+  }
+  Napi::Value Capacity(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), capacity_); }
+  Napi::Value HeadCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), head_count()); }
+
+  std::unique_ptr<kvevict::Decoder> decoder_;
+  std::uint32_t capacity_ = 0;
+  std::vector<Napi::ObjectReference> policies_;  // per head; empty: none
+  std::vector<PolicyWrap*> drivers_;             // the native side of policies_ (alive while referenced)
+  std::shared_ptr<char> token_ = std::make_shared<char>('\0');  // marks the policies this decoder drives
+};
+
 // setErrorClasses({KvevictError, ParameterError, ContractError, InputError})
 Napi::Value SetErrorClasses(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -571,8 +1121,19 @@ Napi::Value SetErrorClasses(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  env.SetInstanceData(new AddonData());
-  exports.Set("Policy", PolicyWrap::Define(env));
+  auto* data = new AddonData();
+  env.SetInstanceData(data);
+  const Napi::Function policy = PolicyWrap::Define(env);
+  data->policy_class = Napi::Persistent(policy);
+  exports.Set("Policy", policy);
+  const Napi::Function model = ModelWrap::Define(env);
+  data->model_class = Napi::Persistent(model);
+  exports.Set("Model", model);
+  exports.Set("Decoder", DecoderWrap::Define(env));
+  exports.Set("perplexity", Napi::Function::New<Perplexity>(env, "perplexity"));
+  exports.Set("compareModel", Napi::Function::New<CompareModel>(env, "compareModel"));
+  exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));
+  exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
   exports.Set("Trace", TraceWrap::Define(env));
   exports.Set("policies", Napi::Function::New<Policies>(env, "policies"));
   exports.Set("pyramidBudget", Napi::Function::New<PyramidBudget>(env, "pyramidBudget"));

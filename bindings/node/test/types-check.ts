@@ -56,5 +56,31 @@ s.onDecodeStep(5, new Float64Array(4));
 // @ts-expect-error -- run needs a policy
 kv.run({ budget: 256 });
 
-export const used = [victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
+const model = new kv.Model('model/kvevict-tiny.kvm');
+const ctx: number = model.config.context + model.parameterCount;
+const bytes = new Uint8Array([72, 105, 33]);
+const prows: kv.PerplexityRow[] = kv.perplexity(model, bytes, ['h2o', new kv.TOVA({ budget: 8 }), ['h2o', 64, { recentWindow: 8 }],
+  { policy: 'scissorhands', budget: 128 }], { maxWindows: 1 });
+const ppl: number = prows[0]!.perplexity + (prows[0]!.budget ?? 0);
+const crows: kv.CompareModelRow[] = kv.compareModel(model, bytes, { policies: 'all', budgets: [64, 128], overrides: { recentWindow: 8 }, maxWindows: 2 });
+const rank: number | null = crows[1]!.rank;
+const attnRec: kv.AttentionArray = kv.recordAttention(model, bytes, 64);
+const baseRate: number = kv.persistence(attnRec, [1, 2])[0]!.baseRate;
+const dec = new kv.Decoder(model, 64);
+dec.setPolicy(0, new kv.H2O({ budget: 16, recentWindow: 4 }), 16);
+dec.setPolicy(1, null);
+const logits: Float32Array = dec.step(65);
+const heldPos: number[] = dec.held(0).concat(dec.attended(0));
+const headPolicy: kv.Policy | null = dec.policy(0);
+const decState: number = dec.position + dec.evicted + dec.capacity + dec.headCount + dec.attention(0).length;
+
+// @ts-expect-error -- text is bytes, not a string
+kv.perplexity(model, 'text');
+// @ts-expect-error -- a model, not a path
+kv.compareModel('model/kvevict-tiny.kvm', bytes);
+// @ts-expect-error -- maxWindows is a number
+kv.perplexity(model, bytes, [], { maxWindows: '1' });
+
+export const used = [ctx, ppl, rank, baseRate, logits, heldPos, headPolicy, decState,
+  victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
   firstFailure, infos, err, cls, kv.addonPath];
