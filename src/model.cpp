@@ -146,8 +146,9 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
   const std::uint64_t body = read_le64(bytes.data() + 12);
   const std::uint64_t expected = kPreamble + body + 4;
   if (body > bytes.size() || bytes.size() != expected) {
-    fail(file, fmt::format("{}: the header promises {} bytes, the file has {}",
-                           bytes.size() < expected ? "truncated" : "trailing bytes",
+    const bool short_file = body > bytes.size() || bytes.size() < expected;
+    fail(file, fmt::format("{}: the header promises a body of {} bytes ({} in all), the file has {}",
+                           short_file ? "truncated" : "trailing bytes", body,
                            body > bytes.size() ? std::string("more than the file") : std::to_string(expected),
                            bytes.size()));
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 #include "kvevict/errors.h"
 #include "kvevict/model.h"
@@ -155,19 +156,31 @@ class Probe final : public Policy {
   std::unique_ptr<Policy> inner_;
 };
 
+// Gives every head of `decoder` its own instance of `name` at `budget`,
+// wrapped as `P` (a Probe, or the policy itself).
+template <typename P>
+std::vector<std::unique_ptr<P>> attach(Decoder& decoder, const char* name, std::int64_t budget) {
+  std::vector<std::unique_ptr<P>> out;
+  for (std::uint32_t h = 0; h < decoder.config().head_count(); ++h) {
+    ParamMap params;
+    set_param(params, "budget", budget);
+    if constexpr (std::is_same_v<P, Policy>) {
+      out.push_back(make_policy(name, params));
+    } else {
+      out.push_back(std::make_unique<P>(make_policy(name, params)));
+    }
+    decoder.set_policy(h, out.back().get(), budget);
+  }
+  return out;
+}
+
 TEST(Model, AnEvictedPositionIsNeverAttendedAgain) {
   const auto model = committed_model();
   const std::vector<std::uint8_t> text = heldout_prefix(200);
   for (const char* name : {"scissorhands", "h2o", "tova", "snapkv"}) {
     constexpr std::int64_t kBudget = 40;
     Decoder decoder(model, 200);
-    std::vector<std::unique_ptr<Probe>> probes;
-    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
-      ParamMap params;
-      set_param(params, "budget", kBudget);
-      probes.push_back(std::make_unique<Probe>(make_policy(name, params)));
-      decoder.set_policy(h, probes.back().get(), kBudget);
-    }
+    const auto probes = attach<Probe>(decoder, name, kBudget);
     for (std::uint32_t t = 0; t < text.size(); ++t) {
       // Evicted before this step (a victim of this step was attended in it:
       // a policy acts on the attention it has just seen).
@@ -281,13 +294,7 @@ TEST(Model, AnEvictingDecoderMatchesAPlainMaskedForwardPass) {
   for (const char* name : {"scissorhands", "streaming-llm"}) {
     constexpr std::int64_t kBudget = 40;
     Decoder decoder(model, 120);
-    std::vector<std::unique_ptr<Policy>> built;
-    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
-      ParamMap params;
-      set_param(params, "budget", kBudget);
-      built.push_back(make_policy(name, params));
-      decoder.set_policy(h, built.back().get(), kBudget);
-    }
+    const auto built = attach<Policy>(decoder, name, kBudget);
     std::vector<std::vector<float>> got;
     std::vector<std::vector<std::vector<Position>>> masks;
     for (const std::uint8_t b : text) {
@@ -370,7 +377,10 @@ class BadWeights : public ::testing::Test {
  protected:
   void SetUp() override {
     good = file_bytes(model_dir() / "kvevict-tiny.kvm");
-    path = std::filesystem::temp_directory_path() / "kvevict-bad-weights.kvm";
+    // One file per test: ctest runs the tests of this fixture in parallel.
+    path = std::filesystem::temp_directory_path() /
+           (std::string("kvevict-bad-weights-") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".kvm");
   }
   void TearDown() override { std::filesystem::remove(path); }
   void expect_error(const std::vector<char>& bytes, const std::string& phrase) {

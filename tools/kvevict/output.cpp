@@ -21,6 +21,32 @@ std::int64_t param_value(const ParamMap& params, const std::string& key) {
   }
   return 0;
 }
+
+void print_cells(std::ostream& out, const std::vector<std::vector<std::string>>& cells,
+                 const std::string& format, std::size_t left_columns) {
+  if (format == "csv") {
+    for (const auto& r : cells) {
+      std::string line;
+      for (std::size_t i = 0; i < r.size(); ++i) line += (i ? "," : "") + r[i];
+      out << line << '\n';
+    }
+    return;
+  }
+  if (format == "markdown") {
+    auto md_line = [&](const std::vector<std::string>& c) {
+      std::string s = "|";
+      for (const auto& x : c) s += " " + x + " |";
+      return s;
+    };
+    out << md_line(cells[0]) << '\n';
+    std::string sep = "|";
+    for (std::size_t i = 0; i < cells[0].size(); ++i) sep += i < left_columns ? "---|" : "---:|";
+    out << sep << '\n';
+    for (std::size_t i = 1; i < cells.size(); ++i) out << md_line(cells[i]) << '\n';
+    return;
+  }
+  print_aligned(out, cells);
+}
 }  // namespace
 
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells) {
@@ -93,20 +119,8 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
     line.push_back(std::to_string(r.memory_bytes));
     cells.push_back(std::move(line));
   }
-  if (format == "markdown") {
-    auto md_line = [&](const std::vector<std::string>& c) {
-      std::string s = "|";
-      for (const auto& x : c) s += " " + x + " |";
-      return s;
-    };
-    out << md_line(cells[0]) << '\n';
-    std::string sep = "|";
-    for (std::size_t i = 0; i < cells[0].size(); ++i) sep += i < (ranked ? 2U : 1U) + extra_param_columns.size() ? "---|" : "---:|";
-    out << sep << '\n';
-    for (std::size_t i = 1; i < cells.size(); ++i) out << md_line(cells[i]) << '\n';
-    return;
-  }
-  print_aligned(out, cells);
+  // CSV was written above with more columns than the table shows.
+  print_cells(out, cells, format, (ranked ? 2U : 1U) + extra_param_columns.size());
 }
 
 void print_bench(std::ostream& out, const BenchReport& r, const std::string& format) {
@@ -182,33 +196,6 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
   }
 }
 
-namespace {
-void print_cells(std::ostream& out, const std::vector<std::vector<std::string>>& cells,
-                 const std::string& format, std::size_t left_columns) {
-  if (format == "csv") {
-    for (const auto& r : cells) {
-      std::string line;
-      for (std::size_t i = 0; i < r.size(); ++i) line += (i ? "," : "") + r[i];
-      out << line << '\n';
-    }
-    return;
-  }
-  if (format == "markdown") {
-    auto md_line = [&](const std::vector<std::string>& c) {
-      std::string s = "|";
-      for (const auto& x : c) s += " " + x + " |";
-      return s;
-    };
-    out << md_line(cells[0]) << '\n';
-    std::string sep = "|";
-    for (std::size_t i = 0; i < cells[0].size(); ++i) sep += i < left_columns ? "---|" : "---:|";
-    out << sep << '\n';
-    for (std::size_t i = 1; i < cells.size(); ++i) out << md_line(cells[i]) << '\n';
-    return;
-  }
-  print_aligned(out, cells);
-}
-}  // namespace
 
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
                       const std::string& format, bool ranked) {
