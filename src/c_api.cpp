@@ -16,6 +16,8 @@
 #include "kvevict/evaluate.h"
 #include "kvevict/harness.h"
 #include "kvevict/json.h"
+#include "kvevict/model.h"
+#include "kvevict/perplexity.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -27,6 +29,10 @@ struct kvevict_policy {
 
 struct kvevict_trace {
   std::unique_ptr<kvevict::Trace> impl;
+};
+
+struct kvevict_model {
+  std::shared_ptr<const kvevict::Model> impl;
 };
 
 namespace {
@@ -348,6 +354,58 @@ kvevict_status kvevict_compare_json(const char* policies, const int64_t* budgets
 }
 
 void kvevict_string_free(char* s) { std::free(s); }
+
+kvevict_status kvevict_model_load(const char* path, kvevict_model** out) {
+  return guard([&] {
+    need(out, "kvevict_model_load", "out");
+    *out = nullptr;
+    need(path, "kvevict_model_load", "path");
+    auto handle = std::make_unique<kvevict_model>();
+    handle->impl = kvevict::Model::load(path);
+    remember(handle.get());
+    *out = handle.release();
+  });
+}
+
+kvevict_status kvevict_model_destroy(kvevict_model* model) {
+  if (model == nullptr) return KVEVICT_OK;
+  return guard([&] {
+    if (!forget(model)) {
+      throw ArgumentError("kvevict_model_destroy: the handle is not a live one (destroyed already?)");
+    }
+    delete model;
+  });
+}
+
+kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config) {
+  return guard([&] {
+    check_live(model, "kvevict_model_get_config");
+    need(config, "kvevict_model_get_config", "config");
+    const kvevict::ModelConfig& c = model->impl->config();
+    *config = {c.vocab, c.layers, c.heads, c.width, c.ff, c.context};
+  });
+}
+
+kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
+                                        const char* policy, int64_t budget, const kvevict_param* params,
+                                        size_t param_count, uint32_t max_windows,
+                                        kvevict_perplexity_result* result) {
+  return guard([&] {
+    check_live(model, "kvevict_model_perplexity");
+    need(result, "kvevict_model_perplexity", "result");
+    if (length > 0) need(text, "kvevict_model_perplexity", "text");
+    std::vector<kvevict::RunSpec> specs;
+    if (policy != nullptr) {
+      specs.push_back({kvevict::find_policy(policy).name,
+                       param_map(params, param_count, "kvevict_model_perplexity"), budget});
+    }
+    kvevict::ModelRunOptions options;
+    options.max_windows = max_windows;
+    const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
+    const kvevict::PerplexityRow& row = rows.back();
+    *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
+  });
+}
 
 kvevict_status kvevict_vectors_run(const char* const* paths, size_t path_count, size_t* passed,
                                    size_t* failed, char** report) {

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int passed = 0;
@@ -145,6 +146,48 @@ static void trace_and_harness(void) {
   CHECK(kvevict_compare_json("h2o,nope", NULL, 0, NULL, 0, NULL, 0, &json) == KVEVICT_ERROR_PARAMETER);
 }
 
+/* The real model, when KVEVICT_MODEL_FILE names it (the install test does). */
+static void real_model(void) {
+  const char* path = getenv("KVEVICT_MODEL_FILE");
+  kvevict_model* model = NULL;
+  kvevict_model_config config;
+  kvevict_perplexity_result full, same, window, scissor;
+  kvevict_param recent = {"recentWindow", 4};
+  uint8_t text[300];
+  size_t i;
+  if (path == NULL || path[0] == '\0') {
+    printf("(KVEVICT_MODEL_FILE unset: real-model checks skipped)\n");
+    return;
+  }
+  CHECK(kvevict_model_load("/no/such/model.kvm", &model) == KVEVICT_ERROR_INPUT);
+  CHECK(model == NULL && error_contains("/no/such/model.kvm: cannot be opened"));
+  CHECK(kvevict_model_load(path, &model) == KVEVICT_OK);
+  CHECK(kvevict_model_get_config(model, &config) == KVEVICT_OK);
+  CHECK(config.vocab == 256 && config.layers == 4 && config.heads == 4 && config.context == 1024);
+  /* 300 bytes of English: one window, 299 predictions. */
+  for (i = 0; i < sizeof text; ++i) text[i] = (uint8_t)"The kernel keeps recently used pages in memory. "[i % 48];
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, NULL, 0, NULL, 0, 0, &full) == KVEVICT_OK);
+  CHECK(full.predictions == 299 && full.evicted == 0 && full.perplexity > 1.0 && full.perplexity < 256.0);
+  CHECK(fabs(full.bits_per_byte - log(full.perplexity) / log(2.0)) < 1e-12);
+  /* A budget that never binds: exactly the full cache. */
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, "h2o", 300, NULL, 0, 0, &same) == KVEVICT_OK);
+  CHECK(same.perplexity == full.perplexity && same.evicted == 0);
+  /* Budget 8: each of 16 heads evicts once a step from step 8 to 298. */
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, "sliding-window", 8, NULL, 0, 0, &window) == KVEVICT_OK);
+  CHECK(window.evicted == 16u * (299u - 8u) && window.perplexity != full.perplexity);
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, "scissorhands", 16, &recent, 1, 0, &scissor) == KVEVICT_OK);
+  CHECK(scissor.evicted == 16u * (299u - 16u));
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, "scissorhands", 16, NULL, 0, 0, &scissor) ==
+        KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("recentWindow (32) must be smaller than budget (16)"));
+  CHECK(kvevict_model_perplexity(model, text, 1, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_INPUT);
+  CHECK(kvevict_model_perplexity(model, text, sizeof text, "lru", 8, NULL, 0, 0, &full) == KVEVICT_ERROR_PARAMETER);
+  CHECK(kvevict_model_perplexity(model, NULL, 10, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_model_destroy(model) == KVEVICT_OK);
+  CHECK(kvevict_model_destroy(model) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_model_get_config(model, &config) == KVEVICT_ERROR_ARGUMENT);
+}
+
 int main(int argc, char** argv) {
   size_t vpassed = 0;
   size_t vfailed = 0;
@@ -153,6 +196,7 @@ int main(int argc, char** argv) {
   stale_spike();
   bad_input();
   trace_and_harness();
+  real_model();
   if (argc > 1) {
     CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
                               &report) == KVEVICT_OK);

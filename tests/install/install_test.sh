@@ -27,7 +27,7 @@ if [[ -d "$conformance" ]]; then
 else
   echo "(../shared/conformance is absent: peer vectors skipped)"
 fi
-LD_LIBRARY_PATH=$libdir "$tmp/c_api_test" "${vectors[@]}"
+KVEVICT_MODEL_FILE="$src/model/kvevict-tiny.kvm" LD_LIBRARY_PATH=$libdir "$tmp/c_api_test" "${vectors[@]}"
 
 cmake -S "$src/tests/install/consumer" -B "$tmp/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
