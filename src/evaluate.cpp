@@ -10,15 +10,9 @@
 #include "kvevict/errors.h"
 #include "kvevict/npy.h"
 #include "kvevict/registry.h"
+#include "ranking.h"
 
 namespace kvevict {
-
-namespace {
-bool has_param(const PolicyInfo& info, std::string_view key) {
-  return std::any_of(info.params.begin(), info.params.end(),
-                     [&](const ParamInfo& p) { return p.name == key; });
-}
-}  // namespace
 
 std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
@@ -123,7 +117,7 @@ std::vector<RunSpec> compare_specs(const CompareRequest& request) {
       if (key == "budget") throw ParameterError("compare: set budgets with --budgets, not --set budget");
       bool used = false;
       for (const std::string& name : names) {
-        if (has_param(find_policy(name), key)) {
+        if (find_policy(name).has_param(key)) {
           set_param(per_policy[name], key, value);
           used = true;
         }
@@ -141,7 +135,7 @@ std::vector<RunSpec> compare_specs(const CompareRequest& request) {
                                        key, policy));
     }
     if (param == "budget") throw ParameterError("compare: set budgets with --budgets, not --set");
-    if (!has_param(info, param)) {
+    if (!info.has_param(param)) {
       std::string known;
       for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
       throw ParameterError(fmt::format("--set {}: {} has no parameter '{}' (known: {})", key,
@@ -161,23 +155,8 @@ void rank_compare_rows(std::vector<RunRow>& rows, const std::vector<std::int64_t
   std::vector<std::int64_t> unique = budgets;
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  const std::int64_t rank_budget = ranking_budget(unique);
-  std::map<std::string, double> mass_at_rank;
-  for (const RunRow& r : rows) {
-    if (r.budget == rank_budget) mass_at_rank[r.policy] = r.metrics.retained_attention_mass;
-  }
-  // Stable: equal masses keep catalogue (or request) order.
-  std::stable_sort(rows.begin(), rows.end(), [&](const RunRow& a, const RunRow& b) {
-    if (a.policy == b.policy) return a.budget < b.budget;
-    return mass_at_rank[a.policy] > mass_at_rank[b.policy];
-  });
-  // Competition ranking: equal masses share a rank (1, 2, 2, 4).
-  for (RunRow& r : rows) {
-    r.rank = 1;
-    for (const auto& [policy, mass] : mass_at_rank) {
-      if (mass > mass_at_rank[r.policy]) ++r.rank;
-    }
-  }
+  detail::rank_rows(std::span<RunRow>(rows), ranking_budget(unique),
+                    [](const RunRow& r) { return r.metrics.retained_attention_mass; });
 }
 
 std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options) {
@@ -189,7 +168,7 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
 
 std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& options) {
   const PolicyInfo& info = find_policy(request.policy);
-  if (!has_param(info, request.param)) {
+  if (!info.has_param(request.param)) {
     std::string known;
     for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
     throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", info.title,

@@ -29,6 +29,12 @@ constexpr std::uint64_t kMaxFloats = 1ULL << 30;  // 4 GiB of weights
   throw InputError(fmt::format("{}: {}", file, what));
 }
 
+std::uint32_t read_le32(const char* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
 // Little-endian reads from the file image, each checked against its end.
 class Reader {
  public:
@@ -43,8 +49,7 @@ class Reader {
   }
   std::uint32_t u32(const char* what) {
     need(4, what);
-    std::uint32_t v = 0;
-    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(bytes_[at_ + static_cast<std::size_t>(i)]);
+    const std::uint32_t v = read_le32(bytes_.data() + at_);
     at_ += 4;
     return v;
   }
@@ -73,12 +78,6 @@ class Reader {
   std::size_t at_;
   std::size_t end_;
 };
-
-std::uint32_t read_le32(const char* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
 
 std::uint64_t read_le64(const char* p) {
   std::uint64_t v = 0;

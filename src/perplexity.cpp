@@ -12,7 +12,9 @@
 #include "kvevict/errors.h"
 #include "kvevict/npy.h"
 #include "kvevict/registry.h"
+#include "kvevict/report.h"
 #include "kvevict/trace.h"
+#include "ranking.h"
 
 namespace kvevict {
 
@@ -30,11 +32,6 @@ std::vector<Window> windows_of(std::size_t bytes, std::uint32_t context, std::ui
     if (max_windows != 0 && out.size() == max_windows) break;
   }
   return out;
-}
-
-bool has_param(const PolicyInfo& info, std::string_view key) {
-  return std::any_of(info.params.begin(), info.params.end(),
-                     [&](const ParamInfo& p) { return p.name == key; });
 }
 
 bool names_param(const ParamMap& params, std::string_view key) {
@@ -178,7 +175,7 @@ ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32
   const PolicyInfo& info = find_policy(spec.policy);
   ParamMap params = spec.params;
   set_param(params, "budget", spec.budget);
-  if (has_param(info, "layer") && has_param(info, "numLayers")) {
+  if (info.has_param("layer") && info.has_param("numLayers")) {
     if (!names_param(spec.params, "numLayers")) set_param(params, "numLayers", config.layers);
     if (!names_param(spec.params, "layer")) set_param(params, "layer", layer);
   }
@@ -257,7 +254,6 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const std::shared_ptr<const Model> shared = shared_view(model);
   std::uint32_t done = ppl_jobs;
   for (const Window& w : windows) {
-    if (w.length < 2) continue;
     const auto heads = record_window(shared, text, w);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
@@ -300,29 +296,10 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
     row.has_proxy = true;
   }
 
-  // Rank by perplexity at the ranking budget; keep each policy's rows together.
-  const std::int64_t at = ranking_budget(request.budgets);
-  std::vector<std::pair<double, std::string>> keys;
-  for (const PerplexityRow& row : rows) {
-    if (row.budget == at) keys.emplace_back(row.perplexity, row.policy);
-  }
-  std::sort(keys.begin(), keys.end());
-  auto rank_of = [&](const std::string& policy) {
-    int rank = 0;
-    double last = -1.0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i].first != last) rank = static_cast<int>(i) + 1;
-      last = keys[i].first;
-      if (keys[i].second == policy) return rank;
-    }
-    return 0;
-  };
-  for (std::size_t i = 1; i < rows.size(); ++i) rows[i].rank = rank_of(rows[i].policy);
-  std::stable_sort(rows.begin() + 1, rows.end(), [](const PerplexityRow& a, const PerplexityRow& b) {
-    if (a.rank != b.rank) return a.rank < b.rank;
-    if (a.policy != b.policy) return a.policy < b.policy;
-    return a.budget < b.budget;
-  });
+  // Rank by perplexity at the ranking budget (lower is better); the full
+  // cache stays first, unranked.
+  detail::rank_rows(std::span<PerplexityRow>(rows).subspan(1), ranking_budget(request.budgets),
+                    [](const PerplexityRow& r) { return -r.perplexity; });
   return rows;
 }
 
@@ -346,10 +323,7 @@ std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model, std::
 std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens, const ProgressFn& progress) {
-  std::error_code ec;
-  if (!overwrite && std::filesystem::exists(file, ec)) {
-    throw InputError(fmt::format("{}: already exists (pass --force to replace it)", file.string()));
-  }
+  check_output_file(file, overwrite);  // before the work, not after
   const Window w = first_window(model, text, tokens);
   const auto heads = record_window(shared_view(model), text, w, progress);
   std::vector<Trace*> views;

@@ -1,5 +1,7 @@
 #include "kvevict/registry.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "kvevict/errors.h"
@@ -54,6 +56,10 @@ ParamMap PolicyInfo::effective(const ParamMap& given) const {
   for (const ParamInfo& p : params) out.emplace_back(p.name, p.default_value);
   for (const auto& [key, value] : given) set_param(out, key, value);
   return out;
+}
+
+bool PolicyInfo::has_param(std::string_view param_name) const {
+  return std::any_of(params.begin(), params.end(), [&](const ParamInfo& p) { return p.name == param_name; });
 }
 
 const QueryInfo* PolicyInfo::find_query(std::string_view query_name) const {

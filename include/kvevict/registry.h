@@ -42,6 +42,7 @@ struct PolicyInfo {
   // Every parameter with its effective value: defaults overlaid with `given`.
   ParamMap effective(const ParamMap& given) const;
   const QueryInfo* find_query(std::string_view query_name) const;
+  bool has_param(std::string_view param_name) const;
 };
 
 // All registered policies, in catalogue order (the flagship first).

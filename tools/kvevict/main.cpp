@@ -391,7 +391,6 @@ int main(int argc, char** argv) {
     }
 
     if (rec->parsed()) {
-      check_output_file(rec_out, rec_force);  // before the work, not after
       const auto model = Model::load(rec_model);
       const std::vector<std::uint8_t> text = read_text(rec_text);
       const std::uint32_t n = record_attention(*model, text, rec_out, rec_force, rec_tokens);

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kvevict
-from conftest import OWN_VECTORS, SOURCE_ROOT
+from conftest import OWN_VECTORS, SOURCE_ROOT, ticks_during
 
 RUN_KEYS = ["policy", "trace", "budget", "params", "steps", "metrics", "evicted", "memoryBytes", "seconds"]
 METRIC_KEYS = ["retainedAttentionMass", "heavyHitterRecall", "evictionCalls"]
@@ -224,25 +224,10 @@ def test_long_evaluations_release_the_gil_and_honour_signals():
     """compare() runs without the GIL (another thread makes progress) and
     stops at a pending signal (Ctrl-C) instead of running to the end."""
     import signal
-    import threading
     import time
 
-    ticks = []
-    stop = threading.Event()
-
-    def tick():
-        while not stop.is_set():
-            ticks.append(1)
-            time.sleep(0.001)
-
-    worker = threading.Thread(target=tick)
-    worker.start()
-    try:
-        kvevict.compare()
-    finally:
-        stop.set()
-        worker.join()
-    assert len(ticks) > 5
+    _, ticks = ticks_during(kvevict.compare)
+    assert ticks > 5
 
     class Interrupted(Exception):
         pass
