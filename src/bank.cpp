@@ -11,6 +11,7 @@
 
 #include "kvevict/errors.h"
 #include "policies/common.h"
+#include "bank_kernels.h"
 #include "policies/kernels.h"
 
 namespace kvevict {
@@ -19,182 +20,6 @@ namespace {
 constexpr const char* kTitle = "PolicyBank";
 constexpr std::uint64_t kNoKey = std::numeric_limits<std::uint64_t>::max();
 
-// Folds the group's query rows into one weight per slot (in group order).
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
-               float* out) {
-  std::copy_n(rows, n, out);
-  for (std::size_t g = 1; g < group; ++g) {
-    const float* r = rows + g * stride;
-    if (how == Aggregation::kMax) {
-      for (std::size_t s = 0; s < n; ++s) out[s] = r[s] > out[s] ? r[s] : out[s];
-    } else {
-      for (std::size_t s = 0; s < n; ++s) out[s] += r[s];
-    }
-  }
-  if (how == Aggregation::kMean) {
-    const auto g = static_cast<float>(group);
-    for (std::size_t s = 0; s < n; ++s) out[s] /= g;
-  }
-}
-
-// Scissorhands: count the votes of held slots and find, in the same pass, the
-// evictable slot with the fewest votes (ties: the lower position), as one
-// 64-bit key votes << 32 | position. Written with vector types so the whole
-// pass -- compares, adds, the 64-bit minimum -- runs eight slots at a time.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-std::uint64_t vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
-                            float threshold, std::uint32_t protect_from, std::size_t& slot, bool& valid) {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  using U8 = std::uint32_t __attribute__((vector_size(32)));
-  using F8 = float __attribute__((vector_size(32)));
-  using Q8 = std::uint64_t __attribute__((vector_size(64)));
-  constexpr std::uint32_t kFreeSlot = PolicyBank::kFree;
-  Q8 lanes;
-  Q8 lane_slots = {};
-  Q8 here;
-  for (std::size_t k = 0; k < 8; ++k) {
-    lanes[k] = kNoKey;
-    here[k] = k;
-  }
-  U8 bad = {};
-  std::size_t s = 0;
-  for (; s + 8 <= n; s += 8) {
-    U8 p;
-    U8 v;
-    F8 x;
-    std::memcpy(&p, pos + s, sizeof p);
-    std::memcpy(&v, votes + s, sizeof v);
-    std::memcpy(&x, w + s, sizeof x);
-    const U8 held = reinterpret_cast<U8>(p != kFreeSlot);        // all ones or zero
-    // A held weight must be finite and >= 0 (false for NaN): checked in the
-    // same pass; the caller undoes the votes exactly if one is not.
-    bad |= ~(reinterpret_cast<U8>(x >= 0.0F) & reinterpret_cast<U8>(x <= kMax)) & held;
-    const U8 voted = reinterpret_cast<U8>(x >= threshold) & held;
-    v -= voted;                                                  // -(-1) = +1
-    std::memcpy(votes + s, &v, sizeof v);
-    const U8 evictable = held & reinterpret_cast<U8>(p < protect_from);
-    const Q8 key = (__builtin_convertvector(v, Q8) << 32) | __builtin_convertvector(p, Q8);
-    const Q8 gate = __builtin_convertvector(reinterpret_cast<std::int32_t __attribute__((vector_size(32)))>(evictable), Q8);
-    const Q8 masked = (key & gate) | ~gate;                      // not evictable: all ones
-    const auto lower = masked < lanes;
-    lanes = lower ? masked : lanes;
-    lane_slots = lower ? here : lane_slots;
-    here += 8;
-  }
-  // Keys are unique (positions are), so the smallest lane names one slot.
-  std::uint64_t best = kNoKey;
-  slot = n;
-  std::uint32_t any_bad = 0;
-  for (std::size_t k = 0; k < 8; ++k) {
-    any_bad |= bad[k];
-    if (lanes[k] < best) {
-      best = lanes[k];
-      slot = lane_slots[k];
-    }
-  }
-  for (; s < n; ++s) {
-    const bool held = pos[s] != kFreeSlot;
-    if (held && !(w[s] >= 0.0F && w[s] <= kMax)) any_bad = 1;
-    const std::uint32_t v = votes[s] + (held && w[s] >= threshold ? 1U : 0U);
-    votes[s] = v;
-    const std::uint64_t key = (std::uint64_t{v} << 32) | pos[s];
-    if (held && pos[s] < protect_from && key < best) {
-      best = key;
-      slot = s;
-    }
-  }
-  valid = any_bad == 0;
-  return best;
-}
-
-// Takes back vote_and_find's votes (exact: they are integers).
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n, float threshold) {
-  for (std::size_t s = 0; s < n; ++s) {
-    votes[s] -= (pos[s] != PolicyBank::kFree && w[s] >= threshold) ? 1U : 0U;
-  }
-}
-
-// H2O: add the weights of held slots and find, in the same pass, the
-// evictable slot with the lowest score (ties: the lower position), eight slots
-// at a time. Scores are sums of weights >= 0, so they are never negative and
-// their bit patterns order exactly as the values do: the search compares
-// integers, which vectorise cleanly. Returns the slot, or n when none is
-// evictable.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-std::size_t add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
-                         std::uint32_t protect_from) {
-  using U8 = std::uint32_t __attribute__((vector_size(32)));
-  using I8 = std::int32_t __attribute__((vector_size(32)));
-  using F8 = float __attribute__((vector_size(32)));
-  using D8 = double __attribute__((vector_size(64)));
-  using Q8 = std::uint64_t __attribute__((vector_size(64)));
-  using M8 = std::int64_t __attribute__((vector_size(64)));
-  constexpr std::uint32_t kFreeSlot = PolicyBank::kFree;
-  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
-  Q8 low;
-  Q8 low_pos;
-  Q8 low_slot = {};
-  Q8 here;
-  for (std::size_t k = 0; k < 8; ++k) {
-    low[k] = kNone;
-    low_pos[k] = kNone;
-    here[k] = k;
-  }
-  std::size_t s = 0;
-  for (; s + 8 <= n; s += 8) {
-    U8 p;
-    F8 x;
-    D8 sc;
-    std::memcpy(&p, pos + s, sizeof p);
-    std::memcpy(&x, w + s, sizeof x);
-    std::memcpy(&sc, scores + s, sizeof sc);
-    const Q8 held = reinterpret_cast<Q8>(__builtin_convertvector(reinterpret_cast<I8>(p != kFreeSlot), M8));
-    // Free slots add +0.0 (their weights are masked out bit by bit, NaN included).
-    sc += reinterpret_cast<D8>(reinterpret_cast<Q8>(__builtin_convertvector(x, D8)) & held);
-    std::memcpy(scores + s, &sc, sizeof sc);
-    const Q8 evictable =
-        held & reinterpret_cast<Q8>(__builtin_convertvector(reinterpret_cast<I8>(p < protect_from), M8));
-    const Q8 bits = (reinterpret_cast<Q8>(sc) & evictable) | ~evictable;  // not evictable: all ones
-    const Q8 p64 = __builtin_convertvector(p, Q8);
-    const Q8 better = (bits < low) | ((bits == low) & (p64 < low_pos) & evictable);
-    low = better ? bits : low;
-    low_pos = better ? p64 : low_pos;
-    low_slot = better ? here : low_slot;
-    here += 8;
-  }
-  std::uint64_t best = kNone;
-  std::uint64_t best_pos = kNone;
-  std::size_t slot = n;
-  for (std::size_t k = 0; k < 8; ++k) {
-    if (low_pos[k] != kNone && (low[k] < best || (low[k] == best && low_pos[k] < best_pos))) {
-      best = low[k];
-      best_pos = low_pos[k];
-      slot = low_slot[k];
-    }
-  }
-  for (; s < n; ++s) {
-    if (pos[s] == kFreeSlot) continue;
-    scores[s] += static_cast<double>(w[s]);
-    std::uint64_t b;
-    std::memcpy(&b, scores + s, sizeof b);
-    if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
-      best = b;
-      best_pos = pos[s];
-      slot = s;
-    }
-  }
-  return slot;
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-bool held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  bool bad = false;
-  for (std::size_t s = 0; s < n; ++s) bad |= pos[s] != PolicyBank::kFree && !(w[s] >= 0.0F && w[s] <= kMax);
-  return !bad;
-}
 }  // namespace
 
 PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
@@ -224,8 +49,12 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   kept_.assign(instances_, 1);
   free_slot_.assign(instances_, 1);
   for (std::size_t k = 0; k < instances_; ++k) positions_[k * capacity_] = 0;  // position 0 in slot 0
-  const int threads = p.threads > 0 ? p.threads : omp_get_max_threads();
-  if (p.group_size > 1) scratch_.assign(static_cast<std::size_t>(threads) * capacity_, 0.0F);
+  // Aggregated rows need one scratch row per thread, sized now (the step
+  // allocates nothing); step() never runs more threads than rows exist here,
+  // even if OpenMP's thread count rises later (omp_set_num_threads, or
+  // torch.set_num_threads in the same process).
+  scratch_threads_ = p.threads > 0 ? p.threads : std::max(1, omp_get_max_threads());
+  if (p.group_size > 1) scratch_.assign(static_cast<std::size_t>(scratch_threads_) * capacity_, 0.0F);
   recent_.assign(static_cast<std::size_t>(std::max<std::int64_t>(p.recent_window, 1)), 0);
   admitted_ = 1;  // position 0
 }
@@ -254,7 +83,7 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
   const float* w = rows;
   if (params_.group_size > 1) {
     float* out = scratch_.data() + static_cast<std::size_t>(omp_get_thread_num()) * capacity_;
-    aggregate(rows, stride, static_cast<std::size_t>(params_.group_size), capacity_, params_.aggregation, out);
+    detail::bank_aggregate(rows, stride, static_cast<std::size_t>(params_.group_size), capacity_, params_.aggregation, out);
     w = out;
   }
   std::size_t victim = capacity_;
@@ -263,9 +92,9 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
     // Fair share over the held slots, as a float threshold (exact).
     const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[k]));
     bool valid = true;  // validated up front on this path
-    best = vote_and_find(S, P, w, capacity_, threshold, protect_from, victim, valid);
+    best = detail::bank_vote_and_find(S, P, w, capacity_, threshold, protect_from, victim, valid);
   } else {
-    victim = add_and_find(S, P, w, capacity_, protect_from);
+    victim = detail::bank_add_and_find(S, P, w, capacity_, protect_from);
   }
   finish_instance(k, pos, protect_from, best, victim, S, victim_pos, victim_slot);
 }
@@ -315,7 +144,8 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
   }
   const auto group = static_cast<std::size_t>(params_.group_size);
   const auto n = static_cast<std::int64_t>(instances_);
-  const int threads = params_.threads > 0 ? params_.threads : omp_get_max_threads();
+  int threads = params_.threads > 0 ? params_.threads : omp_get_max_threads();
+  if (group > 1) threads = std::min(threads, scratch_threads_);  // one scratch row per thread
 
   // The newest recent_window admitted positions (this one included) are
   // protected: every one of them is still held. Committed only once the
@@ -349,7 +179,7 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
       const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
       std::size_t slot = capacity_;
       bool valid = true;
-      pending_best_[kk] = vote_and_find(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_,
+      pending_best_[kk] = detail::bank_vote_and_find(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_,
                                         attn + kk * stride, capacity_, threshold, protect_from, slot, valid);
       pending_slot_[kk] = static_cast<std::uint32_t>(slot);
       pending_bad_[kk] = valid ? 0 : 1;
@@ -360,7 +190,7 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
       for (std::int64_t k = 0; k < n; ++k) {
         const auto kk = static_cast<std::size_t>(k);
         const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
-        unvote(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
+        detail::bank_unvote(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
                threshold);
       }
       refuse(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
@@ -381,7 +211,7 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
   for (std::int64_t k = 0; k < n; ++k) {
     for (std::size_t g = 0; g < group; ++g) {
       const float* row = attn + (static_cast<std::size_t>(k) * group + g) * stride;
-      if (!held_weights_valid(positions_.data() + static_cast<std::size_t>(k) * capacity_, row, capacity_)) {
+      if (!detail::bank_held_weights_valid(positions_.data() + static_cast<std::size_t>(k) * capacity_, row, capacity_)) {
         bad_instance = std::max(bad_instance, k);
       }
     }

@@ -11,7 +11,9 @@
 #include "kvevict/evaluate.h"
 #include "kvevict/harness.h"
 #include "kvevict/registry.h"
+#include "kvevict/simd.h"
 #include "kvevict/trace.h"
+#include "simd/simd_internal.h"
 
 namespace kvevict {
 
@@ -37,20 +39,7 @@ std::vector<float> attention_pool(std::int64_t budget, std::size_t& vectors) {
 }
 }  // namespace
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
-float sum_floats(const float* data, std::size_t n) noexcept {
-  // 64 independent accumulators (four AVX-512 vectors) so the adds never
-  // wait on each other: the loop is limited by memory, not by add latency.
-  float acc[64] = {};
-  std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    for (std::size_t k = 0; k < 64; ++k) acc[k] += data[i + k];
-  }
-  float total = 0.0F;
-  for (; i < n; ++i) total += data[i];
-  for (const float a : acc) total += a;
-  return total;
-}
+float sum_floats(const float* data, std::size_t n) noexcept { return simd::sum_floats(data, n); }
 
 double measure_read_bandwidth(std::size_t bytes, int repeats) {
   std::vector<float> buffer(bytes / sizeof(float), 1.0F);
@@ -133,6 +122,7 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
 
 BenchReport run_bench(const BenchOptions& options) {
   BenchReport report;
+  report.simd_target = simd::active_target();
   if (options.progress) options.progress("read bandwidth");
   report.read_bandwidth_gb_s = measure_read_bandwidth();
 

@@ -83,6 +83,7 @@ class PolicyBank {
   std::vector<std::uint32_t> kept_;
   std::vector<std::uint32_t> free_slot_;
   std::vector<float> scratch_;            // per-thread aggregated rows
+  int scratch_threads_ = 1;               // rows in scratch_: the most threads a step may use
   std::vector<std::uint32_t> recent_;     // ring of the last recent_window admitted positions
   std::vector<std::uint64_t> pending_best_;  // Scissorhands, one pass: each instance's best key
   std::vector<std::uint32_t> pending_slot_;  // ... and its slot

@@ -45,6 +45,7 @@ struct BankBenchRow {
 };
 
 struct BenchReport {
+  std::string simd_target;  // the SIMD target the kernels ran (include/kvevict/simd.h)
   double read_bandwidth_gb_s = 0.0;  // one thread, streaming sum of 256 MiB
   double parallel_bandwidth_gb_s = 0.0;  // every OpenMP thread, 1 GiB
   std::vector<BankBenchRow> bank;

@@ -1,13 +1,228 @@
-#include "policies/kernels.h"
+// The hot loops of the attention-reading policies, written once with Google
+// Highway and compiled for every x86-64 target (baseline, SSE4, AVX2,
+// AVX-512); the CPU's best target is chosen at run time (see
+// include/kvevict/simd.h). Each kernel computes exactly what the plain loop
+// of the spec does -- element-wise adds and compares, and minima, which do
+// not depend on the order lanes are combined in -- so every target chooses
+// the same victims; the differential tests check that on every target the
+// CPU supports.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "policies/kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <limits>
 
-#define KVEVICT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#include "policies/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvevict::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr std::size_t kBlock = 64;
+constexpr float kMaxWeight = std::numeric_limits<float>::max();
+
+// A weight is valid when it is >= 0 and <= FLT_MAX: false for NaN and both
+// infinities.
+HWY_INLINE bool ScalarValid(float x) { return x >= 0.0F && x <= kMaxWeight; }
+
+// votes[i] += w[i] >= threshold over [from, to), folding validity into `ok`
+// and, when `low` is given, the minimum of the updated votes into it.
+template <class DF, class MF, class VU>
+HWY_INLINE void VoteRange(DF df, std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t from,
+                          std::size_t to, float threshold, MF& ok, bool& scalar_ok, VU* low) {
+  const hn::RebindToUnsigned<DF> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto t = hn::Set(df, threshold);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  std::size_t i = from;
+  for (; i + N <= to; i += N) {
+    const auto x = hn::LoadU(df, w + i);
+    ok = hn::And(ok, hn::And(x >= zero, x <= top));
+    // A true lane is all ones, i.e. -1: subtracting it adds the vote.
+    const auto v = hn::Sub(hn::LoadU(du, votes + i), hn::VecFromMask(du, hn::RebindMask(du, x >= t)));
+    hn::StoreU(v, du, votes + i);
+    if (low != nullptr) *low = hn::Min(*low, v);
+  }
+  for (; i < to; ++i) {
+    scalar_ok = scalar_ok && ScalarValid(w[i]);
+    votes[i] += w[i] >= threshold ? 1U : 0U;
+    if (low != nullptr) *low = hn::Min(*low, hn::Set(du, votes[i]));
+  }
+}
+
+VotePass CountVotesChecked(std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t n,
+                           float threshold, std::size_t begin, std::size_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  end = std::min(end, n);
+  begin = std::min(begin, end);
+  auto ok = hn::FirstN(df, hn::Lanes(df));
+  bool scalar_ok = true;
+  std::uint32_t low = std::numeric_limits<std::uint32_t>::max();
+  std::size_t low_block = 0;
+  using VU = hn::Vec<decltype(du)>;
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, 0, begin, threshold, ok, scalar_ok, nullptr);
+  // The searched range goes in blocks of 64, remembering the first block that
+  // lowered the minimum: the eviction then scans from there.
+  for (std::size_t b = begin; b < end; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, end);
+    auto block_low = hn::Set(du, std::numeric_limits<std::uint32_t>::max());
+    VoteRange(df, votes, w, b, stop, threshold, ok, scalar_ok, &block_low);
+    const std::uint32_t m = hn::GetLane(hn::MinOfLanes(du, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, end, n, threshold, ok, scalar_ok, nullptr);
+  return {scalar_ok && hn::AllTrue(df, ok), low, low_block};
+}
+
+void UncountVotes(std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t n, float threshold) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto t = hn::Set(df, threshold);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(df, w + i);
+    hn::StoreU(hn::Add(hn::LoadU(du, votes + i), hn::VecFromMask(du, hn::RebindMask(du, x >= t))), du, votes + i);
+  }
+  for (; i < n; ++i) votes[i] -= w[i] >= threshold ? 1U : 0U;
+}
+
+// scores[i] += (double)w[i] over [from, to) (each sum exact in its order: one
+// add per element), folding the minimum of the updated scores into `low`.
+template <class DD, class VD>
+HWY_INLINE void AddRange(DD dd, double* HWY_RESTRICT scores, const float* HWY_RESTRICT w, std::size_t from,
+                         std::size_t to, VD* low) {
+  const hn::Rebind<float, DD> df;  // as many floats as doubles
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t i = from;
+  for (; i + N <= to; i += N) {
+    const auto sc = hn::Add(hn::LoadU(dd, scores + i), hn::PromoteTo(dd, hn::LoadU(df, w + i)));
+    hn::StoreU(sc, dd, scores + i);
+    if (low != nullptr) *low = hn::Min(*low, sc);
+  }
+  for (; i < to; ++i) {
+    scores[i] += static_cast<double>(w[i]);
+    if (low != nullptr) *low = hn::Min(*low, hn::Set(dd, scores[i]));
+  }
+}
+
+ScorePass AddWeightsMin(double* HWY_RESTRICT scores, const float* HWY_RESTRICT w, std::size_t n, std::size_t begin,
+                        std::size_t end) {
+  const hn::ScalableTag<double> dd;
+  using VD = hn::Vec<decltype(dd)>;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  end = std::min(end, n);
+  begin = std::min(begin, end);
+  double low = kInf;
+  std::size_t low_block = 0;
+  AddRange<decltype(dd), VD>(dd, scores, w, 0, begin, nullptr);
+  // Scores are sums of valid weights: never NaN, so the vector minimum is
+  // exactly the scalar one whatever order the lanes combine in.
+  for (std::size_t b = begin; b < end; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, end);
+    auto block_low = hn::Set(dd, kInf);
+    AddRange(dd, scores, w, b, stop, &block_low);
+    const double m = hn::GetLane(hn::MinOfLanes(dd, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  AddRange<decltype(dd), VD>(dd, scores, w, end, n, nullptr);
+  return {low, low_block};
+}
+
+bool WeightsValid(const float* HWY_RESTRICT w, std::size_t n) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  auto ok = hn::FirstN(df, N);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(df, w + i);
+    ok = hn::And(ok, hn::And(x >= zero, x <= top));
+  }
+  bool scalar_ok = true;
+  for (; i < n; ++i) scalar_ok = scalar_ok && ScalarValid(w[i]);
+  return scalar_ok && hn::AllTrue(df, ok);
+}
+
+// The first v[i] == value in [begin, end), `end` if none: four vectors are
+// tested with one OR, then the one that holds it names the lane.
+template <class D, typename T>
+HWY_INLINE std::size_t FindFirstImpl(D d, const T* HWY_RESTRICT v, std::size_t begin, std::size_t end, T value) {
+  const std::size_t N = hn::Lanes(d);
+  const auto x = hn::Set(d, value);
+  std::size_t i = begin;
+  for (; i + 4 * N <= end; i += 4 * N) {
+    const auto m0 = hn::Eq(hn::LoadU(d, v + i), x);
+    const auto m1 = hn::Eq(hn::LoadU(d, v + i + N), x);
+    const auto m2 = hn::Eq(hn::LoadU(d, v + i + 2 * N), x);
+    const auto m3 = hn::Eq(hn::LoadU(d, v + i + 3 * N), x);
+    if (!hn::AllFalse(d, hn::Or(hn::Or(m0, m1), hn::Or(m2, m3)))) break;
+  }
+  for (; i + N <= end; i += N) {
+    const intptr_t lane = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, v + i), x));
+    if (lane >= 0) return i + static_cast<std::size_t>(lane);
+  }
+  for (; i < end; ++i) {
+    if (v[i] == value) return i;
+  }
+  return end;
+}
+
+// The first minimum: the minimum (order-free), then its first occurrence.
+template <class D, typename T>
+HWY_INLINE std::size_t FirstMinImpl(D d, const T* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  if (begin >= end) return end;
+  const std::size_t N = hn::Lanes(d);
+  auto low = hn::Set(d, v[begin]);
+  std::size_t i = begin;
+  for (; i + N <= end; i += N) low = hn::Min(low, hn::LoadU(d, v + i));
+  T m = hn::GetLane(hn::MinOfLanes(d, low));
+  for (; i < end; ++i) m = v[i] < m ? v[i] : m;
+  return FindFirstImpl(d, v, begin, end, m);
+}
+
+std::size_t FindFirstU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end,
+                         std::uint32_t value) {
+  return FindFirstImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end, value);
+}
+std::size_t FindFirstF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end, double value) {
+  return FindFirstImpl(hn::ScalableTag<double>(), v, begin, end, value);
+}
+std::size_t FirstMinU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  return FirstMinImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end);
+}
+std::size_t FirstMinF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  return FirstMinImpl(hn::ScalableTag<double>(), v, begin, end);
+}
+
+}  // namespace kvevict::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cmath>
 
 namespace kvevict::detail {
+
+HWY_EXPORT(CountVotesChecked);
+HWY_EXPORT(UncountVotes);
+HWY_EXPORT(AddWeightsMin);
+HWY_EXPORT(WeightsValid);
+HWY_EXPORT(FindFirstU32);
+HWY_EXPORT(FindFirstF64);
+HWY_EXPORT(FirstMinU32);
+HWY_EXPORT(FirstMinF64);
 
 float vote_threshold(double share) noexcept {
   float t = static_cast<float>(share);
@@ -21,160 +236,37 @@ float vote_threshold(double share) noexcept {
   return t;
 }
 
-
-// Branch-free forms so the loops vectorise: a weight is valid when it is >= 0
-// and <= FLT_MAX (false for NaN and infinities), counted as an integer.
-namespace {
-inline std::uint32_t invalid(float x) noexcept {
-  constexpr float kMax = std::numeric_limits<float>::max();
-  return (static_cast<std::uint32_t>(x >= 0.0F) & static_cast<std::uint32_t>(x <= kMax)) ^ 1U;
-}
-}  // namespace
-
-constexpr std::size_t kBlock = 64;
-
-KVEVICT_CLONES
 VotePass count_votes_checked(std::uint32_t* votes, const float* w, std::size_t n, float threshold,
                              std::size_t begin, std::size_t end) noexcept {
-  std::uint32_t bad = 0;
-  std::uint32_t low = std::numeric_limits<std::uint32_t>::max();
-  std::size_t low_block = 0;
-  end = std::min(end, n);
-  begin = std::min(begin, end);
-  // Segments so each loop stays branch-free and vectorises; the searched range
-  // goes in blocks of 64, remembering the first block that lowered the minimum.
-  for (std::size_t i = 0; i < begin; ++i) {
-    bad |= invalid(w[i]);
-    votes[i] += static_cast<std::uint32_t>(w[i] >= threshold);
-  }
-  for (std::size_t b = begin; b < end; b += kBlock) {
-    const std::size_t stop = std::min(b + kBlock, end);
-    std::uint32_t block_low = std::numeric_limits<std::uint32_t>::max();
-    for (std::size_t i = b; i < stop; ++i) {
-      bad |= invalid(w[i]);
-      const std::uint32_t v = votes[i] + static_cast<std::uint32_t>(w[i] >= threshold);
-      votes[i] = v;
-      block_low = std::min(block_low, v);
-    }
-    if (block_low < low) {
-      low = block_low;
-      low_block = b;
-    }
-  }
-  for (std::size_t i = end; i < n; ++i) {
-    bad |= invalid(w[i]);
-    votes[i] += static_cast<std::uint32_t>(w[i] >= threshold);
-  }
-  return {bad == 0, low, low_block};
+  return HWY_DYNAMIC_DISPATCH(CountVotesChecked)(votes, w, n, threshold, begin, end);
 }
 
-KVEVICT_CLONES
+void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept {
+  HWY_DYNAMIC_DISPATCH(UncountVotes)(votes, w, n, threshold);
+}
+
 ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::size_t begin,
                           std::size_t end) noexcept {
-  double low = std::numeric_limits<double>::infinity();
-  std::size_t low_block = 0;
-  end = std::min(end, n);
-  begin = std::min(begin, end);
-  for (std::size_t i = 0; i < begin; ++i) scores[i] += static_cast<double>(w[i]);
-  for (std::size_t b = begin; b < end; b += kBlock) {
-    const std::size_t stop = std::min(b + kBlock, end);
-    double block_low = std::numeric_limits<double>::infinity();
-    if (stop - b == kBlock) {
-      // Eight lanes as one vector: a floating-point min reduction does not
-      // vectorise on its own (the compiler may not reorder it), a lane
-      // vector does; v < lane ? v : lane is exactly the MINPD instruction.
-      using F8 = float __attribute__((vector_size(32)));
-      using D8 = double __attribute__((vector_size(64)));
-      D8 lanes = {};
-      for (std::size_t k = 0; k < 8; ++k) lanes[k] = std::numeric_limits<double>::infinity();
-      for (std::size_t i = b; i < stop; i += 8) {
-        F8 wf;
-        D8 sc;
-        std::memcpy(&wf, w + i, sizeof wf);
-        std::memcpy(&sc, scores + i, sizeof sc);
-        sc += __builtin_convertvector(wf, D8);
-        std::memcpy(scores + i, &sc, sizeof sc);
-        lanes = sc < lanes ? sc : lanes;
-      }
-      double lane[8];
-      std::memcpy(lane, &lanes, sizeof lane);
-      for (const double l : lane) block_low = l < block_low ? l : block_low;
-    } else {
-      for (std::size_t i = b; i < stop; ++i) {
-        const double v = scores[i] + static_cast<double>(w[i]);
-        scores[i] = v;
-        block_low = v < block_low ? v : block_low;
-      }
-    }
-    if (block_low < low) {
-      low = block_low;
-      low_block = b;
-    }
-  }
-  for (std::size_t i = end; i < n; ++i) scores[i] += static_cast<double>(w[i]);
-  return {low, low_block};
+  return HWY_DYNAMIC_DISPATCH(AddWeightsMin)(scores, w, n, begin, end);
 }
 
+bool weights_valid(const float* w, std::size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(WeightsValid)(w, n); }
 
-KVEVICT_CLONES
-void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept {
-  for (std::size_t i = 0; i < n; ++i) votes[i] -= static_cast<std::uint32_t>(w[i] >= threshold);
-}
-
-
-
-KVEVICT_CLONES
-bool weights_valid(const float* w, std::size_t n) noexcept {
-  std::uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) bad |= invalid(w[i]);
-  return bad == 0;
-}
-
-namespace {
-// The first v[i] == value in [begin, end): whole 64-element blocks are tested
-// with one vectorised OR, then the block that holds it is scanned.
-template <class T>
-inline std::size_t find_first_impl(const T* v, std::size_t begin, std::size_t end, T value) noexcept {
-  std::size_t i = begin;
-  for (; i + 64 <= end; i += 64) {
-    bool found = false;
-    for (std::size_t k = 0; k < 64; ++k) found |= v[i + k] == value;
-    if (found) break;
-  }
-  for (; i < end; ++i) {
-    if (v[i] == value) return i;
-  }
-  return end;
-}
-
-// Two passes, both vectorised: the minimum, then its first occurrence.
-template <class T>
-inline std::size_t first_min_impl(const T* v, std::size_t begin, std::size_t end) noexcept {
-  if (begin >= end) return end;
-  T m = v[begin];
-  for (std::size_t i = begin + 1; i < end; ++i) m = v[i] < m ? v[i] : m;
-  return find_first_impl(v, begin, end, m);
-}
-}  // namespace
-
-KVEVICT_CLONES
-std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept {
-  return first_min_impl(v, begin, end);
-}
-
-KVEVICT_CLONES
-std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept {
-  return first_min_impl(v, begin, end);
-}
-
-KVEVICT_CLONES
 std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {
-  return find_first_impl(v, begin, end, value);
+  return HWY_DYNAMIC_DISPATCH(FindFirstU32)(v, begin, end, value);
 }
 
-KVEVICT_CLONES
 std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept {
-  return find_first_impl(v, begin, end, value);
+  return HWY_DYNAMIC_DISPATCH(FindFirstF64)(v, begin, end, value);
+}
+
+std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FirstMinU32)(v, begin, end);
+}
+
+std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FirstMinF64)(v, begin, end);
 }
 
 }  // namespace kvevict::detail
+#endif  // HWY_ONCE

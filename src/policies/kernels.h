@@ -1,6 +1,7 @@
-// The hot loops of the attention-reading policies, compiled for AVX-512, AVX2
-// and baseline x86-64 and chosen at load time (target_clones). Each is the
-// plain loop of the spec; the differential tests hold them to the oracle.
+// The hot loops of the attention-reading policies, compiled for every SIMD
+// target with Google Highway and dispatched to the best one the CPU runs
+// (include/kvevict/simd.h). Each is the plain loop of the spec; the
+// differential tests hold them to the oracle on every supported target.
 #pragma once
 
 #include <cstddef>

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/bench.h"
+#include "kvevict/simd.h"
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
 #include "kvevict/json.h"
@@ -271,6 +272,10 @@ int main(int argc, char** argv) {
   bench->add_option("--seconds", bench_seconds, "timed seconds per policy and budget")
       ->check(CLI::Range(0.01, 60.0))->capture_default_str();
   bench->add_flag("--no-compare", bench_no_compare, "skip timing the canonical compare");
+  std::string bench_simd;
+  bench->add_option("--simd", bench_simd,
+                    "run the kernels at this SIMD target: baseline, sse4, avx2, avx512 (default: $KVEVICT_SIMD, "
+                    "else the best the CPU runs)");
   std::int64_t bench_bank_instances = 16384;
   std::int64_t bench_bank_budget = 1024;
   bench->add_option("--bank-instances", bench_bank_instances, "instances in the bank benchmark (0 skips it)")
@@ -301,6 +306,14 @@ int main(int argc, char** argv) {
   rep->add_option("--svg", rep_svg, "also write each chart as its own SVG file into this folder");
   rep->add_flag("--force", rep_force, "replace existing files");
 
+  // simd
+  std::string simd_format = "table";
+  auto* simd_cmd = app.add_subcommand(
+      "simd", "Show the SIMD targets this build holds, those the CPU runs, and the one in use "
+              "(set KVEVICT_SIMD=baseline|sse4|avx2|avx512 to narrow it)");
+  simd_cmd->add_option("--format", simd_format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+
   // vectors
   std::vector<std::string> vec_paths;
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
@@ -313,7 +326,16 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // Every command runs its kernels at the target KVEVICT_SIMD names, if set;
+    // a target the CPU lacks is refused here, before any work.
+    simd::select_from_environment();
     if (list->parsed()) return cmd_list(list_format);
+
+    if (simd_cmd->parsed()) {
+      cli::print_simd(std::cout, simd::compiled_targets(), simd::supported_targets(), simd::active_target(),
+                      simd_format);
+      return 0;
+    }
 
     if (run_cmd->parsed()) {
       ParamMap params = parse_sets(run_sets);
@@ -503,6 +525,7 @@ int main(int argc, char** argv) {
       options.bank_instances = bench_bank_instances;
       options.bank_budget = bench_bank_budget;
       options.progress = [](const std::string& what) { std::cerr << "bench: " << what << '\n'; };
+      if (!bench_simd.empty()) simd::select_target(bench_simd);
       const BenchReport r = run_bench(options);
       cli::print_bench(std::cout, r, bench_format);
       return 0;

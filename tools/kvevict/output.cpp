@@ -123,6 +123,21 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
   print_cells(out, cells, format, (ranked ? 2U : 1U) + extra_param_columns.size());
 }
 
+void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
+                const std::string& active, const std::string& format) {
+  if (format == "json") {
+    out << nlohmann::ordered_json{{"compiled", compiled}, {"supported", supported}, {"active", active}}.dump(2) << '\n';
+    return;
+  }
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  out << "compiled:  " << join(compiled) << '\n' << "supported: " << join(supported) << '\n'
+      << "active:    " << active << '\n';
+}
+
 void print_bench(std::ostream& out, const BenchReport& r, const std::string& format) {
   if (format == "json") {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -138,7 +153,8 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
                       {"touchedGBps", b.touched_gb_s}, {"sameSizeReadGBps", b.same_size_bandwidth_gb_s},
                       {"shareOfBandwidth", b.share_of_bandwidth}});
     }
-    nlohmann::ordered_json doc = {{"readBandwidthGBps", r.read_bandwidth_gb_s},
+    nlohmann::ordered_json doc = {{"simdTarget", r.simd_target},
+                                  {"readBandwidthGBps", r.read_bandwidth_gb_s},
                                   {"parallelReadBandwidthGBps", r.parallel_bandwidth_gb_s},
                                   {"rows", rows}, {"bank", bank},
                                   {"compareSharedSeconds", r.compare_shared_seconds},
@@ -146,6 +162,7 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
     out << doc.dump(2) << '\n';
     return;
   }
+  out << fmt::format("SIMD target: {}\n\n", r.simd_target);
   std::vector<std::vector<std::string>> cells{
       {"policy", "budget", "ns/step", "attention bytes/step", "GB/s", "floor ns", "x floor"}};
   for (const BenchRow& b : r.rows) {

@@ -23,6 +23,8 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
 
 // The bench report as a table, Markdown or JSON.
 void print_bench(std::ostream& out, const BenchReport& report, const std::string& format);
+void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
+                const std::string& active, const std::string& format);
 
 // Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON.
 // `ranked` adds the rank column; rows with proxies add their two columns.

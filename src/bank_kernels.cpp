@@ -1,0 +1,266 @@
+// The bank's per-instance passes, written once with Google Highway and
+// dispatched to the CPU's best target (include/kvevict/simd.h). Every lane
+// does exactly the scalar loop's work on its slot, and the victim is a
+// minimum over unique keys, so every target finds the same victim.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bank_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "bank_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvevict::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr std::uint32_t kFreeSlot = PolicyBank::kFree;
+constexpr std::uint32_t kMaxU32 = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+constexpr float kMaxWeight = std::numeric_limits<float>::max();
+// Upper bound on lanes of any target (AVX-512: 16 floats), for lane dumps.
+constexpr std::size_t kMaxLanes = 64;
+
+HWY_INLINE bool ScalarValid(float x) { return x >= 0.0F && x <= kMaxWeight; }
+
+void Aggregate(const float* HWY_RESTRICT rows, std::size_t stride, std::size_t group, std::size_t n,
+               Aggregation how, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto g = hn::Set(df, static_cast<float>(group));
+  // Slot by slot, the rows in group order: each lane does the scalar loop's
+  // operations in the scalar loop's order.
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    auto acc = hn::LoadU(df, rows + s);
+    for (std::size_t k = 1; k < group; ++k) {
+      const auto r = hn::LoadU(df, rows + k * stride + s);
+      acc = how == Aggregation::kMax ? hn::IfThenElse(r > acc, r, acc) : hn::Add(acc, r);
+    }
+    if (how == Aggregation::kMean) acc = hn::Div(acc, g);
+    hn::StoreU(acc, df, out + s);
+  }
+  for (; s < n; ++s) {
+    float acc = rows[s];
+    for (std::size_t k = 1; k < group; ++k) {
+      const float r = rows[k * stride + s];
+      acc = how == Aggregation::kMax ? (r > acc ? r : acc) : acc + r;
+    }
+    if (how == Aggregation::kMean) acc /= static_cast<float>(group);
+    out[s] = acc;
+  }
+}
+
+std::uint64_t VoteAndFind(std::uint32_t* HWY_RESTRICT votes, const std::uint32_t* HWY_RESTRICT pos,
+                          const float* HWY_RESTRICT w, std::size_t n, float threshold, std::uint32_t protect_from,
+                          std::size_t* HWY_RESTRICT slot_out, bool* HWY_RESTRICT valid_out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto protect = hn::Set(du, protect_from);
+  const auto t = hn::Set(df, threshold);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  const auto none = hn::Set(du, kMaxU32);
+  // Per lane, the smallest (votes, position) pair seen -- the 64-bit key
+  // votes << 32 | position compared as two 32-bit halves -- and its slot.
+  auto low_votes = none;
+  auto low_pos = none;
+  auto low_slot = hn::Zero(du);
+  auto here = hn::Iota(du, 0);
+  const auto step = hn::Set(du, static_cast<std::uint32_t>(N));
+  auto ok = hn::FirstN(df, N);
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto p = hn::LoadU(du, pos + s);
+    const auto x = hn::LoadU(df, w + s);
+    const auto held = hn::Ne(p, free_v);
+    // A held weight must be finite and >= 0 (false for NaN); the caller
+    // undoes the votes exactly if one is not.
+    ok = hn::And(ok, hn::Or(hn::And(x >= zero, x <= top), hn::RebindMask(df, hn::Not(held))));
+    const auto voted = hn::And(hn::RebindMask(du, x >= t), held);
+    const auto v = hn::Sub(hn::LoadU(du, votes + s), hn::VecFromMask(du, voted));  // -(-1) = +1
+    hn::StoreU(v, du, votes + s);
+    const auto evictable = hn::And(held, protect > p);
+    const auto cv = hn::IfThenElse(evictable, v, none);
+    const auto cp = hn::IfThenElse(evictable, p, none);
+    const auto better = hn::Or(low_votes > cv, hn::And(hn::Eq(cv, low_votes), low_pos > cp));
+    low_votes = hn::IfThenElse(better, cv, low_votes);
+    low_pos = hn::IfThenElse(better, cp, low_pos);
+    low_slot = hn::IfThenElse(better, here, low_slot);
+    here = hn::Add(here, step);
+  }
+  HWY_ALIGN std::uint32_t lv[kMaxLanes];
+  HWY_ALIGN std::uint32_t lp[kMaxLanes];
+  HWY_ALIGN std::uint32_t ls[kMaxLanes];
+  hn::Store(low_votes, du, lv);
+  hn::Store(low_pos, du, lp);
+  hn::Store(low_slot, du, ls);
+  // Keys are unique (positions are), so the smallest lane names one slot.
+  std::uint64_t best = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < N; ++k) {
+    const std::uint64_t key = (std::uint64_t{lv[k]} << 32) | lp[k];
+    if (key < best) {
+      best = key;
+      slot = ls[k];
+    }
+  }
+  bool valid = hn::AllTrue(df, ok);
+  for (; s < n; ++s) {
+    const bool held = pos[s] != kFreeSlot;
+    if (held && !ScalarValid(w[s])) valid = false;
+    const std::uint32_t v = votes[s] + (held && w[s] >= threshold ? 1U : 0U);
+    votes[s] = v;
+    const std::uint64_t key = (std::uint64_t{v} << 32) | pos[s];
+    if (held && pos[s] < protect_from && key < best) {
+      best = key;
+      slot = s;
+    }
+  }
+  *slot_out = slot;
+  *valid_out = valid;
+  return best;
+}
+
+void Unvote(std::uint32_t* HWY_RESTRICT votes, const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w,
+            std::size_t n, float threshold) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto t = hn::Set(df, threshold);
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto voted = hn::And(hn::RebindMask(du, hn::LoadU(df, w + s) >= t), hn::Ne(hn::LoadU(du, pos + s), free_v));
+    hn::StoreU(hn::Add(hn::LoadU(du, votes + s), hn::VecFromMask(du, voted)), du, votes + s);
+  }
+  for (; s < n; ++s) votes[s] -= (pos[s] != kFreeSlot && w[s] >= threshold) ? 1U : 0U;
+}
+
+// Scores are sums of weights >= 0, so never negative, and their bit patterns
+// order exactly as the values do: the search compares 64-bit integers.
+std::size_t AddAndFind(double* HWY_RESTRICT scores, const std::uint32_t* HWY_RESTRICT pos,
+                       const float* HWY_RESTRICT w, std::size_t n, std::uint32_t protect_from) {
+  const hn::ScalableTag<double> dd;
+  const hn::RebindToUnsigned<decltype(dd)> du;  // u64 lanes
+  const hn::Rebind<float, decltype(dd)> df;     // as many floats as doubles
+  const hn::Rebind<std::uint32_t, decltype(dd)> dp;
+  const std::size_t N = hn::Lanes(dd);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto protect = hn::Set(du, protect_from);
+  const auto none = hn::Set(du, kNone);
+  auto low = none;
+  auto low_pos = none;
+  auto low_slot = hn::Zero(du);
+  auto here = hn::Iota(du, 0);
+  const auto step = hn::Set(du, static_cast<std::uint64_t>(N));
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto p = hn::PromoteTo(du, hn::LoadU(dp, pos + s));
+    const auto held = hn::Ne(p, free_v);
+    // Free slots add +0.0 (their weights, NaN included, are never read).
+    const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), hn::PromoteTo(dd, hn::LoadU(df, w + s)));
+    const auto sc = hn::Add(hn::LoadU(dd, scores + s), x);
+    hn::StoreU(sc, dd, scores + s);
+    const auto evictable = hn::And(held, protect > p);
+    const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);  // not evictable: all ones
+    const auto better = hn::Or(low > bits, hn::And(hn::And(hn::Eq(bits, low), low_pos > p), evictable));
+    low = hn::IfThenElse(better, bits, low);
+    low_pos = hn::IfThenElse(better, p, low_pos);
+    low_slot = hn::IfThenElse(better, here, low_slot);
+    here = hn::Add(here, step);
+  }
+  HWY_ALIGN std::uint64_t lb[kMaxLanes];
+  HWY_ALIGN std::uint64_t lp[kMaxLanes];
+  HWY_ALIGN std::uint64_t ls[kMaxLanes];
+  hn::Store(low, du, lb);
+  hn::Store(low_pos, du, lp);
+  hn::Store(low_slot, du, ls);
+  std::uint64_t best = kNone;
+  std::uint64_t best_pos = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < N; ++k) {
+    if (lp[k] != kNone && (lb[k] < best || (lb[k] == best && lp[k] < best_pos))) {
+      best = lb[k];
+      best_pos = lp[k];
+      slot = ls[k];
+    }
+  }
+  for (; s < n; ++s) {
+    if (pos[s] == kFreeSlot) continue;
+    scores[s] += static_cast<double>(w[s]);
+    std::uint64_t b;
+    std::memcpy(&b, scores + s, sizeof b);
+    if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
+      best = b;
+      best_pos = pos[s];
+      slot = s;
+    }
+  }
+  return slot;
+}
+
+bool HeldWeightsValid(const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  auto ok = hn::FirstN(df, N);
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto x = hn::LoadU(df, w + s);
+    const auto held = hn::Ne(hn::LoadU(du, pos + s), free_v);
+    ok = hn::And(ok, hn::Or(hn::And(x >= zero, x <= top), hn::RebindMask(df, hn::Not(held))));
+  }
+  bool valid = hn::AllTrue(df, ok);
+  for (; s < n; ++s) valid = valid && (pos[s] == kFreeSlot || ScalarValid(w[s]));
+  return valid;
+}
+
+}  // namespace kvevict::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvevict::detail {
+
+HWY_EXPORT(Aggregate);
+HWY_EXPORT(VoteAndFind);
+HWY_EXPORT(Unvote);
+HWY_EXPORT(AddAndFind);
+HWY_EXPORT(HeldWeightsValid);
+
+void bank_aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
+                    float* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(Aggregate)(rows, stride, group, n, how, out);
+}
+
+std::uint64_t bank_vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
+                                 float threshold, std::uint32_t protect_from, std::size_t& slot,
+                                 bool& valid) noexcept {
+  return HWY_DYNAMIC_DISPATCH(VoteAndFind)(votes, pos, w, n, threshold, protect_from, &slot, &valid);
+}
+
+void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
+                 float threshold) noexcept {
+  HWY_DYNAMIC_DISPATCH(Unvote)(votes, pos, w, n, threshold);
+}
+
+std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
+                              std::uint32_t protect_from) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AddAndFind)(scores, pos, w, n, protect_from);
+}
+
+bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(HeldWeightsValid)(pos, w, n);
+}
+
+}  // namespace kvevict::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,37 @@
+// The bank's per-instance passes (src/bank.cpp), Highway-dispatched like the
+// policies' kernels. Slots hold a position or PolicyBank::kFree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvevict/bank.h"
+
+namespace kvevict::detail {
+
+// Folds `group` query rows (`stride` floats apart) into one weight per slot,
+// in group order: the sum, the sum divided by the group size, or the maximum.
+void bank_aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
+                    float* out) noexcept;
+
+// Scissorhands: votes of held slots += w >= threshold; in the same pass the
+// evictable slot (held, position < protect_from) with the smallest key
+// votes << 32 | position, returned with `slot` (n and UINT64_MAX when none),
+// and whether every held weight is finite and >= 0.
+std::uint64_t bank_vote_and_find(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
+                                 float threshold, std::uint32_t protect_from, std::size_t& slot,
+                                 bool& valid) noexcept;
+
+// Takes back bank_vote_and_find's votes (exact: they are integers).
+void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
+                 float threshold) noexcept;
+
+// H2O: scores of held slots += (double)w; in the same pass the evictable slot
+// with the lowest score (ties: the lower position), or n when none.
+std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
+                              std::uint32_t protect_from) noexcept;
+
+// True when every held slot's weight is finite and >= 0.
+bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept;
+
+}  // namespace kvevict::detail

@@ -1,0 +1,338 @@
+// SIMD dispatch: target selection and its errors, and every Highway kernel
+// against the plain loop it replaces, on every target this CPU runs, at the
+// sizes where the vector paths and the 64-slot block search run (0..300
+// slots, every begin/end split) with tie-heavy values.
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "bank_kernels.h"
+#include "kvevict/errors.h"
+#include "kvevict/simd.h"
+#include "policies/kernels.h"
+
+namespace kvevict {
+namespace {
+
+// Restores the CPU and the target the test began with (KVEVICT_SIMD's, when
+// the whole program runs at a forced target), whatever the test selected.
+class SimdTarget : public ::testing::Test {
+ protected:
+  void SetUp() override { saved_ = simd::active_target(); }
+  void TearDown() override {
+    hwy::SetSupportedTargetsForTest(0);
+    simd::select_target(saved_);
+  }
+
+ private:
+  std::string saved_;
+};
+
+TEST_F(SimdTarget, TheBaselineIsCompiledAndRunsEverywhere) {
+  const auto compiled = simd::compiled_targets();
+  const auto supported = simd::supported_targets();
+  ASSERT_FALSE(compiled.empty());
+  EXPECT_EQ(compiled.front(), "baseline");
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.front(), "baseline");
+  for (const auto& s : supported) EXPECT_NE(std::find(compiled.begin(), compiled.end(), s), compiled.end()) << s;
+  simd::select_target("best");
+  EXPECT_EQ(simd::active_target(), supported.back());
+}
+
+TEST_F(SimdTarget, EverySupportedTargetCanBeSelectedAndIsWhatRuns) {
+  for (const auto& name : simd::supported_targets()) {
+    simd::select_target(name);
+    EXPECT_EQ(simd::active_target(), name);
+  }
+  simd::select_target("best");
+  EXPECT_EQ(simd::active_target(), simd::supported_targets().back());
+}
+
+TEST_F(SimdTarget, AnUnknownTargetIsRefusedByName) {
+  try {
+    simd::select_target("avx1024");
+    FAIL() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_NE(std::string(e.what()).find("'avx1024' is not one this build has (known: baseline"), std::string::npos)
+        << e.what();
+  }
+}
+
+#if HWY_ARCH_X86
+TEST_F(SimdTarget, ATargetTheCpuLacksIsRefusedAndTheSelectionStands) {
+  // Pretend to be an AVX2 machine without AVX-512 (Highway's CPU mock).
+  hwy::SetSupportedTargetsForTest(HWY_EMU128 | HWY_SCALAR | HWY_SSE4 | HWY_AVX2);
+  simd::select_target("sse4");
+  const auto supported = simd::supported_targets();
+  EXPECT_EQ(std::find(supported.begin(), supported.end(), "avx512"), supported.end());
+  try {
+    simd::select_target("avx512");
+    FAIL() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_NE(std::string(e.what()).find("'avx512' cannot run on this CPU (it supports: baseline, sse4, avx2)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(simd::active_target(), "sse4");  // a refused request changes nothing
+  simd::select_target("best");
+  EXPECT_EQ(simd::active_target(), "avx2");
+}
+
+TEST_F(SimdTarget, TheEnvironmentVariableIsNamedInItsError) {
+  hwy::SetSupportedTargetsForTest(HWY_EMU128 | HWY_SCALAR | HWY_SSE4 | HWY_AVX2);
+  const char* before = std::getenv("KVEVICT_SIMD");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("KVEVICT_SIMD", "avx512", 1);
+  std::string message;
+  try {
+    simd::select_from_environment();
+  } catch (const ParameterError& e) {
+    message = e.what();
+  }
+  if (before != nullptr) {
+    ::setenv("KVEVICT_SIMD", saved.c_str(), 1);
+  } else {
+    ::unsetenv("KVEVICT_SIMD");
+  }
+  EXPECT_NE(message.find("KVEVICT_SIMD=avx512: SIMD target 'avx512' cannot run on this CPU"), std::string::npos)
+      << message;
+}
+#endif
+
+// ---- the kernels against their plain loops ---------------------------------
+
+// Bit-for-bit equality (memcmp would be handed a null pointer for n = 0).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+bool valid_weight(float x) { return x >= 0.0F && x <= std::numeric_limits<float>::max(); }
+
+// Tie-heavy weights: sixteenths around the fair share, exact zeros and the
+// threshold's neighbours, and (when `bad`) the occasional NaN, infinity or
+// negative weight.
+float draw_weight(std::mt19937& rng, float threshold, bool bad) {
+  switch (rng() % 8) {
+    case 0: return 0.0F;
+    case 1: return threshold;
+    case 2: return std::nextafter(threshold, 0.0F);
+    case 3:
+      if (bad) {
+        const float odd[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0F,
+                             -0.0F};
+        return odd[rng() % 4];
+      }
+      return 1.0F;
+    default: return static_cast<float>(rng() % 4) / 16.0F;
+  }
+}
+
+struct Case {
+  std::size_t n, begin, end;
+};
+
+// Sizes around the vector widths and the 64-slot blocks, and splits of the
+// searched range that start and end inside, on and past block edges.
+std::vector<Case> cases(std::mt19937& rng) {
+  std::vector<Case> out;
+  for (std::size_t n : {0, 1, 3, 7, 8, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 300}) {
+    out.push_back({n, 0, n});
+    for (int k = 0; k < 6; ++k) {
+      const std::size_t b = n == 0 ? 0 : rng() % (n + 1);
+      const std::size_t e = b + (n - b == 0 ? 0 : rng() % (n - b + 1));
+      out.push_back({n, b, e});
+    }
+  }
+  return out;
+}
+
+// The first block (64 slots, counted from begin) holding the first minimum.
+template <class T>
+std::size_t block_of_first_min(const std::vector<T>& v, std::size_t begin, std::size_t end) {
+  std::size_t j = begin;
+  for (std::size_t i = begin; i < end; ++i) j = v[i] < v[j] ? i : j;
+  return begin + (j - begin) / 64 * 64;
+}
+
+void check_policy_kernels(const std::string& target) {
+  std::mt19937 rng(20261201);
+  for (int round = 0; round < 150; ++round) {
+    for (const Case& c : cases(rng)) {
+      SCOPED_TRACE(::testing::Message() << target << " n=" << c.n << " [" << c.begin << ", " << c.end << ")");
+      const float threshold = detail::vote_threshold(1.0 / static_cast<double>(1 + rng() % 8));
+      const bool bad = rng() % 4 == 0;
+      std::vector<float> w(c.n);
+      for (float& x : w) x = draw_weight(rng, threshold, bad);
+
+      // Scissorhands' vote pass.
+      std::vector<std::uint32_t> votes(c.n);
+      for (auto& v : votes) v = rng() % 3;
+      const auto before = votes;
+      std::vector<std::uint32_t> want = votes;
+      bool want_valid = true;
+      for (std::size_t i = 0; i < c.n; ++i) {
+        want[i] += w[i] >= threshold ? 1U : 0U;
+        want_valid = want_valid && valid_weight(w[i]);
+      }
+      const detail::VotePass pass = detail::count_votes_checked(votes.data(), w.data(), c.n, threshold, c.begin, c.end);
+      ASSERT_EQ(votes, want);
+      ASSERT_EQ(pass.valid, want_valid);
+      if (c.begin < c.end) {
+        ASSERT_EQ(pass.min_votes, *std::min_element(want.begin() + c.begin, want.begin() + c.end));
+        ASSERT_EQ(pass.min_block, block_of_first_min(want, c.begin, c.end));
+      } else {
+        ASSERT_EQ(pass.min_votes, std::numeric_limits<std::uint32_t>::max());
+      }
+      detail::uncount_votes(votes.data(), w.data(), c.n, threshold);
+      ASSERT_EQ(votes, before);
+      ASSERT_EQ(detail::weights_valid(w.data(), c.n), want_valid);
+
+      // First minimum and first occurrence, on the tie-heavy votes.
+      std::size_t first = c.end;
+      for (std::size_t i = c.begin; i < c.end; ++i) first = first == c.end || want[i] < want[first] ? i : first;
+      ASSERT_EQ(detail::first_min(want.data(), c.begin, c.end), first);
+      const std::uint32_t probe = c.n == 0 ? 0 : want[rng() % c.n];
+      const auto at = std::find(want.begin() + c.begin, want.begin() + c.end, probe) - want.begin();
+      ASSERT_EQ(detail::find_first(want.data(), c.begin, c.end, probe), static_cast<std::size_t>(at));
+
+      // H2O's score pass (valid weights only, as its contract says).
+      if (!want_valid) continue;
+      std::vector<double> scores(c.n);
+      for (auto& s : scores) s = static_cast<double>(rng() % 3) / 8.0;
+      std::vector<double> sums = scores;
+      for (std::size_t i = 0; i < c.n; ++i) sums[i] += static_cast<double>(w[i]);
+      const detail::ScorePass sp = detail::add_weights_min(scores.data(), w.data(), c.n, c.begin, c.end);
+      ASSERT_TRUE(same_bits(scores, sums));
+      if (c.begin < c.end) {
+        ASSERT_EQ(sp.min_score, *std::min_element(sums.begin() + c.begin, sums.begin() + c.end));
+        ASSERT_EQ(sp.min_block, block_of_first_min(sums, c.begin, c.end));
+      } else {
+        ASSERT_EQ(sp.min_score, std::numeric_limits<double>::infinity());
+      }
+      std::size_t first_score = c.end;
+      for (std::size_t i = c.begin; i < c.end; ++i) {
+        first_score = first_score == c.end || sums[i] < sums[first_score] ? i : first_score;
+      }
+      ASSERT_EQ(detail::first_min(sums.data(), c.begin, c.end), first_score);
+      const double sprobe = c.n == 0 ? 0.0 : sums[rng() % c.n];
+      const auto sat = std::find(sums.begin() + c.begin, sums.begin() + c.end, sprobe) - sums.begin();
+      ASSERT_EQ(detail::find_first(sums.data(), c.begin, c.end, sprobe), static_cast<std::size_t>(sat));
+    }
+  }
+}
+
+void check_bank_kernels(const std::string& target) {
+  constexpr std::uint32_t kFree = PolicyBank::kFree;
+  std::mt19937 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    for (std::size_t n : {1, 5, 8, 9, 16, 33, 64, 65, 130, 257}) {
+      SCOPED_TRACE(::testing::Message() << target << " n=" << n << " round " << round);
+      const float threshold = detail::vote_threshold(1.0 / static_cast<double>(1 + rng() % 8));
+      const bool bad = rng() % 4 == 0;
+      std::vector<std::uint32_t> pos(n);
+      std::vector<std::uint32_t> order(n);
+      for (std::size_t s = 0; s < n; ++s) order[s] = static_cast<std::uint32_t>(s) * 3 + 1;
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<float> w(n);
+      for (std::size_t s = 0; s < n; ++s) {
+        const bool held = rng() % 5 != 0;
+        pos[s] = held ? order[s] : kFree;
+        // Free slots hold garbage, NaN included: it must never matter.
+        w[s] = held ? draw_weight(rng, threshold, bad) : std::numeric_limits<float>::quiet_NaN();
+      }
+      const std::uint32_t protect = rng() % 3 == 0 ? kFree : static_cast<std::uint32_t>(rng() % (3 * n + 2));
+
+      // Votes and the (votes, position) minimum over evictable slots.
+      std::vector<std::uint32_t> votes(n);
+      for (auto& v : votes) v = rng() % 3;
+      const auto before = votes;
+      std::vector<std::uint32_t> want = votes;
+      bool want_valid = true;
+      std::uint64_t want_best = std::numeric_limits<std::uint64_t>::max();
+      std::size_t want_slot = n;
+      for (std::size_t s = 0; s < n; ++s) {
+        const bool held = pos[s] != kFree;
+        if (held && !valid_weight(w[s])) want_valid = false;
+        if (held && w[s] >= threshold) ++want[s];
+        const std::uint64_t key = (std::uint64_t{want[s]} << 32) | pos[s];
+        if (held && pos[s] < protect && key < want_best) {
+          want_best = key;
+          want_slot = s;
+        }
+      }
+      std::size_t slot = 0;
+      bool valid = false;
+      const std::uint64_t best =
+          detail::bank_vote_and_find(votes.data(), pos.data(), w.data(), n, threshold, protect, slot, valid);
+      ASSERT_EQ(votes, want);
+      ASSERT_EQ(valid, want_valid);
+      ASSERT_EQ(best, want_best);
+      ASSERT_EQ(slot, want_slot);
+      ASSERT_EQ(detail::bank_held_weights_valid(pos.data(), w.data(), n), want_valid);
+      detail::bank_unvote(votes.data(), pos.data(), w.data(), n, threshold);
+      ASSERT_EQ(votes, before);
+      if (!want_valid) continue;
+
+      // Scores and the lowest evictable score (ties: the lower position).
+      std::vector<double> scores(n);
+      for (auto& s : scores) s = static_cast<double>(rng() % 3) / 4.0;
+      std::vector<double> sums = scores;
+      std::size_t low = n;
+      for (std::size_t s = 0; s < n; ++s) {
+        if (pos[s] == kFree) continue;
+        sums[s] += static_cast<double>(w[s]);
+        if (pos[s] < protect && (low == n || sums[s] < sums[low] || (sums[s] == sums[low] && pos[s] < pos[low]))) {
+          low = s;
+        }
+      }
+      ASSERT_EQ(detail::bank_add_and_find(scores.data(), pos.data(), w.data(), n, protect), low);
+      ASSERT_TRUE(same_bits(scores, sums));
+
+      // Grouped-query aggregation, row by row in group order.
+      const std::size_t group = 1 + rng() % 4;
+      const std::size_t stride = n + rng() % 3;
+      std::vector<float> rows(group * stride);
+      for (float& x : rows) x = draw_weight(rng, threshold, false);
+      for (const Aggregation how : {Aggregation::kSum, Aggregation::kMean, Aggregation::kMax}) {
+        std::vector<float> expect(n);
+        for (std::size_t s = 0; s < n; ++s) {
+          float acc = rows[s];
+          for (std::size_t g = 1; g < group; ++g) {
+            const float r = rows[g * stride + s];
+            acc = how == Aggregation::kMax ? (r > acc ? r : acc) : acc + r;
+          }
+          expect[s] = how == Aggregation::kMean ? acc / static_cast<float>(group) : acc;
+        }
+        std::vector<float> got(n, -1.0F);
+        detail::bank_aggregate(rows.data(), stride, group, n, how, got.data());
+        ASSERT_TRUE(same_bits(got, expect));
+      }
+    }
+  }
+}
+
+TEST_F(SimdTarget, PolicyKernelsMatchThePlainLoopsOnEverySupportedTarget) {
+  for (const auto& target : simd::supported_targets()) {
+    simd::select_target(target);
+    ASSERT_EQ(simd::active_target(), target);
+    check_policy_kernels(target);
+  }
+}
+
+TEST_F(SimdTarget, BankKernelsMatchThePlainLoopsOnEverySupportedTarget) {
+  for (const auto& target : simd::supported_targets()) {
+    simd::select_target(target);
+    ASSERT_EQ(simd::active_target(), target);
+    check_bank_kernels(target);
+  }
+}
+
+}  // namespace
+}  // namespace kvevict
