@@ -140,6 +140,16 @@ export interface PolicyInfo {
 /** Every registered policy, in catalogue order. */
 export function policies(): PolicyInfo[];
 
+/** The kernels' SIMD targets, lowest first ("baseline", "sse4", "avx2", "avx512"). */
+export interface SimdInfo {
+  compiled: string[];
+  supported: string[];
+  active: string;
+}
+export function simd(): SimdInfo;
+/** Runs every kernel at `target` ("best": the CPU's best); throws ParameterError if unknown or unsupported. */
+export function selectSimd(target: string): void;
+
 /** PyramidKV's share of `layer` in a stack of `numLayers` with average share `budget`. */
 export function pyramidBudget(budget: number, layer: number, numLayers: number, ratio: number): number;
 

@@ -39,6 +39,15 @@ function loadAddon() {
 
 const native = loadAddon();
 native.setErrorClasses({ KvevictError, ParameterError, ContractError, InputError });
+// The kernels run at the SIMD target KVEVICT_SIMD names, if set; an unknown
+// target, or one the CPU lacks, fails the load with the reason.
+if (process.env.KVEVICT_SIMD !== undefined) {
+  try {
+    native.selectSimd(process.env.KVEVICT_SIMD);
+  } catch (e) {
+    throw new ParameterError(`KVEVICT_SIMD=${process.env.KVEVICT_SIMD}: ${e.message}`);
+  }
+}
 
 /**
  * Base of every policy class. Not constructed directly: use a policy class
@@ -106,6 +115,19 @@ function policy(name, params) {
 /** Every registered policy: name, title, summary, parameters with defaults, queries. */
 function policies() {
   return native.policies();
+}
+
+/** The kernels' SIMD targets, lowest first: {compiled, supported, active}. */
+function simd() {
+  return native.simd();
+}
+
+/**
+ * Runs every kernel at `target` ("baseline", "sse4", "avx2", "avx512", or "best") from now on;
+ * throws ParameterError for an unknown target or one this CPU cannot run.
+ */
+function selectSimd(target) {
+  native.selectSimd(target);
 }
 
 /** PyramidKV's share of `layer` in a stack of `numLayers` whose average share is `budget`. */
@@ -218,6 +240,8 @@ module.exports = {
   policyClasses,
   policy,
   policies,
+  simd,
+  selectSimd,
   pyramidBudget,
   trace,
   traceHash,

@@ -38,6 +38,7 @@
 #include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
+#include "kvevict/simd.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
 
@@ -453,6 +454,32 @@ Napi::Value PyramidBudget(const Napi::CallbackInfo& info) {
     const std::int64_t ratio = to_integer(info[3], "pyramidBudget: ratio");
     if (budget < 0) call.negative = true;
     return Napi::Number::New(env, static_cast<double>(kvevict::pyramid_budget(budget, layer, num_layers, ratio)));
+  });
+}
+
+// simd() -> {compiled, supported, active}: the kernels' SIMD targets, lowest first.
+Napi::Value Simd(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    const auto list = [&](const std::vector<std::string>& names) {
+      Napi::Array out = Napi::Array::New(env, names.size());
+      for (std::size_t i = 0; i < names.size(); ++i) out.Set(static_cast<std::uint32_t>(i), names[i]);
+      return out;
+    };
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("compiled", list(kvevict::simd::compiled_targets()));
+    out.Set("supported", list(kvevict::simd::supported_targets()));
+    out.Set("active", kvevict::simd::active_target());
+    return out;
+  });
+}
+
+// selectSimd(name): every kernel at `name` from now on ("best": the CPU's best).
+Napi::Value SelectSimd(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    kvevict::simd::select_target(to_string(info[0], "target"));
+    return env.Undefined();
   });
 }
 
@@ -1136,6 +1163,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
   exports.Set("Trace", TraceWrap::Define(env));
   exports.Set("policies", Napi::Function::New<Policies>(env, "policies"));
+  exports.Set("simd", Napi::Function::New<Simd>(env, "simd"));
+  exports.Set("selectSimd", Napi::Function::New<SelectSimd>(env, "selectSimd"));
   exports.Set("pyramidBudget", Napi::Function::New<PyramidBudget>(env, "pyramidBudget"));
   exports.Set("traceHash", Napi::Function::New<TraceHash>(env, "traceHash"));
   exports.Set("runJson", Napi::Function::New<RunJson>(env, "runJson"));

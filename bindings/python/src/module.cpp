@@ -44,6 +44,7 @@
 #include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
+#include "kvevict/simd.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
 
@@ -1360,6 +1361,35 @@ step t = 1, 2, ... Unknown ids and out-of-range steps raise RuntimeError.
 PyramidKV's share for `layer` of `num_layers` with average `budget`:
 floor(2*budget*(r*(L-1) - layer*(r-1)) / ((r+1)*(L-1))), or `budget` when
 L <= 1. Arguments outside their ranges raise ValueError.
+)doc");
+
+  // The kernels run at the SIMD target KVEVICT_SIMD names, if set (an unknown
+  // target, or one the CPU lacks, fails the import with the reason).
+  kvevict::simd::select_from_environment();
+  m.def(
+      "simd",
+      [] {
+        const auto list = [](const std::vector<std::string>& names) {
+          py::list out;
+          for (const auto& n : names) out.append(n);
+          return out;
+        };
+        py::dict d;
+        d["compiled"] = list(kvevict::simd::compiled_targets());
+        d["supported"] = list(kvevict::simd::supported_targets());
+        d["active"] = kvevict::simd::active_target();
+        return d;
+      },
+      R"doc(
+The SIMD targets of the kernels: {"compiled": [...], "supported": [...],
+"active": name}, lowest first ("baseline", "sse4", "avx2", "avx512").
+)doc");
+  m.def(
+      "select_simd", [](const std::string& name) { kvevict::simd::select_target(name); }, py::arg("target"),
+      R"doc(
+Runs every kernel at `target` from now on ("best" for the CPU's best). Raises
+ValueError for an unknown target or one this CPU cannot run. Call it while
+no other thread runs a policy.
 )doc");
 
   m.def("policies", &policy_descriptions, R"doc(
