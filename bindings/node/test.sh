@@ -25,21 +25,8 @@ command -v npm >/dev/null 2>&1 || die "npm is not installed (Debian 12: apt-get 
 cd "$here"
 
 # 1. Dev dependencies (node-addon-api, typescript), exactly as package-lock.json
-#    pins them; nothing is fetched when they are already installed.
-lock_satisfied() {
-  node -e '
-    const fs = require("fs");
-    const lock = JSON.parse(fs.readFileSync("package-lock.json", "utf8"));
-    for (const [where, pkg] of Object.entries(lock.packages)) {
-      if (!where.startsWith("node_modules/")) continue;
-      const file = where + "/package.json";
-      if (!fs.existsSync(file) || JSON.parse(fs.readFileSync(file, "utf8")).version !== pkg.version) process.exit(1);
-    }'
-}
-if ! lock_satisfied; then
-  say "installing the dev dependencies: npm ci"
-  npm ci --no-audit --no-fund --prefer-offline
-fi
+#    pins them (npm ci); nothing is fetched when they are already installed.
+bash "$here/install-deps.sh" || die "npm ci failed in $here: the dev dependencies are not installed"
 
 # 2. The addon.
 if [[ -n ${KVEVICT_NODE_ADDON:-} ]]; then

@@ -9,8 +9,9 @@
 # (BUILD_DIR/report-screenshot.png).
 #
 # Chromium is Debian's `chromium` package (scripts/install-deps.sh installs it).
-# When it is missing the test skips, saying so -- unless CI is set, when a
-# missing browser fails.
+# When it is missing the test skips (exit 77, ctest's SKIP_RETURN_CODE here),
+# saying so -- unless CI is set, when a missing browser fails. scripts/test-all.sh
+# fails on the skip too: the browser check is one of the suites it requires.
 #
 # Usage: browser_test.sh PATH/TO/kvevict BUILD_DIR
 set -u
@@ -106,10 +107,11 @@ if [[ -z "$browser" ]]; then
     fail "chromium not found and CI is set: install it (apt-get install chromium, or make deps)"
     finish
   fi
-  echo "SKIP: chromium not found, so the page was not loaded in a browser (apt-get install chromium, or make deps; with CI set this fails)"
   echo "browser: $passed passed, $failed failed (browser checks skipped)"
-  [[ $failed -eq 0 ]]
-  exit
+  [[ $failed -eq 0 ]] || exit 1
+  # 77: ctest's SKIP_RETURN_CODE for this test, so the run reports a skip, not a pass.
+  echo "SKIP: chromium not found, so the page was not loaded in a browser (apt-get install chromium, or make deps; with CI set this fails)"
+  exit 77
 fi
 
 flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --no-default-browser-check
