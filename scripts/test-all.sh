@@ -17,8 +17,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 source scripts/test-summary.sh
 
 # The suites each build must run (ctest names), and the fuzz targets.
-required_release=(cli install report_browser python no_vendored_packages)
-required_sanitize=(cli report_browser)
+required_release=(cli install report_browser python no_vendored_packages simd_baseline)
+required_sanitize=(cli report_browser simd_baseline)
 fuzz_targets=5  # scripts/fuzz.sh's default list: vectors params policy npy model
 
 status=0
