@@ -44,8 +44,8 @@ void check_recent_window(std::string_view title, std::int64_t recent_window, std
   }
 }
 
-void check_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
-                     std::size_t held_after, std::size_t capacity, std::int64_t budget) {
+void fail_admission(std::string_view title, std::int64_t pos, std::int64_t newest, std::size_t held_after,
+                    std::int64_t budget) {
   if (pos < 0) throw ContractError(fmt::format("{}: position {} is negative", title, pos));
   if (pos > std::int64_t{std::numeric_limits<Position>::max()}) {
     throw ContractError(fmt::format("{}: position {} does not fit in 32 bits", title, pos));
@@ -55,12 +55,10 @@ void check_admission(std::string_view title, std::int64_t pos, std::int64_t newe
         "{}: position {} must be greater than every position held (the newest is {})", title, pos,
         newest));
   }
-  if (held_after > capacity) {
-    throw ContractError(fmt::format(
-        "{}: asked to hold {} positions with a budget of {}; the caller's budget must match the "
-        "policy's",
-        title, held_after, budget));
-  }
+  throw ContractError(fmt::format(
+      "{}: asked to hold {} positions with a budget of {}; the caller's budget must match the "
+      "policy's",
+      title, held_after, budget));
 }
 
 void check_weights(std::string_view title, const float* w, std::size_t n) {
@@ -75,11 +73,9 @@ void check_weights(std::string_view title, const float* w, std::size_t n) {
   }
 }
 
-void check_evict_budget(std::string_view title, std::int64_t budget) {
-  if (budget < 0) {
-    throw ContractError(fmt::format("{}: evict was asked for a budget of {}; it must be at least 0",
-                                    title, budget));
-  }
+void fail_evict_budget(std::string_view title, std::int64_t budget) {
+  throw ContractError(
+      fmt::format("{}: evict was asked for a budget of {}; it must be at least 0", title, budget));
 }
 
 }  // namespace kvevict::detail

@@ -39,8 +39,18 @@ void check_recent_window(std::string_view title, std::int64_t recent_window, std
 
 // Refuses, before anything changes, a position that is not above the newest
 // held one (`newest` is -1 when nothing is held) or that would not fit.
-void check_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
-                     std::size_t held_after, std::size_t capacity, std::int64_t budget);
+[[noreturn]] void fail_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
+                                std::size_t held_after, std::int64_t budget);
+// Inline: the common case is one compare per rule, taken on every decode step
+// (the cheapest policies cost a few nanoseconds a step); only a refusal leaves.
+inline void check_admission(std::string_view title, std::int64_t pos, std::int64_t newest,
+                            std::size_t held_after, std::size_t capacity, std::int64_t budget) {
+  if (pos >= 0 && pos > newest && pos <= std::int64_t{std::numeric_limits<Position>::max()} && held_after <= capacity)
+      [[likely]] {
+    return;
+  }
+  fail_admission(title, pos, newest, held_after, budget);
+}
 
 // Refuses, before anything changes, a weight among the first `n` that is NaN,
 // infinite or negative: comparisons with such values would make the victim
@@ -56,7 +66,10 @@ inline std::size_t sink_slots(std::span<const Position> held, std::int64_t sinks
 }
 
 // evict's budget must be >= 0.
-void check_evict_budget(std::string_view title, std::int64_t budget);
+[[noreturn]] void fail_evict_budget(std::string_view title, std::int64_t budget);
+inline void check_evict_budget(std::string_view title, std::int64_t budget) {
+  if (budget < 0) [[unlikely]] fail_evict_budget(title, budget);
+}
 
 // Number of weights a step may read: min(len(attn), kept).
 inline std::size_t readable(const Attention& attn, std::size_t kept) noexcept {

@@ -140,6 +140,93 @@ ScorePass AddWeightsMin(double* HWY_RESTRICT scores, const float* HWY_RESTRICT w
   return {low, low_block};
 }
 
+ScorePass StoreWeightsMin(double* HWY_RESTRICT out, const float* HWY_RESTRICT w, std::size_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
+  const std::size_t N = hn::Lanes(dd);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double low = kInf;
+  std::size_t low_block = 0;
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, n);
+    auto block_low = hn::Set(dd, kInf);
+    std::size_t i = b;
+    for (; i + N <= stop; i += N) {
+      const auto v = hn::PromoteTo(dd, hn::LoadU(df, w + i));  // exact: every float is a double
+      hn::StoreU(v, dd, out + i);
+      block_low = hn::Min(block_low, v);
+    }
+    for (; i < stop; ++i) {
+      out[i] = static_cast<double>(w[i]);
+      block_low = hn::Min(block_low, hn::Set(dd, out[i]));
+    }
+    const double m = hn::GetLane(hn::MinOfLanes(dd, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  return {low, low_block};
+}
+
+// SnapKV's window sums: out[i] = sum over c = 0 ... rows-1, in that order, of
+// (double)ring[c * stride + i], from 0.0 -- the spec's ring-order float64 sum,
+// each lane adding its own slot's cells in the same order.
+void RingSums(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stride, std::size_t n,
+              double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    auto a = hn::Zero(dd);
+    auto b = hn::Zero(dd);
+    for (std::size_t c = 0; c < rows; ++c) {
+      const float* row = ring + c * stride + i;
+      a = hn::Add(a, hn::PromoteTo(dd, hn::LoadU(df, row)));
+      b = hn::Add(b, hn::PromoteTo(dd, hn::LoadU(df, row + N)));
+    }
+    hn::StoreU(a, dd, out + i);
+    hn::StoreU(b, dd, out + i + N);
+  }
+  for (; i < n; ++i) {
+    double sum = 0.0;
+    for (std::size_t c = 0; c < rows; ++c) sum += static_cast<double>(ring[c * stride + i]);
+    out[i] = sum;
+  }
+}
+
+// SnapKV's pooling: out[i] = max of v[j] for j in [i - r, i + r] clipped to
+// [0, n). A maximum of non-NaN values does not depend on the order it is
+// taken in, so the vector body is exact.
+HWY_INLINE void PoolOne(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, std::size_t i,
+                        double* HWY_RESTRICT out) {
+  const std::size_t lo = i >= r ? i - r : 0;
+  const std::size_t hi = std::min(n - 1, i + r);
+  double best = v[lo];
+  for (std::size_t j = lo + 1; j <= hi; ++j) best = std::max(best, v[j]);
+  out[i] = best;
+}
+
+void PoolMax(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const std::size_t N = hn::Lanes(dd);
+  if (n == 0) return;
+  if (r == 0) {
+    std::copy_n(v, n, out);
+    return;
+  }
+  std::size_t i = 0;
+  for (; i < std::min(r, n); ++i) PoolOne(v, n, r, i, out);
+  // Body: every window lies inside [0, n).
+  for (; i + N + r <= n; i += N) {
+    auto m = hn::LoadU(dd, v + i - r);
+    for (std::size_t k = 1; k <= 2 * r; ++k) m = hn::Max(m, hn::LoadU(dd, v + i - r + k));
+    hn::StoreU(m, dd, out + i);
+  }
+  for (; i < n; ++i) PoolOne(v, n, r, i, out);
+}
+
 bool WeightsValid(const float* HWY_RESTRICT w, std::size_t n) {
   const hn::ScalableTag<float> df;
   const std::size_t N = hn::Lanes(df);
@@ -219,6 +306,9 @@ HWY_EXPORT(CountVotesChecked);
 HWY_EXPORT(UncountVotes);
 HWY_EXPORT(AddWeightsMin);
 HWY_EXPORT(WeightsValid);
+HWY_EXPORT(StoreWeightsMin);
+HWY_EXPORT(RingSums);
+HWY_EXPORT(PoolMax);
 HWY_EXPORT(FindFirstU32);
 HWY_EXPORT(FindFirstF64);
 HWY_EXPORT(FirstMinU32);
@@ -251,6 +341,18 @@ ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::si
 }
 
 bool weights_valid(const float* w, std::size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(WeightsValid)(w, n); }
+
+void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(RingSums)(ring, rows, stride, n, out);
+}
+
+void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);
+}
+
+ScorePass store_weights_min(double* out, const float* w, std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(StoreWeightsMin)(out, w, n);
+}
 
 std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {
   return HWY_DYNAMIC_DISPATCH(FindFirstU32)(v, begin, end, value);

@@ -45,6 +45,19 @@ ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::si
                           std::size_t end) noexcept;
 std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept;
 
+// TOVA's step: out[i] = (double)w[i] for i < n, and the minimum of them with
+// the first 64-slot block holding it (+infinity when n is 0). The weights
+// must be valid already.
+ScorePass store_weights_min(double* out, const float* w, std::size_t n) noexcept;
+
+// SnapKV: out[i] = the float64 sum of ring[c * stride + i] over c = 0 ...
+// rows - 1, in that order, for i < n.
+void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;
+
+// SnapKV: out[i] = max of v over [i - radius, i + radius] clipped to [0, n).
+// v holds no NaN.
+void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept;
+
 // True when every w[i] (i < n) is finite and >= 0.
 bool weights_valid(const float* w, std::size_t n) noexcept;
 

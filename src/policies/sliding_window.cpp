@@ -18,11 +18,16 @@ SlidingWindow::SlidingWindow(const SlidingWindowParams& params) : params_(params
   size_ = 1;
 }
 
+// Ring indices wrap with a compare, not a division: a step is a few
+// nanoseconds and an integer division would be most of it.
+namespace {
+inline std::size_t wrap(std::size_t i, std::size_t capacity) noexcept { return i >= capacity ? i - capacity : i; }
+}  // namespace
+
 void SlidingWindow::on_decode_step(std::int64_t pos, Attention /*never read*/) {
-  const std::int64_t newest =
-      size_ == 0 ? -1 : std::int64_t{ring_[(head_ + size_ - 1) % capacity_]};
+  const std::int64_t newest = size_ == 0 ? -1 : std::int64_t{ring_[wrap(head_ + size_ - 1, capacity_)]};
   detail::check_admission(kTitle, pos, newest, size_ + 1, capacity_, params_.budget);
-  ring_[(head_ + size_) % capacity_] = static_cast<Position>(pos);
+  ring_[wrap(head_ + size_, capacity_)] = static_cast<Position>(pos);
   ++size_;
 }
 
@@ -33,7 +38,7 @@ std::span<const Position> SlidingWindow::evict(std::int64_t budget) {
   // Oldest first: arrival order is ascending position order.
   while (size_ > b) {
     victims_[count++] = ring_[head_];
-    head_ = (head_ + 1) % capacity_;
+    head_ = wrap(head_ + 1, capacity_);
     --size_;
   }
   return {victims_.data(), count};

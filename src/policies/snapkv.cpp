@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "policies/common.h"
+#include "policies/kernels.h"
 #include "policies/describe.h"
 
 namespace kvevict {
@@ -45,6 +46,9 @@ SnapKVCore::SnapKVCore(const char* title, const SnapKVParams& params, std::size_
       capacity_(capacity),
       budget_(params.budget) {
   positions_.resize(capacity_);
+  ring_slot_.resize(capacity_);
+  for (std::size_t i = 0; i < capacity_; ++i) ring_slot_[i] = static_cast<std::uint32_t>(i);
+  freed_.resize(capacity_);
   history_.assign(capacity_ * obs_window_, 0.0F);
   sums_.resize(capacity_);
   pooled_.resize(capacity_);
@@ -55,8 +59,9 @@ SnapKVCore::SnapKVCore(const char* title, const SnapKVParams& params, std::size_
 }
 
 std::size_t SnapKVCore::memory_bytes() const noexcept {
-  // position 4 + ring 4*obsWindow + sum 8 + pooled 8 + scratch 1
-  return capacity_ * (4 + 4 * obs_window_ + 17);
+  // position 4 + ring 4*obsWindow + sum 8 + pooled 8 + scratch 1 (the spec's
+  // layout), + ring slot 4 + freed-slot scratch 4 (ours: rings never move).
+  return capacity_ * (4 + 4 * obs_window_ + 17 + 8);
 }
 
 void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
@@ -66,43 +71,63 @@ void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
   if (attn) {  // present, even when empty, advances the ring
     const std::size_t n = readable(attn, kept_);
     const float* w = attn->data();
-    for (std::size_t i = 0; i < n; ++i) history_[i * obs_window_ + cursor_] = w[i];
-    cursor_ = (cursor_ + 1) % obs_window_;
+    float* row = history_.data() + cursor_ * capacity_;  // ring cell `cursor_` of every ring
+    const std::uint32_t* slot = ring_slot_.data();
+    for (std::size_t i = 0; i < n; ++i) row[slot[i]] = w[i];
+    cursor_ = cursor_ + 1 == obs_window_ ? 0 : cursor_ + 1;
   }
+  // The new position takes the first free ring (they wait past kept_), zeroed.
   positions_[kept_] = static_cast<Position>(pos);
-  std::fill_n(history_.begin() + static_cast<std::ptrdiff_t>(kept_ * obs_window_), obs_window_,
-              0.0F);
+  const std::uint32_t fresh = ring_slot_[kept_];
+  for (std::size_t c = 0; c < obs_window_; ++c) history_[c * capacity_ + fresh] = 0.0F;
   ++kept_;
 }
 
-double SnapKVCore::window_sum(std::size_t slot) const noexcept {
+double SnapKVCore::window_sum(std::size_t i) const noexcept {
   // Ring-index order 0 ... obsWindow-1, in float64.
-  const float* ring = history_.data() + slot * obs_window_;
+  const std::uint32_t slot = ring_slot_[i];
   double sum = 0.0;
-  for (std::size_t c = 0; c < obs_window_; ++c) sum += static_cast<double>(ring[c]);
+  for (std::size_t c = 0; c < obs_window_; ++c) sum += static_cast<double>(history_[c * capacity_ + slot]);
   return sum;
 }
 
 std::span<const Position> SnapKVCore::evict_to(std::size_t target) {
   if (kept_ <= target) return {};
   const std::size_t needed = kept_ - target;
-  // Scores are computed once per call, before the first victim.
-  for (std::size_t i = 0; i < kept_; ++i) sums_[i] = window_sum(i);
-  for (std::size_t i = 0; i < kept_; ++i) {
-    const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
-    const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
-    double best = sums_[lo];
-    for (std::size_t j = lo + 1; j <= hi; ++j) best = std::max(best, sums_[j]);
-    pooled_[i] = best;
-  }
+  // Scores are computed once per call, before the first victim: every ring
+  // summed in ring order (vectorised across rings), put in position order,
+  // then pooled over neighbouring held positions.
+  ring_sums(history_.data(), obs_window_, capacity_, capacity_, sums_.data());
+  for (std::size_t i = 0; i < kept_; ++i) pooled_[i] = sums_[ring_slot_[i]];
+  pool_max(pooled_.data(), kept_, pool_radius_, sums_.data());
+  const double* score = sums_.data();  // pooled, in position order
   const std::size_t recent = std::min(recent_window_, kept_);
-  mark_argmin_victims(pooled_.data(), marked_.data(), 0, kept_ - recent, needed);
+  const std::size_t end = kept_ - recent;
+  if (needed == 1) {
+    // The steady state: one victim; its ring stays where it is and becomes
+    // the next position's (no ring moves, only the two slot arrays shift).
+    const std::size_t j = first_min(score, 0, end);
+    if (j == end) return {};
+    victims_[0] = positions_[j];
+    const std::uint32_t freed = ring_slot_[j];
+    const std::size_t tail = kept_ - j - 1;
+    std::memmove(positions_.data() + j, positions_.data() + j + 1, tail * sizeof(Position));
+    std::memmove(ring_slot_.data() + j, ring_slot_.data() + j + 1, tail * sizeof(std::uint32_t));
+    --kept_;
+    ring_slot_[kept_] = freed;
+    return {victims_.data(), 1};
+  }
+  mark_argmin_victims(score, marked_.data(), 0, end, needed);
+  std::size_t freed = 0;
+  for (std::size_t i = 0; i < kept_; ++i) {
+    if (marked_[i] != 0) freed_[freed++] = ring_slot_[i];
+  }
   const std::size_t count =
       compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-              [this](std::size_t to, std::size_t from) {
-                std::memcpy(history_.data() + to * obs_window_,
-                            history_.data() + from * obs_window_, obs_window_ * sizeof(float));
-              });
+              [this](std::size_t to, std::size_t from) { ring_slot_[to] = ring_slot_[from]; });
+  // The victims' rings wait right past the survivors (the rings free before
+  // this call still follow them).
+  std::copy_n(freed_.begin(), freed, ring_slot_.begin() + static_cast<std::ptrdiff_t>(kept_));
   return {victims_.data(), count};
 }
 

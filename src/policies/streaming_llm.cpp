@@ -32,8 +32,13 @@ StreamingLLM::StreamingLLM(const StreamingLLMParams& params) : params_(params) {
   newest_ = 0;
 }
 
+// Ring indices wrap with a compare, not a division (see sliding_window.cpp).
+namespace {
+inline std::size_t wrap(std::size_t i, std::size_t capacity) noexcept { return i >= capacity ? i - capacity : i; }
+}  // namespace
+
 void StreamingLLM::push_window(Position pos) noexcept {
-  window_[(head_ + window_size_) % window_capacity_] = pos;
+  window_[wrap(head_ + window_size_, window_capacity_)] = pos;
   ++window_size_;
 }
 
@@ -59,7 +64,7 @@ std::span<const Position> StreamingLLM::evict(std::int64_t budget) {
   // below the sink count empties the window and stops.
   while (kept_count() > b && window_size_ > 0) {
     victims_[count++] = window_[head_];
-    head_ = (head_ + 1) % window_capacity_;
+    head_ = wrap(head_ + 1, window_capacity_);
     --window_size_;
   }
   return {victims_.data(), count};

@@ -1,6 +1,9 @@
 #include "kvevict/policies/tova.h"
 
+#include <algorithm>
+
 #include "policies/common.h"
+#include "policies/kernels.h"
 #include "policies/describe.h"
 
 namespace kvevict {
@@ -27,13 +30,15 @@ void TOVA::on_decode_step(std::int64_t pos, Attention attn) {
   detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
   const std::size_t n = detail::readable(attn, kept_);
   detail::check_weights(kTitle, n > 0 ? attn->data() : nullptr, n);
+  hint_.valid = false;
   if (n > 0) {
-    const float* w = attn->data();
-    // Replace, never accumulate: only the latest observation counts.
-    for (std::size_t i = 0; i < n; ++i) {
-      last_[i] = static_cast<double>(w[i]);
-      flags_[i] = kObserved;
-    }
+    // Replace, never accumulate: only the latest observation counts. The
+    // same pass finds the minimum: when the row covers every held slot, the
+    // slots it wrote are all the observed ones (the token admitted below is
+    // not), so the next eviction's victim is that minimum's first occurrence.
+    const detail::ScorePass pass = detail::store_weights_min(last_.data(), attn->data(), n);
+    std::fill_n(flags_.begin(), n, kObserved);
+    if (n == kept_) hint_.set(pass.min_score, pass.min_block, 0, n);
   }
   positions_[kept_] = static_cast<Position>(pos);
   last_[kept_] = 0.0;
@@ -46,6 +51,18 @@ std::span<const Position> TOVA::evict(std::int64_t budget) {
   const auto b = static_cast<std::size_t>(budget);
   if (kept_ <= b) return {};
   const std::size_t needed = kept_ - b;
+  if (needed == 1 && hint_.valid && hint_.end + 1 == kept_) {
+    // The steady state: one victim, found in the block the step's pass named.
+    const std::size_t j = detail::find_first(last_.data(), hint_.block, hint_.end, hint_.min);
+    hint_.valid = false;
+    victims_[0] = positions_[j];
+    detail::erase_slot(positions_, j, kept_);
+    detail::erase_slot(last_, j, kept_);
+    detail::erase_slot(flags_, j, kept_);
+    --kept_;
+    return {victims_.data(), 1};
+  }
+  hint_.valid = false;
   // No recent window: an unobserved position (the one just admitted) is the
   // only immunity. Stop early when every observed slot is taken.
   for (std::size_t chosen = 0; chosen < needed; ++chosen) {

@@ -75,7 +75,7 @@ TEST(PyramidKV, EffectiveBudgetKeepsOneChoosablePosition) {
                .recent_window = 4, .obs_window = 8, .pool_kernel = 1});
   EXPECT_EQ(p.effective_budget(), 5);
   // Capacity is max(5, 10) + 1 = 11 slots.
-  EXPECT_EQ(p.memory_bytes(), (4U + 4U * 8U + 17U) * 11U);
+  EXPECT_EQ(p.memory_bytes(), (4U + 4U * 8U + 17U + 8U) * 11U);
 }
 
 TEST(PyramidKV, Rules) {

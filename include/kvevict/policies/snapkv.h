@@ -47,7 +47,12 @@ class SnapKVCore {
   std::size_t kept_ = 0;
   std::size_t cursor_ = 0;
   std::vector<Position> positions_;
-  std::vector<float> history_;  // obs_window_ floats per slot, contiguous
+  // Ring cell c of ring r at [c * capacity_ + r]: one row per ring cell, so
+  // the sums vectorise across rings. A ring never moves: ring_slot_[i] names
+  // the ring of the i-th held position; [kept_, capacity_) names free rings.
+  std::vector<float> history_;
+  std::vector<std::uint32_t> ring_slot_;
+  std::vector<std::uint32_t> freed_;  // scratch: the victims' rings
   std::vector<double> sums_;
   std::vector<double> pooled_;
   std::vector<std::uint8_t> marked_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvevict/detail/victim_hint.h"
 #include "kvevict/policy.h"
 
 namespace kvevict {
@@ -39,6 +40,7 @@ class TOVA final : public Policy {
   std::vector<double> last_;
   std::vector<std::uint8_t> flags_;  // kObserved | kMarked
   std::vector<Position> victims_;
+  detail::VictimHint<double> hint_;  // what the last step's pass learned about the next victim
 };
 
 }  // namespace kvevict
