@@ -106,6 +106,12 @@ bad "report folder"    "is a folder, not a file" -- report --steps 50 --out "$tm
 bad "report policy"    "unknown policy 'lru' (known: scissorhands" -- report --steps 50 --policies h2o,lru --out "$tmp/x.html"
 bad "report trace"     "unknown trace 'nope' (known: decode-4096" -- report --trace nope --out "$tmp/x.html"
 bad "report no file"   "missing.npy: cannot be opened" -- report --trace "$tmp/missing.npy" --out "$tmp/x.html"
+# A shape whose byte count wraps around 2^64 (here 2^64 exactly, in a 192-byte
+# file) is refused by its header, not given 8,192 heads of 192 MiB buffers.
+{ printf '\x93NUMPY\x01\x00\x76\x00%-117s\n' "{'descr': '<f8', 'fortran_order': False, 'shape': (8192, 16777216, 16777216), }"
+  head -c 64 /dev/zero; } >"$tmp/huge.npy"
+bad "npy wraps"        "huge.npy: shape (8192, 16777216, 16777216) of 8-byte items is too large" -- run --policy tova --budget 2 --trace "$tmp/huge.npy"
+if [[ $(wc -c <"$tmp/huge.npy") -eq 192 && $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else fail "npy wraps: $(wc -c <"$tmp/huge.npy") bytes, stderr $(cat "$tmp/err")"; fi
 bad "report empty"     "--policies: the policy list is empty (name at least one policy, or all)" -- report --policies "" --out "$tmp/x.html"
 bad "report empty item" "empty policy name in the list 'h2o,'" -- report --policies h2o, --out "$tmp/x.html"
 bad "report strip"     "report: the strip budget 100 is not one of the budgets (64, 128)" -- report --steps 50 --budgets 64,128 --strip-budget 100 --out "$tmp/x.html"
