@@ -60,6 +60,10 @@ bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recen
 bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
 bad "negative"         "H2O: recentWindow (-1) must be at least 0" -- run --policy h2o --set recentWindow=-1
 bad "out of range"     "Scissorhands: recentWindow (600) must be smaller than budget (512)" -- run --policy scissorhands --set recentWindow=600
+# A vote history over 256 MiB is refused by name, not attempted (it printed
+# std::bad_alloc: 8.6 GB at this budget), and the error is one line.
+bad "history cap"      "Scissorhands: historyWindow (4096) must be at most 64 at budget 16777216 (the vote history would need more than 256 MiB)" -- run --policy scissorhands --budget 16777216 --set historyWindow=4096
+if [[ $(wc -l <"$tmp/err") -eq 1 ]] && ! grep -q bad_alloc "$tmp/err"; then pass; else fail "history cap: stderr is not one line: $(cat "$tmp/err")"; fi
 bad "huge"             "out of range for a 64-bit integer" -- run --policy h2o --set budget=99999999999999999999
 bad "budget too big"   "budget (100000000) must be at most" -- run --policy h2o --budget 100000000
 bad "budget zero"      "budget (0) must be at least 1" -- run --policy h2o --budget 0
