@@ -278,6 +278,12 @@ struct Decoder::Impl {
   };
   std::vector<HeadCache> heads;
 
+  // Set when a step threw part-way: the heads are then out of step with each
+  // other and with their policies, and only reset() makes the decoder usable.
+  bool failed = false;
+  std::uint32_t failed_at = 0;
+  std::string failed_what;
+
   // Scratch, sized once.
   std::vector<float> x, h, qkv, attn_out, ff, logits, scores;
   std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
@@ -353,6 +359,8 @@ void Decoder::reset() {
   }
   fed_ = 0;
   evicted_ = 0;
+  impl_->failed = false;
+  impl_->failed_what.clear();
 }
 
 std::span<const Position> Decoder::held(std::uint32_t h) const noexcept {
@@ -372,13 +380,45 @@ std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
 
 std::span<const float> Decoder::step(std::uint8_t token) {
   Impl& m = *impl_;
-  const ModelConfig& c = m.cfg;
-  const Model& model = *m.model;
+  if (m.failed) {
+    throw ContractError(fmt::format("decoder: the step at position {} failed ({}), leaving the heads' caches "
+                                    "and policies out of step: call reset() and give new policies",
+                                    m.failed_at,
+                                    m.failed_what.empty() ? std::string("an exception without a message")
+                                                          : m.failed_what));
+  }
   const std::uint32_t pos = fed_;
-  if (pos >= m.capacity) {
+  if (pos >= m.capacity) {  // before anything changes: the decoder stays usable
     throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions", pos,
                                  m.capacity));
   }
+  // The strong guarantee would need every policy's state rolled back, which
+  // the Policy interface has no way to do: a throw on head h comes after
+  // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
+  // of computing from heads that disagree about what they hold.
+  try {
+    return advance(token);
+  } catch (const std::exception& e) {
+    m.failed = true;
+    m.failed_at = pos;
+    try {
+      m.failed_what = e.what();
+    } catch (...) {  // keep the original exception; the refusal names the position
+    }
+    throw;
+  } catch (...) {
+    m.failed = true;
+    m.failed_at = pos;
+    m.failed_what.clear();
+    throw;
+  }
+}
+
+std::span<const float> Decoder::advance(std::uint8_t token) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.cfg;
+  const Model& model = *m.model;
+  const std::uint32_t pos = fed_;
   const std::uint32_t width = c.width;
   const std::uint32_t d = c.head_dim();
   const std::uint32_t half = d / 2;

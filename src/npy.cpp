@@ -187,6 +187,21 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
   if (s.size() == 3 && (s[0] < 1 || s[0] > kMaxHeads)) {
     fail(file, fmt::format("H ({}) must be in 1 ... {}", s[0], kMaxHeads));
   }
+  // H * N * N * item_size can pass 2^64 (H <= 2^16, N <= 2^24): wrapped, a
+  // 192-byte file passed the truncation check and then sized H buffers from N.
+  // Checked, and the end of the data must be a valid file offset, so every
+  // row offset below it (head * N + t) * N * item_size fits too.
+  std::uint64_t bytes_needed = 0;
+  constexpr auto kMaxOffset = static_cast<std::uint64_t>(std::numeric_limits<std::streamoff>::max());
+  if (__builtin_mul_overflow(h.heads(), n, &bytes_needed) ||
+      __builtin_mul_overflow(bytes_needed, n, &bytes_needed) ||
+      __builtin_mul_overflow(bytes_needed, std::uint64_t{h.item_size}, &bytes_needed) ||
+      bytes_needed > kMaxOffset - h.data_offset) {
+    fail(file, fmt::format("shape ({}) of {}-byte items is too large: its data would end beyond the largest "
+                           "file offset (2^63 - 1 bytes)",
+                           fmt::join(s, ", "), h.item_size));
+  }
+  h.data_bytes = bytes_needed;
   return h;
 }
 
@@ -213,8 +228,7 @@ NpyHeader read_npy_header(const std::filesystem::path& path) {
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) fail(file, "cannot read its size");
-  const std::uint64_t n = h.length();
-  const std::uint64_t need = h.heads() * n * n * h.item_size;
+  const std::uint64_t need = h.data_bytes;  // checked by the parser
   if (size < h.data_offset || size - h.data_offset < need) {
     fail(file, fmt::format("the file is truncated: shape needs {} bytes of data, found {}", need,
                            size < h.data_offset ? 0 : size - h.data_offset));
@@ -243,6 +257,8 @@ std::span<const float> NpyTrace::next() {
   }
   const std::uint32_t t = ++step_;
   const std::uint64_t n = length_;
+  // Cannot wrap: head < H and t < N, so the row lies within data_bytes, which
+  // the header check bounds (with data_offset) by the largest file offset.
   const std::uint64_t offset = header_.data_offset + ((head_ * n + t) * n) * header_.item_size;
   in_.clear();
   in_.seekg(static_cast<std::streamoff>(offset));

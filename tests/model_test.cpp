@@ -12,6 +12,8 @@
 #include <set>
 #include <type_traits>
 
+#include <fmt/format.h>
+
 #include "kvevict/errors.h"
 #include "kvevict/model.h"
 #include "kvevict/npy.h"
@@ -49,23 +51,27 @@ std::vector<char> file_bytes(const std::filesystem::path& file) {
 }
 
 // A float32 [rows, cols] .npy (version 1) as train.py writes it with numpy.
-std::vector<float> read_matrix(const std::filesystem::path& file, std::uint64_t& rows,
-                               std::uint64_t& cols) {
+// Fatal checks: the header's numbers size the copy, so a malformed file must
+// stop the test before they are used (call under ASSERT_NO_FATAL_FAILURE).
+void read_matrix(const std::filesystem::path& file, std::vector<float>& out, std::uint64_t& rows,
+                 std::uint64_t& cols) {
   const std::vector<char> bytes = file_bytes(file);
-  EXPECT_GT(bytes.size(), 10U);
-  EXPECT_EQ(std::string(bytes.data() + 1, 5), "NUMPY");
+  ASSERT_GT(bytes.size(), 10U) << file;
+  ASSERT_EQ(std::string(bytes.data() + 1, 5), "NUMPY") << file;
   const std::size_t header_len = static_cast<unsigned char>(bytes[8]) |
                                  (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  ASSERT_LE(10 + header_len, bytes.size()) << file;
   const std::string header(bytes.data() + 10, header_len);
-  EXPECT_NE(header.find("'<f4'"), std::string::npos) << header;
+  ASSERT_NE(header.find("'<f4'"), std::string::npos) << header;
   const std::size_t open = header.find("'shape': (");
-  EXPECT_NE(open, std::string::npos) << header;
+  ASSERT_NE(open, std::string::npos) << header;
+  const std::size_t comma = header.find(',', open + 10);
+  ASSERT_NE(comma, std::string::npos) << header;
   rows = std::stoull(header.substr(open + 10));
-  cols = std::stoull(header.substr(header.find(',', open + 10) + 1));
-  std::vector<float> out(rows * cols);
-  EXPECT_EQ(bytes.size(), 10 + header_len + out.size() * 4);
+  cols = std::stoull(header.substr(comma + 1));
+  ASSERT_EQ(bytes.size(), 10 + header_len + rows * cols * 4) << file;
+  out.resize(rows * cols);
   std::memcpy(out.data(), bytes.data() + 10 + header_len, out.size() * 4);
-  return out;
 }
 
 TEST(Model, CommittedWeightsLoadWithTheDocumentedShape) {
@@ -83,7 +89,10 @@ TEST(Model, CommittedWeightsLoadWithTheDocumentedShape) {
 TEST(Model, LogitsMatchPyTorchOnTheReferencePrompt) {
   const auto model = committed_model();
   std::uint64_t rows = 0, cols = 0;
-  const std::vector<float> reference = read_matrix(model_dir() / "reference.npy", rows, cols);
+  std::vector<float> reference;
+  ASSERT_NO_FATAL_FAILURE(read_matrix(model_dir() / "reference.npy", reference, rows, cols));
+  // An empty reference (and prompt) would compare nothing and pass.
+  ASSERT_GT(rows, 0U) << "reference.npy has no rows";
   const std::vector<char> prompt = file_bytes(model_dir() / "reference-prompt.txt");
   ASSERT_EQ(rows, prompt.size());
   ASSERT_EQ(cols, 256U);
@@ -139,6 +148,10 @@ class Probe final : public Policy {
   explicit Probe(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
   std::string_view name() const noexcept override { return inner_->name(); }
   void on_decode_step(std::int64_t pos, Attention attn) override {
+    if (pos == throw_at) {
+      throw_at = -1;  // once: a transient failure, before the inner policy sees the step
+      throw ContractError(fmt::format("probe: refused position {} on purpose", pos));
+    }
     if (attn) last_weights.assign(attn->begin(), attn->end());
     inner_->on_decode_step(pos, attn);
   }
@@ -151,6 +164,7 @@ class Probe final : public Policy {
   std::size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
   std::set<Position> evicted;
   std::vector<float> last_weights;
+  std::int64_t throw_at = -1;  // a position whose decode step throws
 
  private:
   std::unique_ptr<Policy> inner_;
@@ -445,6 +459,50 @@ TEST(Decoder, RefusesToRunPastItsCapacityAndLateOrBadPolicies) {
   EXPECT_THROW(fresh.set_policy(99, policy.get(), 512), ContractError);
   EXPECT_THROW(fresh.set_policy(0, policy.get(), 0), ParameterError);
   EXPECT_THROW(Decoder(model, model->config().context + 1), InputError);
+}
+
+// A policy that throws in the middle of a step leaves the heads before it
+// (their caches and their policies) a token ahead of the heads after it, and a
+// policy cannot be rolled back, so the decoder refuses to go on until reset()
+// instead of computing from caches that disagree.
+TEST(Decoder, AStepThatAPolicyThrowsInRefusesFurtherStepsUntilReset) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(40);
+  constexpr std::int64_t kBudget = 16;
+  Decoder decoder(model, 64);
+  auto probes = attach<Probe>(decoder, "tova", kBudget);
+  probes[5]->throw_at = 20;  // layer 1, head 1: heads 0 ... 4 have seen position 20 by then
+  for (std::uint32_t t = 0; t < 20; ++t) decoder.step(text[t]);
+  try {
+    decoder.step(text[20]);
+    ADD_FAILURE() << "the probe did not throw";
+  } catch (const ContractError& e) {
+    EXPECT_STREQ(e.what(), "probe: refused position 20 on purpose");
+  }
+  EXPECT_EQ(decoder.position(), 20U);
+  for (int again = 0; again < 2; ++again) {
+    try {
+      decoder.step(text[20]);
+      ADD_FAILURE() << "a step after the failed one ran";
+    } catch (const ContractError& e) {
+      EXPECT_STREQ(e.what(),
+                   "decoder: the step at position 20 failed (probe: refused position 20 on purpose), "
+                   "leaving the heads' caches and policies out of step: call reset() and give new policies");
+    }
+  }
+  EXPECT_EQ(decoder.position(), 20U);
+  // reset() and new policies: the same logits as a decoder that never failed.
+  decoder.reset();
+  probes = attach<Probe>(decoder, "tova", kBudget);
+  Decoder clean(model, 64);
+  const auto clean_probes = attach<Probe>(clean, "tova", kBudget);
+  for (std::uint32_t t = 0; t < text.size(); ++t) {
+    const std::span<const float> got = decoder.step(text[t]);
+    const std::vector<float> logits(got.begin(), got.end());
+    const std::span<const float> want = clean.step(text[t]);
+    ASSERT_EQ(logits, std::vector<float>(want.begin(), want.end())) << "step " << t;
+  }
+  EXPECT_EQ(decoder.evicted(), clean.evicted());
 }
 
 TEST(Text, TooShortOrMissingIsAClearError) {

@@ -180,5 +180,60 @@ TEST_F(Npy, BadFilesAreNamedWithTheProblem) {
   EXPECT_EQ(error_of(dir_ / "missing.npy"), name("missing.npy") + ": cannot be opened");
 }
 
+// A shape whose byte count wraps around 2^64 used to pass the truncation
+// check: (8192, 16777216, 16777216) of 8-byte items is 2^13 * 2^24 * 2^24 * 2^3
+// = 2^64 bytes, which is 0 in 64 bits, so a 192-byte file was accepted and then
+// asked for 8,192 traces of 16,777,216 positions (192 MiB of buffers each).
+TEST_F(Npy, AShapeWhoseSizeWrapsIsRefusedNamingFileAndShape) {
+  const auto p = write("wrap.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (8192, 16777216, 16777216), }",
+                       std::string(64, '\0'));
+  ASSERT_EQ(fs::file_size(p), 192U);  // the file from the report: 128 bytes of header, 64 of data
+  const std::string want = p.string() +
+                           ": shape (8192, 16777216, 16777216) of 8-byte items is too large: its data would "
+                           "end beyond the largest file offset (2^63 - 1 bytes)";
+  EXPECT_EQ(error_of(p), want);
+  try {
+    read_npy_header(p);
+    ADD_FAILURE() << "read_npy_header accepted the shape";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+  // Sizes that fit are still accepted as far as the header goes: the same
+  // shape with 2 heads is 2^52 bytes, and only the truncation check refuses it.
+  const auto fits = write("fits.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 16777216, 16777216), }",
+                          std::string(64, '\0'));
+  EXPECT_EQ(error_of(fits), fits.string() +
+                                ": the file is truncated: shape needs 4503599627370496 bytes of data, found 64");
+}
+
+// The row offset wrapped the same way, so a head past the wrap read another
+// head's rows. (65536, 16777216, 16777216) of float16: each head is
+// 2^24 * 2^24 * 2 = 2^49 bytes and the whole 2^65 bytes, 0 in 64 bits, so the
+// old truncation check passed; head 32768 starts at 32768 * 2^49 = 2^64, which
+// wrapped to head 0, and its row 1 was read from head 0's row 1 (at byte
+// 2^24 * 2 = 2^25 of the data). The file is sparse: 32 MiB long, 4 KiB stored.
+TEST_F(Npy, ARowOffsetThatWouldWrapIsRefusedBeforeAnyRowIsRead) {
+  const auto p = write("rows.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (65536, 16777216, 16777216), }",
+                       "");
+  const std::uint64_t data_offset = fs::file_size(p);
+  ASSERT_EQ(data_offset, 128U);
+  {
+    std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(data_offset + (std::uint64_t{1} << 25)));
+    const char one[2] = {0x00, 0x3C};  // float16 1.0, little-endian: head 0 row 1 column 0
+    f.write(one, 2);
+  }
+  const std::string want = p.string() +
+                           ": shape (65536, 16777216, 16777216) of 2-byte items is too large: its data would "
+                           "end beyond the largest file offset (2^63 - 1 bytes)";
+  try {
+    NpyTrace trace(p, 32768);
+    const auto row = trace.next();
+    ADD_FAILURE() << "head 32768 row 1 was read: " << row.size() << " weight(s), the first " << row[0];
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

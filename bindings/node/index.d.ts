@@ -21,7 +21,8 @@ export type Params = { readonly [name: string]: number | undefined };
 export interface ScissorhandsParams {
   budget?: number;
   recentWindow?: number;
-  /** Votes count over the last `historyWindow` observed steps (0 = all). */
+  /** Votes count over the last `historyWindow` observed steps (0 = all). At most 4096, and the vote
+   *  bits, 8 * ceil(historyWindow / 64) * (budget + 1) bytes, at most 256 MiB. */
   historyWindow?: number;
   /** An eviction drops max(needed, dropAmount) positions. */
   dropAmount?: number;

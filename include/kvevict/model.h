@@ -86,11 +86,16 @@ class Decoder {
 
   // Feeds the next token (position = tokens fed so far) and returns the
   // logits for the token after it; valid until the next call. Throws
-  // InputError past the capacity, ContractError when a policy breaks the
-  // contract (a victim not held, or the budget not met).
+  // InputError past the capacity (changing nothing), ContractError when a
+  // policy breaks the contract (a victim not held, or the budget not met),
+  // and whatever a policy throws. A step that throws after it has begun
+  // leaves the heads out of step (those before the failure have admitted the
+  // token, and their policies cannot be rolled back), so every later step
+  // throws ContractError, naming the failed one, until reset().
   std::span<const float> step(std::uint8_t token);
 
-  // Back to an empty cache (policies are not reset: give new ones).
+  // Back to an empty cache, usable again after a failed step (policies are
+  // not reset: give new ones).
   void reset();
 
   std::uint32_t position() const noexcept { return fed_; }  // tokens fed so far
@@ -106,6 +111,8 @@ class Decoder {
   std::uint64_t evicted() const noexcept { return evicted_; }
 
  private:
+  std::span<const float> advance(std::uint8_t token);  // step()'s work, once checked
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::uint32_t fed_ = 0;

@@ -22,6 +22,9 @@ struct NpyHeader {
   std::size_t item_size = 4;         // 2, 4 or 8
   std::vector<std::uint64_t> shape;  // [N, N] or [H, N, N]
   std::uint64_t data_offset = 0;     // bytes before the array data
+  // Bytes of array data the shape needs, H * N * N * item_size. The parser
+  // refuses a shape for which this, plus data_offset, overflows a file offset.
+  std::uint64_t data_bytes = 0;
 
   std::uint64_t heads() const noexcept { return shape.size() == 3 ? shape[0] : 1; }
   std::uint64_t length() const noexcept { return shape.back(); }

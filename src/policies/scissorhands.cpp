@@ -12,6 +12,10 @@ namespace kvevict {
 
 namespace {
 constexpr const char* kTitle = "Scissorhands";
+// The vote bits are allocated up front, 8 * ceil(historyWindow / 64) bytes a
+// slot; capped as SnapKV's rings are. (budget 2^24 with historyWindow 4096
+// asked for 8.6 GB, and the tool printed std::bad_alloc.)
+constexpr std::int64_t kMaxHistoryBytes = std::int64_t{1} << 28;
 }
 
 Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
@@ -26,6 +30,11 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
   }
   detail::check_at_least(kTitle, "historyWindow", params.history_window, 0);
   detail::check_at_most(kTitle, "historyWindow", params.history_window, kMaxHistoryWindow);
+  // Whole 64-bit words a slot that fit in the cap, as steps.
+  const std::int64_t max_history = 64 * (kMaxHistoryBytes / (8 * (params.budget + 1)));
+  detail::check_at_most(kTitle, "historyWindow", params.history_window, max_history,
+                        fmt::format("at budget {} (the vote history would need more than 256 MiB)",
+                                    params.budget));
   detail::check_at_least(kTitle, "dropAmount", params.drop_amount, 1);
   detail::check_at_most(kTitle, "dropAmount", params.drop_amount, params.budget);
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
@@ -131,7 +140,8 @@ const PolicyInfo& scissorhands_info() {
        {"recentWindow", &ScissorhandsParams::recent_window,
         "newest held positions that are never evicted (< budget)"},
        {"historyWindow", &ScissorhandsParams::history_window,
-        "votes count over the last w observed steps (0 = all)"},
+        "votes count over the last w observed steps (0 = all; at most 4096, and its "
+        "8*ceil(w/64) bytes a slot at most 256 MiB)"},
        {"dropAmount", &ScissorhandsParams::drop_amount,
         "an eviction drops max(needed, dropAmount) positions"},
        {"sinks", &ScissorhandsParams::sinks, "first positions that are never evicted"}},

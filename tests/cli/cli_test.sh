@@ -60,6 +60,10 @@ bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recen
 bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
 bad "negative"         "H2O: recentWindow (-1) must be at least 0" -- run --policy h2o --set recentWindow=-1
 bad "out of range"     "Scissorhands: recentWindow (600) must be smaller than budget (512)" -- run --policy scissorhands --set recentWindow=600
+# A vote history over 256 MiB is refused by name, not attempted (it printed
+# std::bad_alloc: 8.6 GB at this budget), and the error is one line.
+bad "history cap"      "Scissorhands: historyWindow (4096) must be at most 64 at budget 16777216 (the vote history would need more than 256 MiB)" -- run --policy scissorhands --budget 16777216 --set historyWindow=4096
+if [[ $(wc -l <"$tmp/err") -eq 1 ]] && ! grep -q bad_alloc "$tmp/err"; then pass; else fail "history cap: stderr is not one line: $(cat "$tmp/err")"; fi
 bad "huge"             "out of range for a 64-bit integer" -- run --policy h2o --set budget=99999999999999999999
 bad "budget too big"   "budget (100000000) must be at most" -- run --policy h2o --budget 100000000
 bad "budget zero"      "budget (0) must be at least 1" -- run --policy h2o --budget 0
@@ -106,6 +110,12 @@ bad "report folder"    "is a folder, not a file" -- report --steps 50 --out "$tm
 bad "report policy"    "unknown policy 'lru' (known: scissorhands" -- report --steps 50 --policies h2o,lru --out "$tmp/x.html"
 bad "report trace"     "unknown trace 'nope' (known: decode-4096" -- report --trace nope --out "$tmp/x.html"
 bad "report no file"   "missing.npy: cannot be opened" -- report --trace "$tmp/missing.npy" --out "$tmp/x.html"
+# A shape whose byte count wraps around 2^64 (here 2^64 exactly, in a 192-byte
+# file) is refused by its header, not given 8,192 heads of 192 MiB buffers.
+{ printf '\x93NUMPY\x01\x00\x76\x00%-117s\n' "{'descr': '<f8', 'fortran_order': False, 'shape': (8192, 16777216, 16777216), }"
+  head -c 64 /dev/zero; } >"$tmp/huge.npy"
+bad "npy wraps"        "huge.npy: shape (8192, 16777216, 16777216) of 8-byte items is too large" -- run --policy tova --budget 2 --trace "$tmp/huge.npy"
+if [[ $(wc -c <"$tmp/huge.npy") -eq 192 && $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else fail "npy wraps: $(wc -c <"$tmp/huge.npy") bytes, stderr $(cat "$tmp/err")"; fi
 bad "report empty"     "--policies: the policy list is empty (name at least one policy, or all)" -- report --policies "" --out "$tmp/x.html"
 bad "report empty item" "empty policy name in the list 'h2o,'" -- report --policies h2o, --out "$tmp/x.html"
 bad "report strip"     "report: the strip budget 100 is not one of the budgets (64, 128)" -- report --steps 50 --budgets 64,128 --strip-budget 100 --out "$tmp/x.html"

@@ -127,6 +127,42 @@ TEST(Scissorhands, NineBytesPerSlot) {
   EXPECT_EQ(Scissorhands({.budget = 1, .recent_window = 0}).memory_bytes(), 9U * 2U);
 }
 
+// budget 2^24 with historyWindow 4096 asked for (2^24 + 1) slots of
+// 4096 / 64 = 64 words, 8,589,935,104 bytes, and the tool printed
+// std::bad_alloc. The vote bits are capped as SnapKV's rings are, at 256 MiB:
+// 8 * ceil(historyWindow / 64) * (budget + 1) <= 2^28.
+TEST(Scissorhands, AVoteHistoryOver256MiBIsRefusedAtConstruction) {
+  try {
+    Scissorhands p({.budget = 1 << 24, .recent_window = 32, .history_window = 4096});
+    FAIL();
+  } catch (const ParameterError& e) {
+    // 2^28 / (8 * (2^24 + 1)) = 1.99...: one word a slot, so at most 64 steps.
+    EXPECT_STREQ(e.what(),
+                 "Scissorhands: historyWindow (4096) must be at most 64 at budget 16777216 (the vote "
+                 "history would need more than 256 MiB)");
+  }
+  try {
+    Scissorhands p({.budget = 1 << 20, .recent_window = 32, .history_window = 1985});
+    FAIL();
+  } catch (const ParameterError& e) {
+    // 2^28 / (8 * (2^20 + 1)) = 31.99...: 31 words (1,984 steps) a slot fit,
+    // 260,047,096 bytes; 1,985 steps take 32 words, 268,435,712 > 2^28.
+    EXPECT_STREQ(e.what(),
+                 "Scissorhands: historyWindow (1985) must be at most 1984 at budget 1048576 (the vote "
+                 "history would need more than 256 MiB)");
+  }
+  // The plain limit still comes first, with its own message.
+  try {
+    Scissorhands p({.budget = 1 << 24, .recent_window = 32, .history_window = 5000});
+    FAIL();
+  } catch (const ParameterError& e) {
+    EXPECT_STREQ(e.what(), "Scissorhands: historyWindow (5000) must be at most 4096");
+  }
+  // Within the cap: 513 slots of 9 bytes and 64 words.
+  EXPECT_EQ(Scissorhands({.budget = 512, .recent_window = 32, .history_window = 4096}).memory_bytes(),
+            513U * (9U + 64U * 8U));
+}
+
 TEST(Scissorhands, StartsHoldingPositionZero) {
   Scissorhands p;
   EXPECT_EQ(p.kept_count(), 1U);

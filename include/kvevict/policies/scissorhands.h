@@ -17,6 +17,8 @@ struct ScissorhandsParams {
   // The paper's amortised schedule and attention sinks. The defaults are the
   // spec's behaviour (and keep every vector and canonical number unchanged).
   std::int64_t history_window = 0;  // votes count over the last w observed steps; 0 = all
+                                    // (at most 4096, and its vote bits at most 256 MiB:
+                                    // 8 * ceil(w / 64) * (budget + 1) <= 2^28)
   std::int64_t drop_amount = 1;     // an eviction drops max(needed, drop_amount) positions
   std::int64_t sinks = 0;           // positions < sinks are never evicted
   // Rule: sinks + recent_window < budget, so the votes always have a choice.
