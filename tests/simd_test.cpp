@@ -228,6 +228,70 @@ void check_policy_kernels(const std::string& target) {
   }
 }
 
+// TOVA's one-pass step, SnapKV's ring sums and pooling, and the float search.
+void check_newer_policy_kernels(const std::string& target) {
+  std::mt19937 rng(99);
+  for (int round = 0; round < 60; ++round) {
+    for (std::size_t kept : {0, 1, 5, 8, 17, 63, 64, 65, 130, 300}) {
+      SCOPED_TRACE(::testing::Message() << target << " kept=" << kept << " round " << round);
+      const bool bad = rng() % 4 == 0;
+      const std::size_t n = kept == 0 ? 0 : 1 + rng() % kept;
+      const std::size_t hole = rng() % 2 == 0 ? kept : rng() % (kept + 1);
+      std::vector<float> w(n);
+      for (float& x : w) x = draw_weight(rng, 0.25F, bad);
+      std::vector<float> src(kept + 1);
+      for (float& x : src) x = draw_weight(rng, 0.25F, false);
+      std::vector<float> dst(kept + 1, -7.0F);
+      const detail::ObserveResult got = detail::tova_observe(dst.data(), src.data(), w.data(), n, kept, hole);
+      bool want_valid = true;
+      for (const float x : w) want_valid = want_valid && valid_weight(x);
+      ASSERT_EQ(got.valid, want_valid);
+      if (want_valid) {
+        std::vector<float> want(kept + 1, -7.0F);
+        for (std::size_t i = 0; i < n; ++i) want[i] = w[i];
+        for (std::size_t i = n; i < kept; ++i) want[i] = src[i < hole ? i : i + 1];
+        ASSERT_TRUE(same_bits(dst, want));
+        if (n > 0) {
+          ASSERT_EQ(got.min_weight, *std::min_element(w.begin(), w.end()));
+          ASSERT_EQ(got.min_block, block_of_first_min(w, 0, n));
+          const float probe = w[rng() % n];
+          const auto at = std::find(w.begin(), w.end(), probe) - w.begin();
+          ASSERT_EQ(detail::find_first(w.data(), 0, n, probe), static_cast<std::size_t>(at));
+        }
+      }
+
+      // Ring sums: cell by cell in ring order, from 0.0, in float64.
+      const std::size_t rows = 1 + rng() % 17;
+      const std::size_t stride = kept + rng() % 5;
+      std::vector<float> ring(rows * stride);
+      for (float& x : ring) x = draw_weight(rng, 0.25F, false) * (rng() % 3 == 0 ? 1e-7F : 1.0F);
+      std::vector<double> sums(kept, -1.0);
+      std::vector<double> want_sums(kept);
+      for (std::size_t i = 0; i < kept; ++i) {
+        double sum = 0.0;
+        for (std::size_t c = 0; c < rows; ++c) sum += static_cast<double>(ring[c * stride + i]);
+        want_sums[i] = sum;
+      }
+      detail::ring_sums(ring.data(), rows, stride, kept, sums.data());
+      ASSERT_TRUE(same_bits(sums, want_sums));
+
+      // Max-pooling over neighbours, clipped at both ends.
+      const std::size_t radius = rng() % 4 == 0 ? rng() % 40 : rng() % 5;
+      std::vector<double> pooled(kept, -1.0);
+      std::vector<double> want_pooled(kept);
+      for (std::size_t i = 0; i < kept; ++i) {
+        const std::size_t lo = i >= radius ? i - radius : 0;
+        const std::size_t hi = std::min(kept - 1, i + radius);
+        double best = want_sums[lo];
+        for (std::size_t j = lo + 1; j <= hi; ++j) best = std::max(best, want_sums[j]);
+        want_pooled[i] = best;
+      }
+      detail::pool_max(want_sums.data(), kept, radius, pooled.data());
+      ASSERT_TRUE(same_bits(pooled, want_pooled));
+    }
+  }
+}
+
 void check_bank_kernels(const std::string& target) {
   constexpr std::uint32_t kFree = PolicyBank::kFree;
   std::mt19937 rng(7);
@@ -323,6 +387,14 @@ TEST_F(SimdTarget, PolicyKernelsMatchThePlainLoopsOnEverySupportedTarget) {
     simd::select_target(target);
     ASSERT_EQ(simd::active_target(), target);
     check_policy_kernels(target);
+  }
+}
+
+TEST_F(SimdTarget, TovaAndSnapKVKernelsMatchThePlainLoopsOnEverySupportedTarget) {
+  for (const auto& target : simd::supported_targets()) {
+    simd::select_target(target);
+    ASSERT_EQ(simd::active_target(), target);
+    check_newer_policy_kernels(target);
   }
 }
 

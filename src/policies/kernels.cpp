@@ -9,6 +9,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "policies/kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -22,7 +23,22 @@ namespace kvevict::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr std::size_t kBlock = 64;
+constexpr std::size_t kPrefetchAhead = 512;  // floats (2 KiB, 32 cache lines) ahead of the pass
 constexpr float kMaxWeight = std::numeric_limits<float>::max();
+
+// A decode step's row comes from memory and is too short for the hardware
+// prefetcher to ramp up: the passes that read it first ask for the 64
+// weights kPrefetchAhead past the ones at `at` (one cache line per 16).
+// The first kPrefetchAhead weights, asked for before a pass starts.
+HWY_INLINE void PrefetchStart(const float* w, std::size_t n) {
+  const std::size_t stop = std::min(kPrefetchAhead, n);
+  for (std::size_t at = 0; at < stop; at += 16) hwy::Prefetch(w + at);
+}
+
+HWY_INLINE void PrefetchAhead(const float* w, std::size_t at, std::size_t n) {
+  const std::size_t stop = std::min(at + kPrefetchAhead + kBlock, n);
+  for (std::size_t ahead = at + kPrefetchAhead; ahead < stop; ahead += 16) hwy::Prefetch(w + ahead);
+}
 
 // A weight is valid when it is >= 0 and <= FLT_MAX: false for NaN and both
 // infinities.
@@ -32,7 +48,7 @@ HWY_INLINE bool ScalarValid(float x) { return x >= 0.0F && x <= kMaxWeight; }
 // and, when `low` is given, the minimum of the updated votes into it.
 template <class DF, class MF, class VU>
 HWY_INLINE void VoteRange(DF df, std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t from,
-                          std::size_t to, float threshold, MF& ok, bool& scalar_ok, VU* low) {
+                          std::size_t to, std::size_t row_end, float threshold, MF& ok, bool& scalar_ok, VU* low) {
   const hn::RebindToUnsigned<DF> du;
   const std::size_t N = hn::Lanes(df);
   const auto t = hn::Set(df, threshold);
@@ -40,6 +56,7 @@ HWY_INLINE void VoteRange(DF df, std::uint32_t* HWY_RESTRICT votes, const float*
   const auto top = hn::Set(df, kMaxWeight);
   std::size_t i = from;
   for (; i + N <= to; i += N) {
+    if (i % kBlock == 0) PrefetchAhead(w, i, row_end);
     const auto x = hn::LoadU(df, w + i);
     ok = hn::And(ok, hn::And(x >= zero, x <= top));
     // A true lane is all ones, i.e. -1: subtracting it adds the vote.
@@ -60,25 +77,26 @@ VotePass CountVotesChecked(std::uint32_t* HWY_RESTRICT votes, const float* HWY_R
   const hn::RebindToUnsigned<decltype(df)> du;
   end = std::min(end, n);
   begin = std::min(begin, end);
+  PrefetchStart(w, n);
   auto ok = hn::FirstN(df, hn::Lanes(df));
   bool scalar_ok = true;
   std::uint32_t low = std::numeric_limits<std::uint32_t>::max();
   std::size_t low_block = 0;
   using VU = hn::Vec<decltype(du)>;
-  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, 0, begin, threshold, ok, scalar_ok, nullptr);
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, 0, begin, n, threshold, ok, scalar_ok, nullptr);
   // The searched range goes in blocks of 64, remembering the first block that
   // lowered the minimum: the eviction then scans from there.
   for (std::size_t b = begin; b < end; b += kBlock) {
     const std::size_t stop = std::min(b + kBlock, end);
     auto block_low = hn::Set(du, std::numeric_limits<std::uint32_t>::max());
-    VoteRange(df, votes, w, b, stop, threshold, ok, scalar_ok, &block_low);
+    VoteRange(df, votes, w, b, stop, n, threshold, ok, scalar_ok, &block_low);
     const std::uint32_t m = hn::GetLane(hn::MinOfLanes(du, block_low));
     if (m < low) {
       low = m;
       low_block = b;
     }
   }
-  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, end, n, threshold, ok, scalar_ok, nullptr);
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, end, n, n, threshold, ok, scalar_ok, nullptr);
   return {scalar_ok && hn::AllTrue(df, ok), low, low_block};
 }
 
@@ -140,33 +158,50 @@ ScorePass AddWeightsMin(double* HWY_RESTRICT scores, const float* HWY_RESTRICT w
   return {low, low_block};
 }
 
-ScorePass StoreWeightsMin(double* HWY_RESTRICT out, const float* HWY_RESTRICT w, std::size_t n) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
-  const std::size_t N = hn::Lanes(dd);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  double low = kInf;
+// TOVA's step in one pass over the row: dst[i] = w[i] for i < n, checking
+// every weight and finding their minimum (first 64-slot block holding it),
+// then dst[i] = src[i + (i >= hole)] for i in [n, kept): the records the row
+// does not cover, read past the slot the last eviction left (hole >= kept:
+// none). On an invalid weight dst is garbage and the caller keeps src.
+ObserveResult TovaObserve(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const float* HWY_RESTRICT w,
+                        std::size_t n, std::size_t kept, std::size_t hole) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  PrefetchStart(w, n);
+  auto ok = hn::FirstN(df, N);
+  bool scalar_ok = true;
+  float low = kInf;
   std::size_t low_block = 0;
   for (std::size_t b = 0; b < n; b += kBlock) {
     const std::size_t stop = std::min(b + kBlock, n);
-    auto block_low = hn::Set(dd, kInf);
+    PrefetchAhead(w, b, n);
+    auto block_low = hn::Set(df, kInf);
     std::size_t i = b;
     for (; i + N <= stop; i += N) {
-      const auto v = hn::PromoteTo(dd, hn::LoadU(df, w + i));  // exact: every float is a double
-      hn::StoreU(v, dd, out + i);
-      block_low = hn::Min(block_low, v);
+      const auto x = hn::LoadU(df, w + i);
+      ok = hn::And(ok, hn::And(x >= zero, x <= top));
+      hn::StoreU(x, df, dst + i);
+      block_low = hn::Min(block_low, x);
     }
     for (; i < stop; ++i) {
-      out[i] = static_cast<double>(w[i]);
-      block_low = hn::Min(block_low, hn::Set(dd, out[i]));
+      scalar_ok = scalar_ok && ScalarValid(w[i]);
+      dst[i] = w[i];
+      block_low = hn::Min(block_low, hn::Set(df, w[i]));
     }
-    const double m = hn::GetLane(hn::MinOfLanes(dd, block_low));
+    const float m = hn::GetLane(hn::MinOfLanes(df, block_low));
     if (m < low) {
       low = m;
       low_block = b;
     }
   }
-  return {low, low_block};
+  const bool valid = scalar_ok && hn::AllTrue(df, ok);
+  if (valid) {
+    for (std::size_t i = n; i < kept; ++i) dst[i] = src[i < hole ? i : i + 1];
+  }
+  return {valid, low, low_block};
 }
 
 // SnapKV's window sums: out[i] = sum over c = 0 ... rows-1, in that order, of
@@ -233,8 +268,10 @@ bool WeightsValid(const float* HWY_RESTRICT w, std::size_t n) {
   const auto zero = hn::Zero(df);
   const auto top = hn::Set(df, kMaxWeight);
   auto ok = hn::FirstN(df, N);
+  PrefetchStart(w, n);
   std::size_t i = 0;
   for (; i + N <= n; i += N) {
+    if (i % kBlock == 0) PrefetchAhead(w, i, n);
     const auto x = hn::LoadU(df, w + i);
     ok = hn::And(ok, hn::And(x >= zero, x <= top));
   }
@@ -287,6 +324,9 @@ std::size_t FindFirstU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin,
 std::size_t FindFirstF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end, double value) {
   return FindFirstImpl(hn::ScalableTag<double>(), v, begin, end, value);
 }
+std::size_t FindFirstF32(const float* HWY_RESTRICT v, std::size_t begin, std::size_t end, float value) {
+  return FindFirstImpl(hn::ScalableTag<float>(), v, begin, end, value);
+}
 std::size_t FirstMinU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
   return FirstMinImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end);
 }
@@ -306,7 +346,8 @@ HWY_EXPORT(CountVotesChecked);
 HWY_EXPORT(UncountVotes);
 HWY_EXPORT(AddWeightsMin);
 HWY_EXPORT(WeightsValid);
-HWY_EXPORT(StoreWeightsMin);
+HWY_EXPORT(TovaObserve);
+HWY_EXPORT(FindFirstF32);
 HWY_EXPORT(RingSums);
 HWY_EXPORT(PoolMax);
 HWY_EXPORT(FindFirstU32);
@@ -342,16 +383,21 @@ ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::si
 
 bool weights_valid(const float* w, std::size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(WeightsValid)(w, n); }
 
+ObserveResult tova_observe(float* dst, const float* src, const float* w, std::size_t n, std::size_t kept,
+                           std::size_t hole) noexcept {
+  return HWY_DYNAMIC_DISPATCH(TovaObserve)(dst, src, w, n, kept, hole);
+}
+
+std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FindFirstF32)(v, begin, end, value);
+}
+
 void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept {
   HWY_DYNAMIC_DISPATCH(RingSums)(ring, rows, stride, n, out);
 }
 
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
   HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);
-}
-
-ScorePass store_weights_min(double* out, const float* w, std::size_t n) noexcept {
-  return HWY_DYNAMIC_DISPATCH(StoreWeightsMin)(out, w, n);
 }
 
 std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {

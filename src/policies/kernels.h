@@ -45,10 +45,18 @@ ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::si
                           std::size_t end) noexcept;
 std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept;
 
-// TOVA's step: out[i] = (double)w[i] for i < n, and the minimum of them with
-// the first 64-slot block holding it (+infinity when n is 0). The weights
-// must be valid already.
-ScorePass store_weights_min(double* out, const float* w, std::size_t n) noexcept;
+// TOVA's step in one pass over the row: dst[i] = w[i] for i < n, whether
+// every one is finite and >= 0, and their minimum with the first 64-slot
+// block holding it; then, when valid, dst[i] = src[i + (i >= hole)] for i in
+// [n, kept) (hole >= kept: none). When not valid, dst is garbage.
+struct ObserveResult {
+  bool valid;
+  float min_weight;
+  std::size_t min_block;
+};
+ObserveResult tova_observe(float* dst, const float* src, const float* w, std::size_t n, std::size_t kept,
+                           std::size_t hole) noexcept;
+std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept;
 
 // SnapKV: out[i] = the float64 sum of ring[c * stride + i] over c = 0 ...
 // rows - 1, in that order, for i < n.

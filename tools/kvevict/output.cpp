@@ -180,7 +180,8 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
   } else {
     print_aligned(out, cells);
   }
-  out << fmt::format("\nread bandwidth (one thread, streaming 256 MiB): {:.2f} GB/s; floor = attention bytes / bandwidth\n",
+  out << fmt::format("\nfloor = a plain sum over the step's attention row, read from the same 64 MiB pool (timed "
+                     "in rounds alternating with the policy; medians); streaming read bandwidth, one thread: {:.2f} GB/s\n",
                      r.read_bandwidth_gb_s);
   if (!r.bank.empty()) {
     out << fmt::format("\nbank (structure of arrays, slot-addressed, {} threads); parallel read bandwidth {:.2f} GB/s\n",

@@ -18,7 +18,9 @@ struct TOVAParams {
 
 class TOVA final : public Policy {
  public:
-  static constexpr std::size_t kBytesPerSlot = 13;  // position 4 + last weight 8 + flags 1
+  // position 4 + last weight 4 in each of two buffers + scratch 1 (the spec's
+  // 13: a float64 record holds a float32 weight exactly, so float32 suffices)
+  static constexpr std::size_t kBytesPerSlot = 13;
 
   explicit TOVA(const TOVAParams& params = {});
 
@@ -36,9 +38,19 @@ class TOVA final : public Policy {
   TOVAParams params_;
   std::size_t capacity_;
   std::size_t kept_ = 0;
+  // The slot of held position i in the record buffer (past the hole).
+  std::size_t storage(std::size_t slot) const noexcept;
+  // Shifts the current records over the hole an eviction left.
+  void close_hole() noexcept;
+
   std::vector<Position> positions_;
-  std::vector<double> last_;
-  std::vector<std::uint8_t> flags_;  // kObserved | kMarked
+  // The last weight of each held position (NaN: never observed), in two
+  // buffers: a step writes the spare one and switches only if its row is
+  // valid (tova.cpp says why).
+  std::vector<float> last_[2];
+  std::size_t current_ = 0;
+  std::size_t hole_ = static_cast<std::size_t>(-1);  // record slot an eviction left behind; -1: none
+  std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
   detail::VictimHint<double> hint_;  // what the last step's pass learned about the next victim
 };
