@@ -44,7 +44,13 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   if (votes_mode_) {
     votes_.assign(slots, 0);
   } else {
-    scores_.assign(slots, 0.0);
+    // Two score buffers in one block (64 doubles apart, so a pass that loads
+    // one and stores the other at the same index does not alias 4 KiB
+    // apart): a step adds into the spare one while checking the weights and
+    // switches only when every instance's row was valid (see step()).
+    scores_.assign(2 * slots + kScoreGap, 0.0);
+    score_buffer_[0] = scores_.data();
+    score_buffer_[1] = scores_.data() + slots + kScoreGap;
   }
   kept_.assign(instances_, 1);
   free_slot_.assign(instances_, 1);
@@ -68,7 +74,8 @@ double PolicyBank::score_of(std::size_t instance, Position pos) const noexcept {
   if (instance >= instances_) return -1.0;
   for (std::size_t s = 0; s < capacity_; ++s) {
     if (positions_[instance * capacity_ + s] == pos) {
-      return votes_mode_ ? static_cast<double>(votes_[instance * capacity_ + s]) : scores_[instance * capacity_ + s];
+      return votes_mode_ ? static_cast<double>(votes_[instance * capacity_ + s])
+                         : score_buffer_[current_scores_][instance * capacity_ + s];
     }
   }
   return -1.0;
@@ -205,7 +212,40 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
     return;
   }
 
-  // Otherwise refuse bad weights before any instance changes.
+  if (group == 1) {
+    // H2O without aggregation: one pass per instance reads the attention
+    // once -- validity, the new scores and the victim together -- adding into
+    // the spare buffer, so a refused step leaves the current scores as they
+    // were (a float64 sum cannot be taken back exactly).
+    pending_slot_.resize(instances_);
+    pending_bad_.resize(instances_);
+    double* current = score_buffer_[current_scores_];
+    double* spare = score_buffer_[1 - current_scores_];
+    int any_bad = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      bool valid = true;
+      pending_slot_[kk] = static_cast<std::uint32_t>(
+          detail::bank_add_and_find_checked(spare + kk * capacity_, current + kk * capacity_,
+                                            positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
+                                            protect_from, valid));
+      pending_bad_[kk] = valid ? 0 : 1;
+      any_bad = std::max(any_bad, valid ? 0 : 1);
+    }
+    if (any_bad != 0) refuse(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
+    commit();
+    current_scores_ = 1 - current_scores_;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      finish_instance(kk, p, protect_from, kNoKey, pending_slot_[kk], spare + kk * capacity_, victim_positions[kk],
+                      victim_slots[kk]);
+    }
+    return;
+  }
+
+  // Otherwise (grouped queries) refuse bad weights before any instance changes.
   std::int64_t bad_instance = -1;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad_instance)
   for (std::int64_t k = 0; k < n; ++k) {
@@ -226,7 +266,8 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
     if (votes_mode_) {
       step_instance(kk, p, protect_from, rows, stride, votes_.data(), victim_positions[kk], victim_slots[kk]);
     } else {
-      step_instance(kk, p, protect_from, rows, stride, scores_.data(), victim_positions[kk], victim_slots[kk]);
+      step_instance(kk, p, protect_from, rows, stride, score_buffer_[current_scores_], victim_positions[kk],
+                    victim_slots[kk]);
     }
   }
 }

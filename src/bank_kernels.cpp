@@ -206,6 +206,81 @@ std::size_t AddAndFind(double* HWY_RESTRICT scores, const std::uint32_t* HWY_RES
   return slot;
 }
 
+// AddAndFind into a second buffer, checking the held weights in the same
+// pass: dst = src + w for held slots (src copied for free ones), so a bad row
+// leaves src -- the bank's state -- untouched and is read only once.
+std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
+                              const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n,
+                              std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
+  const hn::ScalableTag<double> dd;
+  const hn::RebindToUnsigned<decltype(dd)> du;  // u64 lanes
+  const hn::Rebind<float, decltype(dd)> df;     // as many floats as doubles
+  const hn::Rebind<std::uint32_t, decltype(dd)> dp;
+  const std::size_t N = hn::Lanes(dd);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto protect = hn::Set(du, protect_from);
+  const auto none = hn::Set(du, kNone);
+  // Checked as doubles: the promotion is exact, NaN fails both tests and an
+  // infinity the second, exactly as the float test would.
+  const auto zero = hn::Zero(dd);
+  const auto top = hn::Set(dd, static_cast<double>(kMaxWeight));
+  auto ok = hn::FirstN(dd, N);
+  auto low = none;
+  auto low_pos = none;
+  auto low_slot = hn::Zero(du);
+  auto here = hn::Iota(du, 0);
+  const auto step = hn::Set(du, static_cast<std::uint64_t>(N));
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto p = hn::PromoteTo(du, hn::LoadU(dp, pos + s));
+    const auto held = hn::Ne(p, free_v);
+    const auto xd = hn::PromoteTo(dd, hn::LoadU(df, w + s));
+    ok = hn::And(ok, hn::Or(hn::And(xd >= zero, xd <= top), hn::RebindMask(dd, hn::Not(held))));
+    const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), xd);
+    const auto sc = hn::Add(hn::LoadU(dd, src + s), x);
+    hn::StoreU(sc, dd, dst + s);
+    const auto evictable = hn::And(held, protect > p);
+    const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);
+    const auto better = hn::Or(low > bits, hn::And(hn::And(hn::Eq(bits, low), low_pos > p), evictable));
+    low = hn::IfThenElse(better, bits, low);
+    low_pos = hn::IfThenElse(better, p, low_pos);
+    low_slot = hn::IfThenElse(better, here, low_slot);
+    here = hn::Add(here, step);
+  }
+  HWY_ALIGN std::uint64_t lb[kMaxLanes];
+  HWY_ALIGN std::uint64_t lp[kMaxLanes];
+  HWY_ALIGN std::uint64_t ls[kMaxLanes];
+  hn::Store(low, du, lb);
+  hn::Store(low_pos, du, lp);
+  hn::Store(low_slot, du, ls);
+  std::uint64_t best = kNone;
+  std::uint64_t best_pos = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < N; ++k) {
+    if (lp[k] != kNone && (lb[k] < best || (lb[k] == best && lp[k] < best_pos))) {
+      best = lb[k];
+      best_pos = lp[k];
+      slot = ls[k];
+    }
+  }
+  bool valid = hn::AllTrue(dd, ok);
+  for (; s < n; ++s) {
+    dst[s] = src[s];
+    if (pos[s] == kFreeSlot) continue;
+    if (!ScalarValid(w[s])) valid = false;
+    dst[s] += static_cast<double>(w[s]);
+    std::uint64_t b;
+    std::memcpy(&b, dst + s, sizeof b);
+    if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
+      best = b;
+      best_pos = pos[s];
+      slot = s;
+    }
+  }
+  *valid_out = valid;
+  return slot;
+}
+
 bool HeldWeightsValid(const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -236,6 +311,7 @@ HWY_EXPORT(VoteAndFind);
 HWY_EXPORT(Unvote);
 HWY_EXPORT(AddAndFind);
 HWY_EXPORT(HeldWeightsValid);
+HWY_EXPORT(AddAndFindChecked);
 
 void bank_aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
                     float* out) noexcept {
@@ -256,6 +332,11 @@ void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w,
 std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
                               std::uint32_t protect_from) noexcept {
   return HWY_DYNAMIC_DISPATCH(AddAndFind)(scores, pos, w, n, protect_from);
+}
+
+std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
+                                      std::size_t n, std::uint32_t protect_from, bool& valid) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AddAndFindChecked)(dst, src, pos, w, n, protect_from, &valid);
 }
 
 bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept {

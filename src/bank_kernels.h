@@ -31,6 +31,12 @@ void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w,
 std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
                               std::uint32_t protect_from) noexcept;
 
+// bank_add_and_find into dst (dst = src + w for held slots, src for free
+// ones), checking in the same pass that every held weight is finite and
+// >= 0; src is never written.
+std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
+                                      std::size_t n, std::uint32_t protect_from, bool& valid) noexcept;
+
 // True when every held slot's weight is finite and >= 0.
 bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept;
 

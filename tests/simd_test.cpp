@@ -342,6 +342,34 @@ void check_bank_kernels(const std::string& target) {
       ASSERT_EQ(detail::bank_held_weights_valid(pos.data(), w.data(), n), want_valid);
       detail::bank_unvote(votes.data(), pos.data(), w.data(), n, threshold);
       ASSERT_EQ(votes, before);
+
+      // The checked H2O pass into a second buffer: src never changes, dst is
+      // src plus the held weights, and a bad held weight is reported.
+      {
+        std::vector<double> src(n);
+        for (auto& x : src) x = static_cast<double>(rng() % 3) / 4.0;
+        const auto src_before = src;
+        std::vector<double> dst(n, -1.0);
+        bool checked_valid = false;
+        const std::size_t got_slot =
+            detail::bank_add_and_find_checked(dst.data(), src.data(), pos.data(), w.data(), n, protect, checked_valid);
+        ASSERT_TRUE(same_bits(src, src_before));
+        ASSERT_EQ(checked_valid, want_valid);
+        if (want_valid) {
+          std::vector<double> sums = src;
+          std::size_t low = n;
+          for (std::size_t s = 0; s < n; ++s) {
+            if (pos[s] == kFree) continue;
+            sums[s] += static_cast<double>(w[s]);
+            if (pos[s] < protect &&
+                (low == n || sums[s] < sums[low] || (sums[s] == sums[low] && pos[s] < pos[low]))) {
+              low = s;
+            }
+          }
+          ASSERT_TRUE(same_bits(dst, sums));
+          ASSERT_EQ(got_slot, low);
+        }
+      }
       if (!want_valid) continue;
 
       // Scores and the lowest evictable score (ties: the lower position).

@@ -79,7 +79,10 @@ class PolicyBank {
   std::size_t capacity_;
   std::vector<std::uint32_t> positions_;  // [instances][capacity]
   std::vector<std::uint32_t> votes_;      // Scissorhands
-  std::vector<double> scores_;            // H2O
+  static constexpr std::size_t kScoreGap = 64;  // doubles between the two score buffers
+  std::vector<double> scores_;            // H2O: two buffers (bank.cpp says why)
+  double* score_buffer_[2] = {};          // in scores_
+  int current_scores_ = 0;
   std::vector<std::uint32_t> kept_;
   std::vector<std::uint32_t> free_slot_;
   std::vector<float> scratch_;            // per-thread aggregated rows
