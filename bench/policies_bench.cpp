@@ -80,6 +80,18 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * buffer.size() * sizeof(float)));
 }
 
+// The floor a policy step is measured against: a plain sum over each row of
+// the same pool, in the same order -- reading the step's attention from memory.
+void BM_RowFloor(benchmark::State& state) {
+  const std::int64_t budget = state.range(0);
+  const Pool& pool = pool_for(budget);
+  std::size_t k = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(sum_floats(pool.data.data() + (k++ % pool.vectors) * pool.len, pool.len));
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * budget * 4);
+}
+
 void BM_Bank(benchmark::State& state, const char* name) {
   const std::int64_t instances = state.range(0);
   const std::int64_t budget = state.range(1);
@@ -99,6 +111,7 @@ void BM_Bank(benchmark::State& state, const char* name) {
 }  // namespace
 
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RowFloor)->Arg(512)->Arg(4096)->Unit(benchmark::kNanosecond);
 #define KVEVICT_POLICY_BENCH(label, name)                                                    \
   BENCHMARK_CAPTURE(BM_Library, label, name)->Arg(512)->Arg(4096)->Unit(benchmark::kNanosecond); \
   BENCHMARK_CAPTURE(BM_Oracle, label, name)->Arg(512)->Arg(4096)->Unit(benchmark::kNanosecond);
