@@ -19,12 +19,16 @@ namespace {
 RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
   const std::string policy = *rc::gen::element<std::string>("scissorhands", "h2o");
   const auto n = *rc::gen::inRange<std::size_t>(1, 6);
-  const auto budget = *rc::gen::inRange<std::int64_t>(1, 40);
-  const auto recent = *rc::gen::inRange<std::int64_t>(0, budget);
+  const std::int64_t budget = random_budget();
+  const std::int64_t recent = random_window(budget - 1);
+  RC_TAG(policy, budget >= kLargeBudget ? "large" : "small");
   const auto group = *rc::gen::inRange<std::size_t>(1, 4);
   const auto how = *rc::gen::element(Aggregation::kSum, Aggregation::kMean, Aggregation::kMax);
+  // The long runs at large budgets on one thread: every step is a parallel
+  // region, and on a loaded machine waiting threads cost more than the run.
+  const int threads = budget >= kLargeBudget ? 1 : *rc::gen::inRange(0, 3);
   BankParams params{policy, static_cast<std::int64_t>(n), budget, recent, static_cast<std::int64_t>(group), how,
-                    *rc::gen::inRange(0, 3)};
+                    threads};
   PolicyBank bank(params);
   std::vector<std::unique_ptr<Policy>> separate;
   for (std::size_t k = 0; k < n; ++k) {
@@ -35,24 +39,28 @@ RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
   std::vector<float> attn(n * group * stride);
   std::vector<Position> victims(n);
   std::vector<std::uint32_t> slots(n);
-  const auto steps = *rc::gen::inRange(1, 120);
+  const auto steps = random_steps(budget, 120);
+  WeightSource weights = WeightSource::draw(budget >= kLargeBudget);
   for (int t = 1; t <= steps; ++t) {
     std::vector<std::vector<float>> ascending(n);
     for (std::size_t k = 0; k < n; ++k) {
       // Held slots in ascending position order.
       std::vector<std::pair<std::uint32_t, std::size_t>> held;
+      held.reserve(cap);
       for (std::size_t s = 0; s < cap; ++s) {
         if (bank.slot_position(k, s) != PolicyBank::kFree) held.emplace_back(bank.slot_position(k, s), s);
       }
       std::sort(held.begin(), held.end());
       RC_ASSERT(held.size() == separate[k]->kept_count());
+      ascending[k].reserve(held.size());
       for (std::size_t s = 0; s < stride; ++s) {
         for (std::size_t g = 0; g < group; ++g) attn[(k * group + g) * stride + s] = std::nanf("");  // free: ignored
       }
+      weights.begin_step(held.size());  // the fair share is 1 / held
       for (const auto& [p, s] : held) {
         float folded = 0.0F;
         for (std::size_t g = 0; g < group; ++g) {
-          const float w = random_weight();
+          const float w = weights.next(p);
           attn[(k * group + g) * stride + s] = w;
           if (g == 0) {
             folded = w;

@@ -25,28 +25,33 @@ struct Step {
 RC_GTEST_PROP(Properties, EveryPolicyKeepsItsPromises, ()) {
   const auto policies_list = policies();
   const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::elementOf(std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}))];
-  const ParamMap params = random_params(info);
-  const std::int64_t budget = param_or(params, "budget", 512);
+  const std::int64_t budget = random_budget();
+  const ParamMap params = random_params(info, budget);
   const std::int64_t recent = param_or(params, "recentWindow", -1);
   const std::int64_t sinks = param_or(params, "sinks", -1);
-  RC_TAG(info.name);
+  RC_TAG(info.name, budget >= kLargeBudget ? "large" : "small");
 
   std::unique_ptr<Policy> policy = info.make(params);
   const std::size_t memory = policy->memory_bytes();
-  const auto steps = *rc::gen::inRange(1, 160);
+  const auto steps = random_steps(budget, 160);
+  WeightSource weights = WeightSource::draw(budget >= kLargeBudget);
 
   std::vector<Position> held{0};  // the model of the held set, ascending
   std::vector<Position> victims;
   victims.reserve(static_cast<std::size_t>(budget) + 8);  // so copying victims never allocates
   for (int t = 1; t <= steps; ++t) {
     // Draw the step before counting allocations.
-    Step step{*rc::gen::inRange(0, 10) != 0, {}};
+    Step step{weights.pick(10) != 0, {}};
     if (step.present) {
       std::size_t len = held.size();
-      const int shape = *rc::gen::inRange(0, 10);
-      if (shape == 0) len = *rc::gen::inRange<std::size_t>(0, held.size() + 1);
-      if (shape == 1) len += *rc::gen::inRange<std::size_t>(1, 4);
-      for (std::size_t i = 0; i < len; ++i) step.attn.push_back(random_weight());
+      const auto shape = weights.pick(10);
+      if (shape == 0) len = weights.pick(static_cast<std::uint32_t>(held.size() + 1));
+      if (shape == 1) len += 1 + weights.pick(3);
+      weights.begin_step(len);
+      step.attn.reserve(len);
+      for (std::size_t i = 0; i < len; ++i) {
+        step.attn.push_back(weights.next(i < held.size() ? std::int64_t{held[i]} : t + std::ssize(step.attn) + 1));
+      }
     }
     const Attention attn = step.present ? Attention(std::span<const float>(step.attn)) : std::nullopt;
 
@@ -115,15 +120,17 @@ RC_GTEST_PROP(Properties, RefusedStepsChangeNothing, ()) {
   // the same policy then decides exactly like one that never saw the step.
   const auto policies_list = policies();
   const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::elementOf(std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}))];
-  const ParamMap params = random_params(info);
-  const std::int64_t budget = param_or(params, "budget", 512);
+  const std::int64_t budget = random_budget();
+  const ParamMap params = random_params(info, budget);
   auto a = info.make(params);
   auto b = info.make(params);
   std::vector<Position> held{0};
-  const auto steps = *rc::gen::inRange(1, 60);
+  const auto steps = random_steps(budget, 60);
+  WeightSource weights = WeightSource::draw(budget >= kLargeBudget);
   for (int t = 1; t <= steps; ++t) {
     std::vector<float> w;
-    for (std::size_t i = 0; i < held.size(); ++i) w.push_back(random_weight());
+    weights.begin_step(held.size());
+    for (const Position p : held) w.push_back(weights.next(p));
     const std::span<const float> clean(w);
     if (*rc::gen::inRange(0, 4) == 0 && !w.empty()) {
       std::vector<float> poisoned = w;

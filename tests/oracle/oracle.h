@@ -13,6 +13,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvevict/params.h"
@@ -149,15 +151,35 @@ class Oracle final : public Policy {
     return victims_;
   }
 
-  // Score as the policy's introspection reports it (votes, sum, last weight).
-  double score_of(Position pos) const {
+  // What the introspection query `query` reports for `pos`, from the spec's
+  // definitions: votesOf the votes, scoreOf the cumulative sum, lastAttentionOf
+  // the last weight (-1 for a position no present vector has covered yet),
+  // windowScoreOf the unpooled ring sum (ring-index order, float64). -1 for a
+  // position not held.
+  double query(std::string_view query, Position pos) const {
     for (const Record& r : held_) {
-      if (r.pos == pos) return r.score;
+      if (r.pos == pos) return value_of(query, r);
     }
     return -1.0;
   }
 
+  // The same for every held position, ascending by position, into `out`.
+  void query_all(std::string_view query, std::vector<std::pair<Position, double>>& out) const {
+    out.clear();
+    for (const Record& r : held_) out.emplace_back(r.pos, value_of(query, r));
+  }
+
  private:
+  static double value_of(std::string_view query, const Record& r) {
+    if (query == "lastAttentionOf") return r.observed ? r.score : -1.0;
+    if (query == "windowScoreOf") {
+      double sum = 0.0;
+      for (const float w : r.ring) sum += static_cast<double>(w);
+      return sum;
+    }
+    return r.score;  // votesOf, scoreOf
+  }
+
   Record fresh(Position pos) const {
     Record r;
     r.pos = pos;
