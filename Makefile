@@ -1,18 +1,31 @@
 # Two commands from a fresh clone on Debian 12 (as root):
-#   make run    install what is missing, build Release in build/, print the canonical comparison
-#   make test   the same set-up, then every test suite (Release and sanitizers)
-.PHONY: all deps build run test docs performance charts model clean
+#   make run    install what building the tool needs, build the tool alone
+#               (Release, build/, the `run` preset: no tests, benchmarks or
+#               bindings), print the canonical comparison
+#   make test   install everything the tests need (test libraries, clang,
+#               Python, Node, Chromium), then every test suite (Release and
+#               sanitizers); reuses build/'s compiled library
+.PHONY: all deps deps-run build build-run run test docs performance charts model clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
+deps-run:
+	@bash scripts/install-deps.sh --run
+
+# Everything: the tool, the tests, the benchmarks, the bindings.
 build: deps
 	cmake --preset release
 	cmake --build --preset release
 
-run: build
+# The tool alone, in the same build/ (make build or make test later reuse it).
+build-run: deps-run
+	cmake --preset run
+	cmake --build --preset run
+
+run: build-run
 	./build/kvevict compare
 
 test: deps

@@ -1,26 +1,53 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 (bookworm) packages kvevict needs to build and test,
-# only those missing, then the Node binding's npm dev dependencies from its lock
-# file. Run as root (or with sudo) on a fresh machine.
+# Installs the Debian 12 (bookworm) packages kvevict needs, only those missing.
+# Run as root (or with sudo) on a fresh machine.
+#
+#   install-deps.sh --run        what building and running the tool needs (make run)
+#   install-deps.sh              that, and everything the tests need (make test):
+#                                the test libraries, clang, Python, Chromium,
+#                                Node; then the Node binding's npm packages
+#                                from its lock file
+#   install-deps.sh --training   the full set and PyTorch (make model)
 set -euo pipefail
 
+mode=${1:-}
+case $mode in
+  ""|--run|--training) ;;
+  *) echo "usage: $0 [--run | --training]" >&2; exit 2 ;;
+esac
+
+# Building the library and the tool with gcc (OpenMP is gcc's libgomp).
 packages=(
-  cmake ninja-build make g++ clang pkgconf
-  libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev
-  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev libomp-dev libhwy-dev
-  pybind11-dev python3-dev python3-numpy python3-pytest
-  chromium
+  cmake ninja-build make g++ pkgconf
+  libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev libhwy-dev
 )
+
+if [[ $mode != --run ]]; then
+  # The tests: C++ test libraries and benchmarks, clang (+ its OpenMP) for the
+  # sanitizer and fuzz builds, the Python binding and its pytest suite, a venv
+  # with setuptools and wheel for the `pip install ./bindings/python` test,
+  # and Chromium for the HTML report's browser test.
+  packages+=(
+    clang libomp-dev
+    libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+    pybind11-dev python3-dev python3-numpy python3-pytest
+    python3-venv python3-pip python3-setuptools python3-wheel
+    chromium
+  )
+fi
 
 # Training the real model (make model; never in CI): PyTorch from Debian, the
 # threaded OpenBLAS it runs several times faster with, and the corpus.
-if [[ "${1:-}" == "--training" ]]; then
+if [[ $mode == --training ]]; then
   packages+=(python3-torch libopenblas0-pthread linux-doc-6.1)
 fi
 
-# Node.js binding: Debian's nodejs + npm + headers (libnode-dev), only when no
-# node is installed (a NodeSource node ships its own npm and headers).
-if ! command -v node >/dev/null 2>&1; then
+# Node.js binding (not for --run): Debian's nodejs + npm + headers
+# (libnode-dev), only when no node is installed (a NodeSource node ships its
+# own npm and headers).
+if [[ $mode == --run ]]; then
+  :
+elif ! command -v node >/dev/null 2>&1; then
   packages+=(nodejs npm libnode-dev)
 elif [[ ! -f /usr/include/node/node_api.h ]] && dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q dfsg; then
   packages+=(libnode-dev)
@@ -46,6 +73,8 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
   fi
 fi
+
+[[ $mode == --run ]] && exit 0
 
 # The Node binding's node-addon-api and typescript (npm ci from the lock file;
 # node_modules is not committed). Before the first configure, because CMake

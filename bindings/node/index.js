@@ -1,12 +1,14 @@
 'use strict';
 // kvevict for Node.js: KV-cache eviction policies for LLM decoding.
 //
-// Loads the N-API addon from $KVEVICT_NODE_ADDON when set, else from the
-// default CMake build, <repository>/build/bindings/node/kvevict.node, and wraps
+// Loads the N-API addon from $KVEVICT_NODE_ADDON when set, else the one
+// `npm install` of the packed package built (build/Release/kvevict.node), else
+// the repository's CMake build, <repository>/build/bindings/node/kvevict.node, and wraps
 // it: one class per registered policy (introspection methods from the
 // registry's queries), a generator over trace steps, and run/compare results
 // as the tool's JSON objects. Types: index.d.ts.
 
+const fs = require('node:fs');
 const path = require('node:path');
 
 /** Base class of every error the library throws on purpose. */
@@ -23,21 +25,30 @@ class ContractError extends KvevictError {}
 /** Bad input from outside: an unknown trace id, steps out of range, a missing vector path. */
 class InputError extends KvevictError {}
 
-const DEFAULT_ADDON = path.join(__dirname, '..', '..', 'build', 'bindings', 'node', 'kvevict.node');
+// Built by `npm install` of the packed package (scripts/install.js).
+const PACKAGE_ADDON = path.join(__dirname, 'build', 'Release', 'kvevict.node');
+// Built by the repository's CMake (this folder in a checkout).
+const REPOSITORY_ADDON = path.join(__dirname, '..', '..', 'build', 'bindings', 'node', 'kvevict.node');
 
-function loadAddon() {
-  const file = process.env.KVEVICT_NODE_ADDON ? path.resolve(process.env.KVEVICT_NODE_ADDON) : DEFAULT_ADDON;
+function addonFile() {
+  if (process.env.KVEVICT_NODE_ADDON) return path.resolve(process.env.KVEVICT_NODE_ADDON);
+  return fs.existsSync(PACKAGE_ADDON) ? PACKAGE_ADDON : REPOSITORY_ADDON;
+}
+
+function loadAddon(file) {
   try {
     return require(file);
   } catch (e) {
     const how = process.env.KVEVICT_NODE_ADDON
       ? 'KVEVICT_NODE_ADDON points to it'
-      : 'build it with `cmake --preset release && cmake --build --preset release` (after `npm ci` in bindings/node), or set KVEVICT_NODE_ADDON';
+      : 'in a checkout, build it with `cmake --preset release && cmake --build --preset release` (after `npm ci` ' +
+        'in bindings/node); an installed package builds it at `npm install`; or set KVEVICT_NODE_ADDON';
     throw new Error(`kvevict: cannot load the native addon ${file} (${how}): ${e.message}`);
   }
 }
 
-const native = loadAddon();
+const addonPath = addonFile();
+const native = loadAddon(addonPath);
 native.setErrorClasses({ KvevictError, ParameterError, ContractError, InputError });
 // The kernels run at the SIMD target KVEVICT_SIMD names, if set; an unknown
 // target, or one the CPU lacks, fails the load with the reason.
@@ -258,5 +269,5 @@ module.exports = {
   ParameterError,
   ContractError,
   InputError,
-  addonPath: process.env.KVEVICT_NODE_ADDON ? path.resolve(process.env.KVEVICT_NODE_ADDON) : DEFAULT_ADDON,
+  addonPath,
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Node binding's dev dependencies (node-addon-api, typescript) into
+# Installs the Node binding's npm dependencies (node-addon-api, typescript) into
 # bindings/node/node_modules exactly as package-lock.json pins them (npm ci),
 # unless what is installed already matches the lock file. node_modules is not
 # in the repository: scripts/install-deps.sh runs this before the first
@@ -24,4 +24,6 @@ lock_satisfied && exit 0
 command -v npm >/dev/null 2>&1 ||
   { echo "kvevict-node: error: npm is not installed (Debian 12: apt-get install npm)" >&2; exit 1; }
 echo "kvevict-node: installing the dev dependencies: npm ci"
-npm ci --no-audit --no-fund --prefer-offline
+# --ignore-scripts: the package's own install script builds the addon only in a
+# packed tarball (scripts/install.js); here the project's CMake does.
+npm ci --no-audit --no-fund --prefer-offline --ignore-scripts
