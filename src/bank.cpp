@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <limits>
 
 #include <fmt/format.h>
@@ -19,18 +20,55 @@ namespace kvevict {
 namespace {
 constexpr const char* kTitle = "PolicyBank";
 constexpr std::uint64_t kNoKey = std::numeric_limits<std::uint64_t>::max();
+// TOVA: a record no attention has covered yet (weights are finite).
+constexpr double kUnobserved = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 
 PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
-  if (p.policy != "scissorhands" && p.policy != "h2o") {
-    throw ParameterError(fmt::format("{}: policy '{}' has no bank (known: scissorhands, h2o)", kTitle, p.policy));
+  if (p.policy == "scissorhands") {
+    mode_ = Mode::kVotes;
+  } else if (p.policy == "h2o") {
+    mode_ = Mode::kScores;
+  } else if (p.policy == "tova") {
+    mode_ = Mode::kLastWeight;
+  } else if (p.policy == "sliding-window" || p.policy == "streaming-llm") {
+    mode_ = Mode::kRecency;
+  } else if (p.policy == "snapkv" || p.policy == "pyramidkv") {
+    throw ParameterError(fmt::format(
+        "{}: policy '{}' has no bank: its max-pooling reads the scores of neighbouring positions, an order a "
+        "slot-addressed bank does not keep (use one {} per instance)",
+        kTitle, p.policy, p.policy == "snapkv" ? "SnapKV" : "PyramidKV"));
+  } else {
+    throw ParameterError(fmt::format(
+        "{}: policy '{}' has no bank (known: scissorhands, h2o, tova, sliding-window, streaming-llm)", kTitle,
+        p.policy));
   }
-  votes_mode_ = p.policy == "scissorhands";
+  votes_mode_ = mode_ == Mode::kVotes;
   detail::check_at_least(kTitle, "instances", p.instances, 1);
   detail::check_at_most(kTitle, "instances", p.instances, std::int64_t{1} << 24);
   detail::check_budget(kTitle, p.budget);
-  detail::check_recent_window(kTitle, p.recent_window, p.budget, votes_mode_ ? "the votes" : "the scores");
+  if (mode_ == Mode::kVotes || mode_ == Mode::kScores) {
+    detail::check_recent_window(kTitle, p.recent_window, p.budget, votes_mode_ ? "the votes" : "the scores");
+  } else if (p.recent_window != 0) {
+    detail::fail_param(kTitle, "recentWindow", p.recent_window,
+                       fmt::format("must be 0 for {}: it has no recent window", p.policy));
+  }
+  if (p.policy == "streaming-llm") {
+    detail::check_at_least(kTitle, "sinks", p.sinks, 0);
+    if (p.sinks >= p.budget) {
+      detail::fail_param(kTitle, "sinks", p.sinks,
+                         fmt::format("must be smaller than budget ({}): otherwise no room is left for a recency "
+                                     "window",
+                                     p.budget));
+    }
+  } else if (p.sinks != 0) {
+    detail::fail_param(kTitle, "sinks", p.sinks, fmt::format("must be 0 for {}: only streaming-llm has sinks", p.policy));
+  }
+  if (mode_ == Mode::kRecency && p.group_size != 1) {
+    detail::fail_param(kTitle, "groupSize", p.group_size,
+                       fmt::format("must be 1 for {}: it never reads attention", p.policy));
+  }
   detail::check_at_least(kTitle, "groupSize", p.group_size, 1);
   detail::check_at_most(kTitle, "groupSize", p.group_size, 256);
   detail::check_at_least(kTitle, "threads", p.threads, 0);
@@ -41,8 +79,13 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
     throw ParameterError(fmt::format("{}: {} instances x {} slots is too large", kTitle, instances_, capacity_));
   }
   positions_.assign(slots, kFree);
-  if (votes_mode_) {
+  if (mode_ == Mode::kVotes) {
     votes_.assign(slots, 0);
+  } else if (mode_ == Mode::kRecency) {
+    window_.assign(slots, 0);
+    window_head_.assign(instances_, 0);
+    // Position 0 is a sink when there are sinks, else the window's first entry.
+    window_size_.assign(instances_, p.sinks > 0 ? 0 : 1);
   } else {
     // Two score buffers in one block (64 doubles apart, so a pass that loads
     // one and stores the other at the same index does not alias 4 KiB
@@ -55,6 +98,10 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   kept_.assign(instances_, 1);
   free_slot_.assign(instances_, 1);
   for (std::size_t k = 0; k < instances_; ++k) positions_[k * capacity_] = 0;  // position 0 in slot 0
+  if (mode_ == Mode::kLastWeight) {
+    // Position 0 starts unobserved.
+    for (std::size_t k = 0; k < instances_; ++k) score_buffer_[current_scores_][k * capacity_] = kUnobserved;
+  }
   // Aggregated rows need one scratch row per thread, sized now (the step
   // allocates nothing); step() never runs more threads than rows exist here,
   // even if OpenMP's thread count rises later (omp_set_num_threads, or
@@ -67,15 +114,17 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
 
 std::size_t PolicyBank::memory_bytes() const noexcept {
   return positions_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + scratch_.size() * 4 +
-         (kept_.size() + free_slot_.size()) * 4;
+         (kept_.size() + free_slot_.size()) * 4 + (window_.size() + window_head_.size() + window_size_.size()) * 4;
 }
 
 double PolicyBank::score_of(std::size_t instance, Position pos) const noexcept {
   if (instance >= instances_) return -1.0;
   for (std::size_t s = 0; s < capacity_; ++s) {
     if (positions_[instance * capacity_ + s] == pos) {
-      return votes_mode_ ? static_cast<double>(votes_[instance * capacity_ + s])
-                         : score_buffer_[current_scores_][instance * capacity_ + s];
+      if (mode_ == Mode::kRecency) return -1.0;
+      if (mode_ == Mode::kVotes) return static_cast<double>(votes_[instance * capacity_ + s]);
+      const double v = score_buffer_[current_scores_][instance * capacity_ + s];
+      return std::isnan(v) ? -1.0 : v;
     }
   }
   return -1.0;
@@ -171,6 +220,20 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
                                     "weights must be finite and at least 0",
                                     kTitle, instance));
   };
+
+  if (mode_ == Mode::kRecency) {
+    commit();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      step_recency(kk, p, victim_positions[kk], victim_slots[kk]);
+    }
+    return;
+  }
+  if (mode_ == Mode::kLastWeight) {
+    step_tova(pos, attn, stride, threads, victim_positions, victim_slots);
+    return;
+  }
 
   if (votes_mode_ && group == 1) {
     // Scissorhands without aggregation: one pass per instance reads the
@@ -269,6 +332,101 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
       step_instance(kk, p, protect_from, rows, stride, score_buffer_[current_scores_], victim_positions[kk],
                     victim_slots[kk]);
     }
+  }
+}
+
+void PolicyBank::step_recency(std::size_t k, std::uint32_t pos, Position& victim_pos, std::uint32_t& victim_slot) {
+  std::uint32_t* P = positions_.data() + k * capacity_;
+  std::uint32_t* ring = window_.data() + k * capacity_;
+  const auto cap = static_cast<std::uint32_t>(capacity_);
+  const std::uint32_t f = free_slot_[k];
+  P[f] = pos;
+  ++kept_[k];
+  if (pos >= params_.sinks) {  // a window entry (the sinks are never evicted and need no ring)
+    const std::uint32_t at = window_head_[k] + window_size_[k];
+    ring[at >= cap ? at - cap : at] = f;
+    ++window_size_[k];
+  }
+  victim_pos = kFree;
+  victim_slot = kFree;
+  if (kept_[k] <= params_.budget) {
+    free_slot_[k] = kept_[k];
+    return;
+  }
+  // The oldest window entry goes (sinks < budget, so the window is never empty here).
+  const std::uint32_t slot = ring[window_head_[k]];
+  window_head_[k] = window_head_[k] + 1 == cap ? 0 : window_head_[k] + 1;
+  --window_size_[k];
+  victim_pos = P[slot];
+  victim_slot = slot;
+  P[slot] = kFree;
+  --kept_[k];
+  free_slot_[k] = slot;
+}
+
+void PolicyBank::step_tova(std::int64_t pos, const float* attn, std::size_t stride, int threads,
+                           Position* victim_positions, std::uint32_t* victim_slots) {
+  // Every held slot is covered by the row, so each becomes observed with this
+  // step's weight: the victim is the held slot with the lowest weight in the
+  // row (ties: the lower position); the token admitted now is unobserved and
+  // never competes. One pass per instance checks the row and writes the new
+  // records into the spare buffer, which becomes current only when every
+  // instance's row was valid.
+  const auto group = static_cast<std::size_t>(params_.group_size);
+  const auto n = static_cast<std::int64_t>(instances_);
+  const auto p = static_cast<std::uint32_t>(pos);
+  pending_slot_.resize(instances_);
+  pending_bad_.resize(instances_);
+  double* spare = score_buffer_[1 - current_scores_];
+  int any_bad = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    const std::uint32_t* P = positions_.data() + kk * capacity_;
+    const float* w = attn + kk * group * stride;
+    bool valid = true;
+    if (group > 1) {
+      // Each query row is checked before the rows are folded into one.
+      for (std::size_t g = 0; g < group && valid; ++g) valid = detail::bank_held_weights_valid(P, w + g * stride, capacity_);
+      float* out = scratch_.data() + static_cast<std::size_t>(omp_get_thread_num()) * capacity_;
+      detail::bank_aggregate(w, stride, group, capacity_, params_.aggregation, out);
+      w = out;
+    }
+    bool folded_valid = true;
+    pending_slot_[kk] =
+        static_cast<std::uint32_t>(detail::bank_store_and_find_checked(spare + kk * capacity_, P, w, capacity_, folded_valid));
+    pending_bad_[kk] = valid && folded_valid ? 0 : 1;
+    any_bad = std::max(any_bad, static_cast<int>(pending_bad_[kk]));
+  }
+  if (any_bad != 0) {
+    throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
+                                    "weights must be finite and at least 0",
+                                    kTitle, std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin()));
+  }
+  ++admitted_;  // TOVA has no recent window, so no ring of recent positions to update
+  newest_ = pos;
+  current_scores_ = 1 - current_scores_;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    std::uint32_t* P = positions_.data() + kk * capacity_;
+    double* S = spare + kk * capacity_;
+    const std::uint32_t f = free_slot_[kk];
+    const std::uint32_t victim = pending_slot_[kk];  // chosen before the admission, among held slots
+    P[f] = p;
+    S[f] = kUnobserved;
+    ++kept_[kk];
+    victim_positions[kk] = kFree;
+    victim_slots[kk] = kFree;
+    if (kept_[kk] <= params_.budget) {
+      free_slot_[kk] = kept_[kk];
+      continue;
+    }
+    victim_positions[kk] = P[victim];
+    victim_slots[kk] = victim;
+    P[victim] = kFree;
+    --kept_[kk];
+    free_slot_[kk] = victim;
   }
 }
 

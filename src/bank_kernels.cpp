@@ -209,9 +209,12 @@ std::size_t AddAndFind(double* HWY_RESTRICT scores, const std::uint32_t* HWY_RES
 // AddAndFind into a second buffer, checking the held weights in the same
 // pass: dst = src + w for held slots (src copied for free ones), so a bad row
 // leaves src -- the bank's state -- untouched and is read only once.
-std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
-                              const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n,
-                              std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
+// kAdd false (TOVA): dst = w itself for held slots, src unused -- the same
+// pass, with the latest weight as the score.
+template <bool kAdd>
+HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
+                                           const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w,
+                                           std::size_t n, std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
   const hn::ScalableTag<double> dd;
   const hn::RebindToUnsigned<decltype(dd)> du;  // u64 lanes
   const hn::Rebind<float, decltype(dd)> df;     // as many floats as doubles
@@ -237,7 +240,7 @@ std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRI
     const auto xd = hn::PromoteTo(dd, hn::LoadU(df, w + s));
     ok = hn::And(ok, hn::Or(hn::And(xd >= zero, xd <= top), hn::RebindMask(dd, hn::Not(held))));
     const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), xd);
-    const auto sc = hn::Add(hn::LoadU(dd, src + s), x);
+    const auto sc = kAdd ? hn::Add(hn::LoadU(dd, src + s), x) : x;
     hn::StoreU(sc, dd, dst + s);
     const auto evictable = hn::And(held, protect > p);
     const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);
@@ -265,10 +268,10 @@ std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRI
   }
   bool valid = hn::AllTrue(dd, ok);
   for (; s < n; ++s) {
-    dst[s] = src[s];
+    dst[s] = kAdd ? src[s] : 0.0;
     if (pos[s] == kFreeSlot) continue;
     if (!ScalarValid(w[s])) valid = false;
-    dst[s] += static_cast<double>(w[s]);
+    dst[s] = kAdd ? dst[s] + static_cast<double>(w[s]) : static_cast<double>(w[s]);
     std::uint64_t b;
     std::memcpy(&b, dst + s, sizeof b);
     if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
@@ -279,6 +282,17 @@ std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRI
   }
   *valid_out = valid;
   return slot;
+}
+
+std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
+                              const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n,
+                              std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
+  return ScoreAndFindChecked<true>(dst, src, pos, w, n, protect_from, valid_out);
+}
+
+std::size_t StoreAndFindChecked(double* HWY_RESTRICT dst, const std::uint32_t* HWY_RESTRICT pos,
+                                const float* HWY_RESTRICT w, std::size_t n, bool* HWY_RESTRICT valid_out) {
+  return ScoreAndFindChecked<false>(dst, nullptr, pos, w, n, kFreeSlot, valid_out);
 }
 
 bool HeldWeightsValid(const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n) {
@@ -312,6 +326,7 @@ HWY_EXPORT(Unvote);
 HWY_EXPORT(AddAndFind);
 HWY_EXPORT(HeldWeightsValid);
 HWY_EXPORT(AddAndFindChecked);
+HWY_EXPORT(StoreAndFindChecked);
 
 void bank_aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
                     float* out) noexcept {
@@ -337,6 +352,11 @@ std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const fl
 std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
                                       std::size_t n, std::uint32_t protect_from, bool& valid) noexcept {
   return HWY_DYNAMIC_DISPATCH(AddAndFindChecked)(dst, src, pos, w, n, protect_from, &valid);
+}
+
+std::size_t bank_store_and_find_checked(double* dst, const std::uint32_t* pos, const float* w, std::size_t n,
+                                        bool& valid) noexcept {
+  return HWY_DYNAMIC_DISPATCH(StoreAndFindChecked)(dst, pos, w, n, &valid);
 }
 
 bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept {

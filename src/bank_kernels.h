@@ -37,6 +37,11 @@ std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const fl
 std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
                                       std::size_t n, std::uint32_t protect_from, bool& valid) noexcept;
 
+// TOVA: dst = (double)w for held slots (0 for free ones), checked as above,
+// and the held slot with the lowest weight (ties: the lower position), or n.
+std::size_t bank_store_and_find_checked(double* dst, const std::uint32_t* pos, const float* w, std::size_t n,
+                                        bool& valid) noexcept;
+
 // True when every held slot's weight is finite and >= 0.
 bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept;
 

@@ -85,7 +85,9 @@ double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
 
 BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::int64_t budget, double seconds,
                         double bandwidth) {
-  PolicyBank bank({policy, instances, budget, 32, 1, Aggregation::kSum, 0});
+  const bool windowed = policy == "scissorhands" || policy == "h2o";
+  const std::int64_t recent = windowed ? 32 : 0;
+  PolicyBank bank({policy, instances, budget, recent, 1, Aggregation::kSum, 0, policy == "streaming-llm" ? 4 : 0});
   const std::size_t cap = bank.capacity();
   const auto n = static_cast<std::size_t>(instances);
   std::vector<float> attn(n * cap);
@@ -111,17 +113,52 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   row.threads = omp_get_max_threads();
   row.ms_per_step = elapsed * 1e3 / steps;
   const double slots_total = static_cast<double>(n * cap);
-  const double state = policy == "h2o" ? 8.0 : 4.0;
-  row.attention_bytes = slots_total * 4.0;
-  // attention read + position read + state read and written
-  row.touched_bytes = slots_total * (4.0 + 4.0 + 2.0 * state);
+  // Bytes a step must move per slot: the attention read, the slot positions
+  // read, and the state -- read and written (Scissorhands' votes, H2O's
+  // scores), or only written (TOVA's records). The recency policies read no
+  // attention and touch O(1) bytes per instance.
+  const bool reads = policy != "sliding-window" && policy != "streaming-llm";
+  const double state_read = policy == "h2o" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
+  const double state_written = policy == "h2o" || policy == "tova" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
+  row.attention_bytes = reads ? slots_total * 4.0 : 0.0;
+  row.touched_bytes = reads ? slots_total * (4.0 + 4.0 + state_read + state_written) : 0.0;
   row.attention_gb_s = row.attention_bytes / (row.ms_per_step * 1e6);
   row.touched_gb_s = row.touched_bytes / (row.ms_per_step * 1e6);
   // The same-size read: a working set this large may sit partly in a large
   // last-level cache, so the bank is compared with reading as many bytes.
   row.same_size_bandwidth_gb_s =
-      measure_parallel_read_bandwidth(static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state)));
-  row.share_of_bandwidth = row.touched_gb_s / std::min(bandwidth, row.same_size_bandwidth_gb_s);
+      reads ? measure_parallel_read_bandwidth(static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state_read))) : 0.0;
+  row.share_of_bandwidth = reads ? row.touched_gb_s / std::min(bandwidth, row.same_size_bandwidth_gb_s) : 0.0;
+
+  // The same work as separate instances, one policy object per instance
+  // stepped on every core, each given its row as it is (timing only).
+  {
+    std::vector<std::unique_ptr<Policy>> separate(n);
+    ParamMap params{{"budget", budget}};
+    if (windowed) params.emplace_back("recentWindow", recent);
+    for (auto& one : separate) one = make_policy(policy, params);
+    const auto count = static_cast<std::int64_t>(n);
+    auto step_all = [&](std::int64_t p) {
+#pragma omp parallel for schedule(static)
+      for (std::int64_t k = 0; k < count; ++k) {
+        Policy& one = *separate[static_cast<std::size_t>(k)];
+        const float* row_k = attn.data() + static_cast<std::size_t>(k) * cap;
+        one.on_decode_step(p, std::span<const float>(row_k, one.kept_count()));
+        if (static_cast<std::int64_t>(one.kept_count()) > budget) one.evict(budget);
+      }
+    };
+    std::int64_t p = 0;
+    for (std::int64_t i = 0; i < budget + 2; ++i) step_all(++p);
+    int separate_steps = 0;
+    const auto begin = Clock::now();
+    double spent = 0.0;
+    do {
+      step_all(++p);
+      ++separate_steps;
+      spent = seconds_since(begin);
+    } while (spent < seconds || separate_steps < 3);
+    row.separate_ms_per_step = spent * 1e3 / separate_steps;
+  }
   return row;
 }
 
@@ -199,7 +236,7 @@ BenchReport run_bench(const BenchOptions& options) {
   if (options.bank_instances > 0) {
     if (options.progress) options.progress("parallel read bandwidth");
     report.parallel_bandwidth_gb_s = measure_parallel_read_bandwidth();
-    for (const char* policy : {"scissorhands", "h2o"}) {
+    for (const char* policy : {"scissorhands", "h2o", "tova", "sliding-window", "streaming-llm"}) {
       if (options.progress) options.progress(std::string("bank of ") + policy);
       report.bank.push_back(bench_bank(policy, options.bank_instances, options.bank_budget,
                                        std::max(1.0, 4 * options.seconds_per_case), report.parallel_bandwidth_gb_s));

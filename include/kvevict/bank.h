@@ -23,13 +23,19 @@ namespace kvevict {
 enum class Aggregation { kSum, kMean, kMax };
 
 struct BankParams {
-  std::string policy = "scissorhands";  // "scissorhands" or "h2o"
+  // "scissorhands", "h2o", "tova", "sliding-window" or "streaming-llm".
+  // SnapKV and PyramidKV have none: their pooling reads the scores of
+  // neighbouring positions, an order a slot-addressed bank does not keep.
+  std::string policy = "scissorhands";
   std::int64_t instances = 1;
   std::int64_t budget = 512;
   std::int64_t recent_window = 32;
   std::int64_t group_size = 1;  // query heads per instance (rows of attention per instance)
   Aggregation aggregation = Aggregation::kSum;
   int threads = 0;  // 0: OpenMP's default
+  // streaming-llm's attention sinks: positions below this are never evicted
+  // (must be 0 for the other policies, which the bank runs without sinks).
+  std::int64_t sinks = 0;
 };
 
 class PolicyBank {
@@ -57,7 +63,9 @@ class PolicyBank {
   std::uint32_t slot_position(std::size_t instance, std::size_t slot) const noexcept {
     return positions_[instance * capacity_ + slot];
   }
-  // Votes (Scissorhands) or cumulative score (H2O) of a held position, -1 if not held.
+  // Votes (Scissorhands), cumulative score (H2O) or last weight (TOVA) of a
+  // held position; -1 if not held, not yet observed (TOVA) or the policy
+  // keeps no score (the recency policies).
   double score_of(std::size_t instance, Position pos) const noexcept;
   std::size_t memory_bytes() const noexcept;
 
@@ -73,7 +81,15 @@ class PolicyBank {
   void finish_instance(std::size_t k, std::uint32_t pos, std::uint32_t protect_from, std::uint64_t best,
                        std::size_t victim, Score* S, Position& victim_pos, std::uint32_t& victim_slot);
 
+  // Admits `pos` and evicts the oldest position that is not a sink, for the
+  // policies that never read attention.
+  void step_recency(std::size_t k, std::uint32_t pos, Position& victim_pos, std::uint32_t& victim_slot);
+  void step_tova(std::int64_t pos, const float* attn, std::size_t stride, int threads, Position* victim_positions,
+                 std::uint32_t* victim_slots);
+
+  enum class Mode { kVotes, kScores, kLastWeight, kRecency };
   BankParams params_;
+  Mode mode_;
   bool votes_mode_;
   std::size_t instances_;
   std::size_t capacity_;
@@ -88,6 +104,9 @@ class PolicyBank {
   std::vector<float> scratch_;            // per-thread aggregated rows
   int scratch_threads_ = 1;               // rows in scratch_: the most threads a step may use
   std::vector<std::uint32_t> recent_;     // ring of the last recent_window admitted positions
+  std::vector<std::uint32_t> window_;     // recency policies: per instance, a ring of its window's slots, oldest first
+  std::vector<std::uint32_t> window_head_;
+  std::vector<std::uint32_t> window_size_;
   std::vector<std::uint64_t> pending_best_;  // Scissorhands, one pass: each instance's best key
   std::vector<std::uint32_t> pending_slot_;  // ... and its slot
   std::vector<std::uint8_t> pending_bad_;    // ... and whether its weights were refused

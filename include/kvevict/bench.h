@@ -42,6 +42,7 @@ struct BankBenchRow {
   double touched_gb_s = 0.0;
   double same_size_bandwidth_gb_s = 0.0;  // parallel read of a buffer as large as the bank
   double share_of_bandwidth = 0.0;  // touched_gb_s / the lower of the two read bandwidths
+  double separate_ms_per_step = 0.0;  // the same instances as separate policy objects, on every core
 };
 
 struct BenchReport {

@@ -151,7 +151,7 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
       bank.push_back({{"policy", b.policy}, {"instances", b.instances}, {"budget", b.budget}, {"threads", b.threads},
                       {"msPerStep", b.ms_per_step}, {"attentionGBps", b.attention_gb_s},
                       {"touchedGBps", b.touched_gb_s}, {"sameSizeReadGBps", b.same_size_bandwidth_gb_s},
-                      {"shareOfBandwidth", b.share_of_bandwidth}});
+                      {"shareOfBandwidth", b.share_of_bandwidth}, {"separateMsPerStep", b.separate_ms_per_step}});
     }
     nlohmann::ordered_json doc = {{"simdTarget", r.simd_target},
                                   {"readBandwidthGBps", r.read_bandwidth_gb_s},
@@ -187,19 +187,21 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
     out << fmt::format("\nbank (structure of arrays, slot-addressed, {} threads); parallel read bandwidth {:.2f} GB/s\n",
                        r.bank.front().threads, r.parallel_bandwidth_gb_s);
     std::vector<std::vector<std::string>> bank{{"policy", "instances", "budget", "ms/step", "attention GB/s",
-                                                "touched GB/s", "same-size read GB/s", "of bandwidth"}};
+                                                "touched GB/s", "same-size read GB/s", "of bandwidth",
+                                                "separate ms/step", "bank speed-up"}};
     for (const BankBenchRow& b : r.bank) {
       bank.push_back({b.policy, std::to_string(b.instances), std::to_string(b.budget),
                       fmt::format("{:.2f}", b.ms_per_step), fmt::format("{:.2f}", b.attention_gb_s),
                       fmt::format("{:.2f}", b.touched_gb_s), fmt::format("{:.2f}", b.same_size_bandwidth_gb_s),
-                      fmt::format("{:.0f}%", 100 * b.share_of_bandwidth)});
+                      fmt::format("{:.0f}%", 100 * b.share_of_bandwidth), fmt::format("{:.2f}", b.separate_ms_per_step),
+                      fmt::format("{:.2f}x", b.separate_ms_per_step / b.ms_per_step)});
     }
     if (format == "markdown") {
       for (std::size_t i = 0; i < bank.size(); ++i) {
         std::string line = "|";
         for (const auto& c : bank[i]) line += " " + c + " |";
         out << line << '\n';
-        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
       }
     } else {
       print_aligned(out, bank);
