@@ -9,6 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev libomp-dev libhwy-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
+  python3-dask python3-distributed
   chromium
 )
 
