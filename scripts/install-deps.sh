@@ -32,6 +32,7 @@ if [[ $mode != --run ]]; then
     libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
     pybind11-dev python3-dev python3-numpy python3-pytest
     python3-venv python3-pip python3-setuptools python3-wheel
+    python3-dask python3-distributed
     chromium
   )
 fi

@@ -59,7 +59,7 @@ def runtime_params(fn) -> List[str]:
 
 
 def test_package_layout():
-    for name in ("__init__.py", "__init__.pyi", "py.typed"):
+    for name in ("__init__.py", "__init__.pyi", "py.typed", "distributed.py"):
         assert (PACKAGE / name).is_file(), name
         assert (PACKAGE / name).read_bytes() == (PACKAGE_SOURCE / name).read_bytes(), \
             f"{name} in the build is stale: rebuild"
