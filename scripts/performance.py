@@ -76,11 +76,14 @@ def section(target, tool, gb):
             f"| {name} | {budget} | {row['nsPerStep']:.0f} | {fmt_ratio(floor, 0)} | {fmt_ratio(ratio)} | - | - | - |")
     lines += ["", f"Bank ({tool['bank'][0]['threads'] if tool['bank'] else '-'} threads; parallel read "
               f"bandwidth {tool['parallelReadBandwidthGBps']:.2f} GB/s):", "",
-              "| policy | instances | budget | ms/step | touched GB/s | same-size read GB/s | share of bandwidth |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "| policy | instances | budget | ms/step | touched GB/s | same-size read GB/s | share of bandwidth | "
+              "separate instances ms/step | bank speed-up |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in tool["bank"]:
+        share = f"{100 * b['shareOfBandwidth']:.0f}%" if b["touchedGBps"] > 0 else "- (reads no attention)"
         lines.append(f"| {b['policy']} | {b['instances']} | {b['budget']} | {b['msPerStep']:.2f} | "
-                     f"{b['touchedGBps']:.2f} | {b['sameSizeReadGBps']:.2f} | {100 * b['shareOfBandwidth']:.0f}% |")
+                     f"{b['touchedGBps']:.2f} | {b['sameSizeReadGBps']:.2f} | {share} | "
+                     f"{b['separateMsPerStep']:.2f} | {b['separateMsPerStep'] / b['msPerStep']:.2f}x |")
     lines += ["", f"Canonical compare (21 runs): {tool['compareSharedSeconds']:.3f} s in one pass over the "
               f"trace, {tool['compareSeparateSeconds']:.3f} s run by run.", ""]
     return lines
