@@ -32,6 +32,21 @@ bad() {
 }
 
 ok  "hash"             "3136039440" -- trace --hash
+# SIMD targets: what runs is reported; KVEVICT_SIMD narrows it; a bad one is one line.
+ok  "simd"             "compiled:  baseline, sse4" -- simd
+ok  "simd json"        '"active":' -- simd --format json
+simd_active=$(KVEVICT_SIMD=baseline "$tool" simd --format json 2>&1)
+if [[ "$simd_active" == *'"active": "baseline"'* ]]; then pass; else fail "KVEVICT_SIMD=baseline: $simd_active"; fi
+simd_same=$(KVEVICT_SIMD=baseline "$tool" compare --format csv 2>&1 | cut -d, -f1-8)
+if [[ "$simd_same" == "$("$tool" compare --format csv | cut -d, -f1-8)" ]]; then pass; else fail "baseline compare differs"; fi
+KVEVICT_SIMD=avx1024 "$tool" list >"$tmp/out" 2>"$tmp/err"
+simd_rc=$?
+if [[ $simd_rc -eq 1 && $(wc -l <"$tmp/err") -eq 1 && "$(cat "$tmp/err")" == *"KVEVICT_SIMD=avx1024: SIMD target 'avx1024' is not one this build has"* ]]; then
+  pass
+else
+  fail "KVEVICT_SIMD=avx1024: exit $simd_rc, stderr $(cat "$tmp/err")"
+fi
+bad "bench simd"       "SIMD target 'sse9' is not one this build has" -- bench --simd sse9 --policies h2o --budgets 64 --no-compare --bank-instances 0
 ok  "hash prefix"      "515340780"  -- trace --steps 10 --hash
 ok  "list"             "scissorhands" -- list
 ok  "list json"        '"recentWindow"' -- list --format json
