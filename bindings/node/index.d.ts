@@ -224,6 +224,23 @@ export interface CompareOptions {
 }
 export function compare(options?: CompareOptions): CompareResult;
 
+/** One field of a result row; `fields` lists an object's members or each array element's. */
+export interface SchemaField {
+  name: string;
+  type: 'string' | 'integer' | 'number' | 'object' | 'array';
+  unit?: string;
+  description: string;
+  /** Absent when the field is always present. */
+  presentWhen?: string;
+  fields?: SchemaField[];
+}
+export interface RowSchema {
+  run: SchemaField[];
+  compare: SchemaField[];
+}
+/** The row schema as `kvevict schema` prints it; a fresh copy on each call. */
+export function rowSchema(): RowSchema;
+
 export interface VectorFailure {
   file: string;
   caseName: string;

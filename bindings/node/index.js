@@ -174,12 +174,21 @@ function traceHash(id = 'decode-4096', steps) {
 
 /** One policy at one budget over a trace; the object `kvevict run --format json` prints. */
 function run(options) {
-  return JSON.parse(native.runJson(options));
+  return native.run(options);
 }
 
 /** Policies x budgets, ranked; the object `kvevict compare --format json` prints. */
 function compare(options) {
-  return JSON.parse(native.compareJson(options));
+  return native.compare(options);
+}
+
+/**
+ * The fields of a result row as `kvevict schema` prints them: {run, compare},
+ * each a list of {name, type, unit?, description, presentWhen?, fields?} in
+ * the order run() and compare() return them. A fresh copy on each call.
+ */
+function rowSchema() {
+  return JSON.parse(native.rowSchemaJson);
 }
 
 /** Replays vector files or folders through the C++ runner; `{passed, failed, failures}`. */
@@ -258,6 +267,7 @@ module.exports = {
   traceHash,
   run,
   compare,
+  rowSchema,
   runVectors,
   Model,
   Decoder,

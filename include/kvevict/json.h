@@ -1,5 +1,6 @@
 // JSON text of results, shaped exactly like the tool's output, so the tool,
-// the C API and the bindings cannot drift apart.
+// the C API and the bindings cannot drift apart. The fields, their order and
+// types come from the row schema (kvevict/row_schema.h).
 #pragma once
 
 #include <string>

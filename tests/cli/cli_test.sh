@@ -60,8 +60,9 @@ ok  "compare json"     '"rows"' -- compare --policies tova --budgets 64 --steps 
 ok  "compare set"      '"recentWindow": 48' -- compare --policies h2o --budgets 64 --steps 200 --set h2o.recentWindow=48 --format json
 ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
 ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
+ok  "schema"           '"name": "memoryBytes"' -- schema
 ok  "help"             "compare" -- --help
-for cmd in list run compare sweep trace vectors report perplexity record persistence; do ok "help $cmd" "--help" -- "$cmd" --help; done
+for cmd in list run compare sweep trace vectors report perplexity record persistence schema; do ok "help $cmd" "--help" -- "$cmd" --help; done
 
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"

@@ -25,6 +25,7 @@
 #include "kvevict/perplexity.h"
 #include "kvevict/persistence.h"
 #include "kvevict/registry.h"
+#include "kvevict/row_schema.h"
 #include "kvevict/report.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -314,6 +315,11 @@ int main(int argc, char** argv) {
   simd_cmd->add_option("--format", simd_format, "table or json")
       ->check(CLI::IsMember({"table", "json"}))->capture_default_str();
 
+  // schema
+  auto* schema_cmd = app.add_subcommand(
+      "schema", "Print the fields of a result row (run, compare and sweep --format json) as JSON: "
+                "name, type, unit, description, in output order");
+
   // vectors
   std::vector<std::string> vec_paths;
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
@@ -330,6 +336,11 @@ int main(int argc, char** argv) {
     // a target the CPU lacks is refused here, before any work.
     simd::select_from_environment();
     if (list->parsed()) return cmd_list(list_format);
+
+    if (schema_cmd->parsed()) {
+      std::cout << schema_json() << '\n';
+      return 0;
+    }
 
     if (simd_cmd->parsed()) {
       cli::print_simd(std::cout, simd::compiled_targets(), simd::supported_targets(), simd::active_target(),

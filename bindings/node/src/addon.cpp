@@ -1,7 +1,9 @@
 // The Node.js binding: an N-API addon over the C++ library. Every policy is
 // built through the registry (find_policy(name).make(params)), so whatever the
 // registry holds is reachable from JavaScript. index.js wraps this module in
-// the public API (one class per policy, generators, JSON.parse of results).
+// the public API (one class per policy, generators). Run and compare results
+// are built from the core's row schema (kvevict/row_schema.h), the same walk
+// the tool's JSON comes from.
 //
 // Errors: every entry point runs inside guard(), so no C++ exception reaches
 // N-API. Wrong JavaScript types become TypeError; numbers that are not integers
@@ -31,13 +33,13 @@
 
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
-#include "kvevict/json.h"
 #include "kvevict/model.h"
 #include "kvevict/params.h"
 #include "kvevict/perplexity.h"
 #include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
+#include "kvevict/row_schema.h"
 #include "kvevict/simd.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -502,8 +504,63 @@ kvevict::EvaluateOptions evaluate_options(const Napi::Object& options, const std
   return out;
 }
 
-// runJson({policy, budget?, params?, trace?, steps?}) -> kvevict::run_json text
-Napi::Value RunJson(const Napi::CallbackInfo& info) {
+// Builds the object of a run row (or the compare document) from the row
+// schema's walk: the same keys, order and values as JSON.parse of the tool's
+// JSON, without the text in between. Integers become Numbers exactly as
+// JSON.parse reads them; non-finite numbers become null, as JSON writes them.
+class ObjectBuilder final : public kvevict::RowVisitor {
+ public:
+  explicit ObjectBuilder(Napi::Env env) : env_(env), stack_{Napi::Object::New(env)} {}
+  Napi::Object take() { return stack_.front().As<Napi::Object>(); }
+
+  void string(const kvevict::FieldInfo& f, const std::string& value) override {
+    put(f, Napi::String::New(env_, value));
+  }
+  void integer(const kvevict::FieldInfo& f, std::int64_t value) override {
+    put(f, Napi::Number::New(env_, static_cast<double>(value)));
+  }
+  void number(const kvevict::FieldInfo& f, double value) override {
+    put(f, std::isfinite(value) ? Napi::Value(Napi::Number::New(env_, value)) : env_.Null());
+  }
+  void params(const kvevict::FieldInfo& f, const kvevict::ParamMap& params) override {
+    Napi::Object o = Napi::Object::New(env_);
+    for (const auto& [k, v] : params) o.Set(k, Napi::Number::New(env_, static_cast<double>(v)));
+    put(f, o);
+  }
+  void begin(const kvevict::FieldInfo& f) override {
+    stack_.push_back(f.type == kvevict::FieldType::kArray ? Napi::Value(Napi::Array::New(env_))
+                                                          : Napi::Value(Napi::Object::New(env_)));
+  }
+  void end(const kvevict::FieldInfo& f) override { put(f, pop()); }
+  void begin_element() override { stack_.push_back(Napi::Object::New(env_)); }
+  void end_element() override {
+    const Napi::Value element = pop();
+    Napi::Array array = stack_.back().As<Napi::Array>();
+    array.Set(array.Length(), element);
+  }
+
+ private:
+  void put(const kvevict::FieldInfo& f, const Napi::Value& value) {
+    stack_.back().As<Napi::Object>().Set(std::string(f.name), value);
+  }
+  Napi::Value pop() {
+    Napi::Value top = stack_.back();
+    stack_.pop_back();
+    return top;
+  }
+  Napi::Env env_;
+  std::vector<Napi::Value> stack_;
+};
+
+template <class Rows>
+Napi::Object row_schema_object(Napi::Env env, const Rows& rows) {
+  ObjectBuilder builder(env);
+  kvevict::for_each_field(rows, builder);
+  return builder.take();
+}
+
+// run({policy, budget?, params?, trace?, steps?}) -> the run row object
+Napi::Value Run(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
     const Napi::Object options = to_object(info[0], "run: options");
@@ -517,7 +574,7 @@ Napi::Value RunJson(const Napi::CallbackInfo& info) {
       call.negative = call.negative || budget < 0;
     }
     const std::vector<kvevict::RunRow> rows = kvevict::evaluate({{name, params, budget}}, evaluate);
-    return Napi::String::New(env, kvevict::run_json(rows.front(), -1));
+    return row_schema_object(env, rows.front());
   });
 }
 
@@ -577,8 +634,8 @@ kvevict::CompareRequest compare_request(const Napi::Object& options, const std::
   return request;
 }
 
-// compareJson({policies?, budgets?, overrides?, trace?, steps?}) -> kvevict::rows_json text
-Napi::Value CompareJson(const Napi::CallbackInfo& info) {
+// compare({policies?, budgets?, overrides?, trace?, steps?}) -> the compare document object
+Napi::Value Compare(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
     const Napi::Object options =
@@ -586,7 +643,7 @@ Napi::Value CompareJson(const Napi::CallbackInfo& info) {
     const kvevict::CompareRequest request = compare_request(options, "compare", call);
     const kvevict::EvaluateOptions evaluate = evaluate_options(options, "compare: options");
     const std::vector<kvevict::RunRow> rows = kvevict::compare(request, evaluate);
-    return Napi::String::New(env, kvevict::rows_json(rows, -1));
+    return row_schema_object(env, rows);
   });
 }
 
@@ -1167,8 +1224,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("selectSimd", Napi::Function::New<SelectSimd>(env, "selectSimd"));
   exports.Set("pyramidBudget", Napi::Function::New<PyramidBudget>(env, "pyramidBudget"));
   exports.Set("traceHash", Napi::Function::New<TraceHash>(env, "traceHash"));
-  exports.Set("runJson", Napi::Function::New<RunJson>(env, "runJson"));
-  exports.Set("compareJson", Napi::Function::New<CompareJson>(env, "compareJson"));
+  exports.Set("run", Napi::Function::New<Run>(env, "run"));
+  exports.Set("compare", Napi::Function::New<Compare>(env, "compare"));
+  // The schema as `kvevict schema` prints it (index.js parses it once).
+  exports.Set("rowSchemaJson", Napi::String::New(env, kvevict::schema_json(-1)));
   exports.Set("runVectors", Napi::Function::New<RunVectors>(env, "runVectors"));
   exports.Set("setErrorClasses", Napi::Function::New<SetErrorClasses>(env, "setErrorClasses"));
   return exports;

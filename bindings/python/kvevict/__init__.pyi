@@ -49,6 +49,18 @@ class CompareResult(TypedDict):
     trace: str
     rows: List[RunResult]
 
+class SchemaField(TypedDict, total=False):
+    name: str
+    type: str  # "string", "integer", "number", "object" or "array"
+    unit: str
+    description: str
+    presentWhen: str
+    fields: List[SchemaField]
+
+class RowSchema(TypedDict):
+    run: List[SchemaField]
+    compare: List[SchemaField]
+
 class VectorReport(TypedDict):
     passed: int
     failed: int
@@ -221,6 +233,7 @@ def compare(
     trace: _Trace = "decode-4096",
     steps: Optional[int] = None,
 ) -> CompareResult: ...
+def row_schema() -> RowSchema: ...
 def run_vectors(paths: Union[_Path, Sequence[_Path]]) -> VectorReport: ...
 
 class Model:

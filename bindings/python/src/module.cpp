@@ -3,9 +3,9 @@
 // Everything goes through the registry (kvevict::find_policy(name).make(...)),
 // so every registered policy is reachable from Python by name; the named
 // classes (Scissorhands, H2O, ...) are thin subclasses defined in
-// kvevict/__init__.py. Results of run() and compare() are the core's own JSON
-// text (kvevict/json.h) parsed by Python's json module, so the binding and the
-// tool cannot drift apart.
+// kvevict/__init__.py. Results of run() and compare() are built by walking the
+// core's row schema (kvevict/row_schema.h), the same walk the tool's JSON comes
+// from, so the binding and the tool cannot drift apart.
 //
 // The real model (kvevict/model.h, kvevict/perplexity.h): Model, Decoder and
 // the evaluations over a text. Their rows are built here as dicts with
@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -37,13 +38,13 @@
 
 #include "kvevict/errors.h"
 #include "kvevict/evaluate.h"
-#include "kvevict/json.h"
 #include "kvevict/model.h"
 #include "kvevict/params.h"
 #include "kvevict/perplexity.h"
 #include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
 #include "kvevict/registry.h"
+#include "kvevict/row_schema.h"
 #include "kvevict/simd.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -732,6 +733,53 @@ py::object json_loads(const std::string& text) {
   return py::module_::import("json").attr("loads")(text);
 }
 
+// Builds the dict of a run row (or the compare document) from the row schema's
+// walk: the same keys, order and values as json.loads of the tool's JSON,
+// without the text in between. Non-finite numbers become None, as JSON writes
+// them (null). Needs the GIL.
+class DictBuilder final : public kvevict::RowVisitor {
+ public:
+  py::dict take() { return py::reinterpret_borrow<py::dict>(stack_.front()); }
+
+  void string(const kvevict::FieldInfo& f, const std::string& value) override { put(f, py::str(value)); }
+  void integer(const kvevict::FieldInfo& f, std::int64_t value) override { put(f, py::int_(value)); }
+  void number(const kvevict::FieldInfo& f, double value) override {
+    put(f, std::isfinite(value) ? py::object(py::float_(value)) : py::object(py::none()));
+  }
+  void params(const kvevict::FieldInfo& f, const kvevict::ParamMap& params) override {
+    py::dict d;
+    for (const auto& [k, v] : params) d[py::str(k)] = py::int_(v);
+    put(f, d);
+  }
+  void begin(const kvevict::FieldInfo& f) override {
+    stack_.push_back(f.type == kvevict::FieldType::kArray ? py::object(py::list()) : py::object(py::dict()));
+  }
+  void end(const kvevict::FieldInfo& f) override { put(f, pop()); }
+  void begin_element() override { stack_.push_back(py::dict()); }
+  void end_element() override {
+    const py::object element = pop();
+    py::reinterpret_borrow<py::list>(stack_.back()).append(element);
+  }
+
+ private:
+  void put(const kvevict::FieldInfo& f, const py::object& value) {
+    py::reinterpret_borrow<py::dict>(stack_.back())[py::str(f.name.data(), f.name.size())] = value;
+  }
+  py::object pop() {
+    py::object top = std::move(stack_.back());
+    stack_.pop_back();
+    return top;
+  }
+  std::vector<py::object> stack_{py::dict()};
+};
+
+template <class Rows>
+py::dict row_schema_dict(const Rows& rows) {
+  DictBuilder builder;
+  kvevict::for_each_field(rows, builder);
+  return builder.take();
+}
+
 // One run: a policy name or a Policy (whose given parameters are the base),
 // `params` on top, and the budget (None: the `budget` parameter, or its default).
 kvevict::RunSpec spec_of(py::handle policy, py::handle budget, const py::dict& params) {
@@ -759,11 +807,8 @@ py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const
                const OptionalInt& steps, const py::kwargs& kwargs) {
   const kvevict::RunSpec spec = spec_of(policy_arg.obj, budget_arg.obj, kwargs);
   const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
-  const std::string text = without_gil([&] {
-    const auto rows = kvevict::evaluate({spec}, options);
-    return kvevict::run_json(rows.front(), -1);
-  });
-  return json_loads(text);
+  const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::evaluate({spec}, options); });
+  return row_schema_dict(rows.front());
 }
 
 std::vector<std::string> policy_names(py::handle policies) {
@@ -843,10 +888,8 @@ py::object compare(const PolicyList& policies, const IntList& budgets, const Ove
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
   const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
-  const std::string text = without_gil([&] {
-    return kvevict::rows_json(kvevict::compare(request, options), -1);
-  });
-  return json_loads(text);
+  const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::compare(request, options); });
+  return row_schema_dict(rows);
 }
 
 py::list policy_descriptions() {
@@ -1423,6 +1466,14 @@ policies: "all", "a,b", or a list of names.
 budgets: a sequence of integers.
 overrides: {"policy.param": value} or {"param": value} (every compared policy
     that has it) or {"policy": {"param": value}}; snake_case or camelCase.
+)doc");
+
+  m.def("row_schema", [] { return json_loads(kvevict::schema_json(-1)); }, R"doc(
+The fields of a result row as `kvevict schema` prints them: {"run": [...],
+"compare": [...]}, each field a dict {"name", "type" ("string", "integer",
+"number", "object" or "array"), "unit" (when it has one), "description",
+"presentWhen" (when not always present), "fields" (members of an object or
+of each array element)}, in the order run() and compare() return them.
 )doc");
 
   m.def("run_vectors", &run_vectors, py::arg("paths"), R"doc(

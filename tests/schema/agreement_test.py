@@ -1,0 +1,118 @@
+"""One request through the tool (--format json), the Python binding and the
+Node binding: the three results agree field for field -- the same keys in the
+same order, the same values -- except "seconds" (wall time). Both bindings and
+the tool build their rows from the one row schema (include/kvevict/row_schema.h),
+and this is the check that they do: a binding that builds a field by hand, drops
+one, reorders them or converts a value differently fails here.
+
+Requests: compare h2o,tova at budgets 128,256 over 600 steps of decode-4096;
+run tova at budget 64 on a generated two-head .npy (so "heads" and "perHead"
+are compared too); and the schema itself (`kvevict schema`, row_schema(),
+rowSchema()).
+
+Usage: agreement_test.py TOOL BUILD_DIR SOURCE_DIR. Exit 77 (skip, saying why)
+when the Python module or the Node addon is not in BUILD_DIR.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+tool, build, src = sys.argv[1:4]
+addon = os.path.join(build, "bindings", "node", "kvevict.node")
+if not glob.glob(os.path.join(build, "python", "kvevict", "_kvevict*.so")):
+    print(f"SKIP: {build}/python has no compiled kvevict module (the kvevict_python target was skipped)")
+    sys.exit(77)
+if not os.path.isfile(addon) or shutil.which("node") is None:
+    print(f"SKIP: no Node addon at {addon} or no node (run bash bindings/node/install-deps.sh, then configure again)")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(build, "python"))
+import numpy as np  # noqa: E402  (after the skip checks)
+import kvevict  # noqa: E402
+
+failures = []
+
+
+def same(a, b, where, node):
+    """a (the tool's) and b agree, keys in order; "seconds" is not compared.
+    Against Python the types must match too (int stays int); JavaScript has one
+    number type, so against Node only the values must."""
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or list(a) != list(b):
+            failures.append(f"{where}: keys {list(a)} != {list(b) if isinstance(b, dict) else b!r}")
+            return
+        for k in a:
+            if k != "seconds":
+                same(a[k], b[k], f"{where}.{k}", node)
+    elif isinstance(a, list):
+        if not isinstance(b, list) or len(a) != len(b):
+            failures.append(f"{where}: {len(a)} items != {b!r}")
+            return
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]", node)
+    elif node and isinstance(a, (int, float)) and not isinstance(a, bool):
+        if not (isinstance(b, (int, float)) and not isinstance(b, bool) and a == b):
+            failures.append(f"{where}: {a!r} != {b!r}")
+    elif type(a) is not type(b) or a != b:
+        failures.append(f"{where}: {a!r} ({type(a).__name__}) != {b!r} ({type(b).__name__})")
+
+
+def tool_json(*args):
+    return json.loads(subprocess.run([tool, *args], check=True, capture_output=True, text=True).stdout)
+
+
+def node_json(expression):
+    script = f"const kv = require({json.dumps(os.path.join(src, 'bindings', 'node'))});\n" \
+             f"process.stdout.write(JSON.stringify({expression}));"
+    env = dict(os.environ, KVEVICT_NODE_ADDON=addon)
+    out = subprocess.run(["node", "-e", script], check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout)
+
+
+def agree(name, from_tool, from_python, from_node):
+    same(from_tool, from_python, f"{name} (python)", node=False)
+    same(from_tool, from_node, f"{name} (node)", node=True)
+
+
+# 1. compare
+cmp_tool = tool_json("compare", "--policies", "h2o,tova", "--budgets", "128,256", "--steps", "600", "--format", "json")
+agree("compare", cmp_tool,
+      kvevict.compare(["h2o", "tova"], budgets=[128, 256], steps=600),
+      node_json("kv.compare({policies: ['h2o', 'tova'], budgets: [128, 256], steps: 600})"))
+if len(cmp_tool["rows"]) != 4:
+    failures.append(f"compare: {len(cmp_tool['rows'])} rows, expected 4")
+
+# 2. run on two heads: a causal trace, each row t a softmax over positions 0..t.
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "two-heads.npy")
+    rng = np.random.default_rng(7)
+    n = 160
+    logits = rng.standard_normal((2, n, n))
+    mask = np.tril(np.ones((n, n), dtype=bool))
+    weights = np.where(mask, np.exp(logits), 0.0)
+    np.save(path, np.ascontiguousarray(weights / weights.sum(axis=2, keepdims=True), dtype=np.float32))
+    run_tool = tool_json("run", "--policy", "tova", "--budget", "64", "--trace", path, "--format", "json")
+    agree("run two heads", run_tool, kvevict.run("tova", 64, trace=path),
+          node_json(f"kv.run({{policy: 'tova', budget: 64, trace: {json.dumps(path)}}})"))
+    if run_tool.get("heads") != 2 or len(run_tool.get("perHead", [])) != 2:
+        failures.append(f"run two heads: expected heads 2 and two perHead entries, got {run_tool!r}")
+
+# 3. the schema, and the rows' keys are its names
+schema = tool_json("schema")
+agree("schema", schema, kvevict.row_schema(), node_json("kv.rowSchema()"))
+names = [f["name"] for f in schema["run"]]
+always = [f["name"] for f in schema["run"] if "presentWhen" not in f]
+for row in cmp_tool["rows"]:
+    if list(row) != always:
+        failures.append(f"compare row keys {list(row)} != the schema's {always}")
+if list(run_tool) != names:
+    failures.append(f"two-head row keys {list(run_tool)} != the schema's {names}")
+
+for f in failures:
+    print("FAIL:", f)
+print(f"row schema agreement: {'ok' if not failures else f'{len(failures)} difference(s)'}")
+sys.exit(1 if failures else 0)
