@@ -158,6 +158,10 @@ both alike. The *oracle* is the plainest implementation of the spec
 (`tests/oracle/oracle.h`), timed by Google Benchmark in the same process as
 the library.
 
+These machines are shared: two runs an hour apart differed by up to 2x in
+single cells (a neighbour's build on the same two cores), so read a cell that
+misses its target by a few tenths as "about there", not as a verdict.
+
 ## Targets
 {note}
 {chr(10).join(targets_table(results))}
