@@ -150,7 +150,12 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
     bool valid = true;  // validated up front on this path
     best = detail::bank_vote_and_find(S, P, w, capacity_, threshold, protect_from, victim, valid);
   } else {
-    victim = detail::bank_add_and_find(S, P, w, capacity_, protect_from);
+    // Into the spare buffer, as the one-pass path does (the weights were
+    // checked up front here, so `valid` is always true); step() switches.
+    double* spare = score_buffer_[1 - current_scores_] + base;
+    bool valid = true;
+    victim = detail::bank_add_and_find_checked(spare, S, P, w, capacity_, protect_from, valid);
+    S = spare;
   }
   finish_instance(k, pos, protect_from, best, victim, S, victim_pos, victim_slot);
 }
@@ -333,6 +338,7 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
                     victim_slots[kk]);
     }
   }
+  if (!votes_mode_) current_scores_ = 1 - current_scores_;  // the new scores are in the spare buffer
 }
 
 void PolicyBank::step_recency(std::size_t k, std::uint32_t pos, Position& victim_pos, std::uint32_t& victim_slot) {

@@ -143,70 +143,9 @@ void Unvote(std::uint32_t* HWY_RESTRICT votes, const std::uint32_t* HWY_RESTRICT
   for (; s < n; ++s) votes[s] -= (pos[s] != kFreeSlot && w[s] >= threshold) ? 1U : 0U;
 }
 
-// Scores are sums of weights >= 0, so never negative, and their bit patterns
-// order exactly as the values do: the search compares 64-bit integers.
-std::size_t AddAndFind(double* HWY_RESTRICT scores, const std::uint32_t* HWY_RESTRICT pos,
-                       const float* HWY_RESTRICT w, std::size_t n, std::uint32_t protect_from) {
-  const hn::ScalableTag<double> dd;
-  const hn::RebindToUnsigned<decltype(dd)> du;  // u64 lanes
-  const hn::Rebind<float, decltype(dd)> df;     // as many floats as doubles
-  const hn::Rebind<std::uint32_t, decltype(dd)> dp;
-  const std::size_t N = hn::Lanes(dd);
-  const auto free_v = hn::Set(du, kFreeSlot);
-  const auto protect = hn::Set(du, protect_from);
-  const auto none = hn::Set(du, kNone);
-  auto low = none;
-  auto low_pos = none;
-  auto low_slot = hn::Zero(du);
-  auto here = hn::Iota(du, 0);
-  const auto step = hn::Set(du, static_cast<std::uint64_t>(N));
-  std::size_t s = 0;
-  for (; s + N <= n; s += N) {
-    const auto p = hn::PromoteTo(du, hn::LoadU(dp, pos + s));
-    const auto held = hn::Ne(p, free_v);
-    // Free slots add +0.0 (their weights, NaN included, are never read).
-    const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), hn::PromoteTo(dd, hn::LoadU(df, w + s)));
-    const auto sc = hn::Add(hn::LoadU(dd, scores + s), x);
-    hn::StoreU(sc, dd, scores + s);
-    const auto evictable = hn::And(held, protect > p);
-    const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);  // not evictable: all ones
-    const auto better = hn::Or(low > bits, hn::And(hn::And(hn::Eq(bits, low), low_pos > p), evictable));
-    low = hn::IfThenElse(better, bits, low);
-    low_pos = hn::IfThenElse(better, p, low_pos);
-    low_slot = hn::IfThenElse(better, here, low_slot);
-    here = hn::Add(here, step);
-  }
-  HWY_ALIGN std::uint64_t lb[kMaxLanes];
-  HWY_ALIGN std::uint64_t lp[kMaxLanes];
-  HWY_ALIGN std::uint64_t ls[kMaxLanes];
-  hn::Store(low, du, lb);
-  hn::Store(low_pos, du, lp);
-  hn::Store(low_slot, du, ls);
-  std::uint64_t best = kNone;
-  std::uint64_t best_pos = kNone;
-  std::size_t slot = n;
-  for (std::size_t k = 0; k < N; ++k) {
-    if (lp[k] != kNone && (lb[k] < best || (lb[k] == best && lp[k] < best_pos))) {
-      best = lb[k];
-      best_pos = lp[k];
-      slot = ls[k];
-    }
-  }
-  for (; s < n; ++s) {
-    if (pos[s] == kFreeSlot) continue;
-    scores[s] += static_cast<double>(w[s]);
-    std::uint64_t b;
-    std::memcpy(&b, scores + s, sizeof b);
-    if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
-      best = b;
-      best_pos = pos[s];
-      slot = s;
-    }
-  }
-  return slot;
-}
-
-// AddAndFind into a second buffer, checking the held weights in the same
+// H2O: scores are sums of weights >= 0, so never negative, and their bit
+// patterns order exactly as the values do: the search compares 64-bit
+// integers. adds into a second buffer, checking the held weights in the same
 // pass: dst = src + w for held slots (src copied for free ones), so a bad row
 // leaves src -- the bank's state -- untouched and is read only once.
 // kAdd false (TOVA): dst = w itself for held slots, src unused -- the same
@@ -240,7 +179,10 @@ HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const doubl
     const auto xd = hn::PromoteTo(dd, hn::LoadU(df, w + s));
     ok = hn::And(ok, hn::Or(hn::And(xd >= zero, xd <= top), hn::RebindMask(dd, hn::Not(held))));
     const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), xd);
-    const auto sc = kAdd ? hn::Add(hn::LoadU(dd, src + s), x) : x;
+    // TOVA's record is the weight itself, + 0.0 so that a -0.0 weight is kept
+    // as +0.0: the search compares bit patterns, and -0.0's sign bit would
+    // make it the largest instead of equal to 0.
+    const auto sc = kAdd ? hn::Add(hn::LoadU(dd, src + s), x) : hn::Add(x, hn::Zero(dd));
     hn::StoreU(sc, dd, dst + s);
     const auto evictable = hn::And(held, protect > p);
     const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);
@@ -271,7 +213,7 @@ HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const doubl
     dst[s] = kAdd ? src[s] : 0.0;
     if (pos[s] == kFreeSlot) continue;
     if (!ScalarValid(w[s])) valid = false;
-    dst[s] = kAdd ? dst[s] + static_cast<double>(w[s]) : static_cast<double>(w[s]);
+    dst[s] = kAdd ? dst[s] + static_cast<double>(w[s]) : static_cast<double>(w[s]) + 0.0;
     std::uint64_t b;
     std::memcpy(&b, dst + s, sizeof b);
     if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
@@ -323,7 +265,6 @@ namespace kvevict::detail {
 HWY_EXPORT(Aggregate);
 HWY_EXPORT(VoteAndFind);
 HWY_EXPORT(Unvote);
-HWY_EXPORT(AddAndFind);
 HWY_EXPORT(HeldWeightsValid);
 HWY_EXPORT(AddAndFindChecked);
 HWY_EXPORT(StoreAndFindChecked);
@@ -342,11 +283,6 @@ std::uint64_t bank_vote_and_find(std::uint32_t* votes, const std::uint32_t* pos,
 void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
                  float threshold) noexcept {
   HWY_DYNAMIC_DISPATCH(Unvote)(votes, pos, w, n, threshold);
-}
-
-std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
-                              std::uint32_t protect_from) noexcept {
-  return HWY_DYNAMIC_DISPATCH(AddAndFind)(scores, pos, w, n, protect_from);
 }
 
 std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,

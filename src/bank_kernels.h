@@ -26,18 +26,15 @@ std::uint64_t bank_vote_and_find(std::uint32_t* votes, const std::uint32_t* pos,
 void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w, std::size_t n,
                  float threshold) noexcept;
 
-// H2O: scores of held slots += (double)w; in the same pass the evictable slot
-// with the lowest score (ties: the lower position), or n when none.
-std::size_t bank_add_and_find(double* scores, const std::uint32_t* pos, const float* w, std::size_t n,
-                              std::uint32_t protect_from) noexcept;
-
-// bank_add_and_find into dst (dst = src + w for held slots, src for free
-// ones), checking in the same pass that every held weight is finite and
-// >= 0; src is never written.
+// H2O: dst = src + (double)w for held slots (src for free ones), checking in
+// the same pass that every held weight is finite and >= 0 (src is never
+// written); returns the evictable slot (held, position < protect_from) with
+// the lowest new score (ties: the lower position), or n when none.
 std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
                                       std::size_t n, std::uint32_t protect_from, bool& valid) noexcept;
 
-// TOVA: dst = (double)w for held slots (0 for free ones), checked as above,
+// TOVA: dst = (double)w + 0.0 for held slots (0 for free ones; -0.0 becomes
+// +0.0, since the search compares bit patterns), checked as above,
 // and the held slot with the lowest weight (ties: the lower position), or n.
 std::size_t bank_store_and_find_checked(double* dst, const std::uint32_t* pos, const float* w, std::size_t n,
                                         bool& valid) noexcept;

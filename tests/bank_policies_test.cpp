@@ -19,11 +19,13 @@
 namespace kvevict {
 namespace {
 
-// Sixteenths (many ties), exact zeros and ones.
+// Sixteenths (many ties), exact zeros of both signs (-0.0 is a valid weight
+// equal to 0, though its bits sort last) and ones.
 float tie_heavy_weight() {
-  switch (*rc::gen::inRange(0, 4)) {
+  switch (*rc::gen::inRange(0, 5)) {
     case 0: return 0.0F;
     case 1: return 1.0F;
+    case 2: return -0.0F;
     default: return static_cast<float>(*rc::gen::inRange(0, 17)) / 16.0F;
   }
 }

@@ -372,20 +372,28 @@ void check_bank_kernels(const std::string& target) {
       }
       if (!want_valid) continue;
 
-      // Scores and the lowest evictable score (ties: the lower position).
-      std::vector<double> scores(n);
-      for (auto& s : scores) s = static_cast<double>(rng() % 3) / 4.0;
-      std::vector<double> sums = scores;
-      std::size_t low = n;
-      for (std::size_t s = 0; s < n; ++s) {
-        if (pos[s] == kFree) continue;
-        sums[s] += static_cast<double>(w[s]);
-        if (pos[s] < protect && (low == n || sums[s] < sums[low] || (sums[s] == sums[low] && pos[s] < pos[low]))) {
-          low = s;
+      // TOVA's store pass: the row itself becomes the records of the held
+      // slots (0 for free ones), and the victim is the lowest (ties: the
+      // lower position); nothing is protected.
+      {
+        std::vector<double> records(n, -1.0);
+        bool store_valid = false;
+        const std::size_t got = detail::bank_store_and_find_checked(records.data(), pos.data(), w.data(), n,
+                                                                    store_valid);
+        std::vector<double> want_records(n, 0.0);
+        std::size_t lowest = n;
+        for (std::size_t s = 0; s < n; ++s) {
+          if (pos[s] == kFree) continue;
+          want_records[s] = static_cast<double>(w[s]) + 0.0;  // -0.0 kept as +0.0 (the search compares bits)
+          if (lowest == n || want_records[s] < want_records[lowest] ||
+              (want_records[s] == want_records[lowest] && pos[s] < pos[lowest])) {
+            lowest = s;
+          }
         }
+        ASSERT_TRUE(store_valid);
+        ASSERT_TRUE(same_bits(records, want_records));
+        ASSERT_EQ(got, lowest);
       }
-      ASSERT_EQ(detail::bank_add_and_find(scores.data(), pos.data(), w.data(), n, protect), low);
-      ASSERT_TRUE(same_bits(scores, sums));
 
       // Grouped-query aggregation, row by row in group order.
       const std::size_t group = 1 + rng() % 4;
