@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kTitle = "PolicyBank";
 constexpr std::uint64_t kNoKey = std::numeric_limits<std::uint64_t>::max();
 // TOVA: a record no attention has covered yet (weights are finite).
-constexpr double kUnobserved = std::numeric_limits<double>::quiet_NaN();
+constexpr float kUnobserved = std::numeric_limits<float>::quiet_NaN();
 
 }  // namespace
 
@@ -86,6 +86,12 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
     window_head_.assign(instances_, 0);
     // Position 0 is a sink when there are sinks, else the window's first entry.
     window_size_.assign(instances_, p.sinks > 0 ? 0 : 1);
+  } else if (mode_ == Mode::kLastWeight) {
+    // TOVA: two float32 record buffers (a float32 weight is held exactly), for
+    // the same reason and with the same gap as H2O's scores below.
+    records_.assign(2 * slots + 2 * kScoreGap, 0.0F);
+    record_buffer_[0] = records_.data();
+    record_buffer_[1] = records_.data() + slots + 2 * kScoreGap;
   } else {
     // Two score buffers in one block (64 doubles apart, so a pass that loads
     // one and stores the other at the same index does not alias 4 KiB
@@ -100,7 +106,7 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   for (std::size_t k = 0; k < instances_; ++k) positions_[k * capacity_] = 0;  // position 0 in slot 0
   if (mode_ == Mode::kLastWeight) {
     // Position 0 starts unobserved.
-    for (std::size_t k = 0; k < instances_; ++k) score_buffer_[current_scores_][k * capacity_] = kUnobserved;
+    for (std::size_t k = 0; k < instances_; ++k) record_buffer_[current_scores_][k * capacity_] = kUnobserved;
   }
   // Aggregated rows need one scratch row per thread, sized now (the step
   // allocates nothing); step() never runs more threads than rows exist here,
@@ -113,7 +119,7 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
 }
 
 std::size_t PolicyBank::memory_bytes() const noexcept {
-  return positions_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + scratch_.size() * 4 +
+  return positions_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + records_.size() * 4 + scratch_.size() * 4 +
          (kept_.size() + free_slot_.size()) * 4 + (window_.size() + window_head_.size() + window_size_.size()) * 4;
 }
 
@@ -123,8 +129,11 @@ double PolicyBank::score_of(std::size_t instance, Position pos) const noexcept {
     if (positions_[instance * capacity_ + s] == pos) {
       if (mode_ == Mode::kRecency) return -1.0;
       if (mode_ == Mode::kVotes) return static_cast<double>(votes_[instance * capacity_ + s]);
-      const double v = score_buffer_[current_scores_][instance * capacity_ + s];
-      return std::isnan(v) ? -1.0 : v;
+      if (mode_ == Mode::kLastWeight) {
+        const float v = record_buffer_[current_scores_][instance * capacity_ + s];
+        return std::isnan(v) ? -1.0 : static_cast<double>(v);
+      }
+      return score_buffer_[current_scores_][instance * capacity_ + s];
     }
   }
   return -1.0;
@@ -383,7 +392,7 @@ void PolicyBank::step_tova(std::int64_t pos, const float* attn, std::size_t stri
   const auto p = static_cast<std::uint32_t>(pos);
   pending_slot_.resize(instances_);
   pending_bad_.resize(instances_);
-  double* spare = score_buffer_[1 - current_scores_];
+  float* spare = record_buffer_[1 - current_scores_];
   int any_bad = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
   for (std::int64_t k = 0; k < n; ++k) {
@@ -416,7 +425,7 @@ void PolicyBank::step_tova(std::int64_t pos, const float* attn, std::size_t stri
   for (std::int64_t k = 0; k < n; ++k) {
     const auto kk = static_cast<std::size_t>(k);
     std::uint32_t* P = positions_.data() + kk * capacity_;
-    double* S = spare + kk * capacity_;
+    float* S = spare + kk * capacity_;
     const std::uint32_t f = free_slot_[kk];
     const std::uint32_t victim = pending_slot_[kk];  // chosen before the admission, among held slots
     P[f] = p;

@@ -145,15 +145,12 @@ void Unvote(std::uint32_t* HWY_RESTRICT votes, const std::uint32_t* HWY_RESTRICT
 
 // H2O: scores are sums of weights >= 0, so never negative, and their bit
 // patterns order exactly as the values do: the search compares 64-bit
-// integers. adds into a second buffer, checking the held weights in the same
-// pass: dst = src + w for held slots (src copied for free ones), so a bad row
-// leaves src -- the bank's state -- untouched and is read only once.
-// kAdd false (TOVA): dst = w itself for held slots, src unused -- the same
-// pass, with the latest weight as the score.
-template <bool kAdd>
-HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
-                                           const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w,
-                                           std::size_t n, std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
+// integers. The pass adds into a second buffer, checking the held weights as
+// it goes: dst = src + w for held slots (src copied for free ones), so a bad
+// row leaves src -- the bank's state -- untouched and is read only once.
+std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
+                              const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n,
+                              std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
   const hn::ScalableTag<double> dd;
   const hn::RebindToUnsigned<decltype(dd)> du;  // u64 lanes
   const hn::Rebind<float, decltype(dd)> df;     // as many floats as doubles
@@ -179,10 +176,8 @@ HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const doubl
     const auto xd = hn::PromoteTo(dd, hn::LoadU(df, w + s));
     ok = hn::And(ok, hn::Or(hn::And(xd >= zero, xd <= top), hn::RebindMask(dd, hn::Not(held))));
     const auto x = hn::IfThenElseZero(hn::RebindMask(dd, held), xd);
-    // TOVA's record is the weight itself, + 0.0 so that a -0.0 weight is kept
-    // as +0.0: the search compares bit patterns, and -0.0's sign bit would
-    // make it the largest instead of equal to 0.
-    const auto sc = kAdd ? hn::Add(hn::LoadU(dd, src + s), x) : hn::Add(x, hn::Zero(dd));
+    // src >= +0.0, so the sum is never -0.0 and its bits order as its value.
+    const auto sc = hn::Add(hn::LoadU(dd, src + s), x);
     hn::StoreU(sc, dd, dst + s);
     const auto evictable = hn::And(held, protect > p);
     const auto bits = hn::IfThenElse(evictable, hn::BitCast(du, sc), none);
@@ -210,10 +205,10 @@ HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const doubl
   }
   bool valid = hn::AllTrue(dd, ok);
   for (; s < n; ++s) {
-    dst[s] = kAdd ? src[s] : 0.0;
+    dst[s] = src[s];
     if (pos[s] == kFreeSlot) continue;
     if (!ScalarValid(w[s])) valid = false;
-    dst[s] = kAdd ? dst[s] + static_cast<double>(w[s]) : static_cast<double>(w[s]) + 0.0;
+    dst[s] += static_cast<double>(w[s]);
     std::uint64_t b;
     std::memcpy(&b, dst + s, sizeof b);
     if (pos[s] < protect_from && (b < best || (b == best && pos[s] < best_pos))) {
@@ -226,15 +221,73 @@ HWY_INLINE std::size_t ScoreAndFindChecked(double* HWY_RESTRICT dst, const doubl
   return slot;
 }
 
-std::size_t AddAndFindChecked(double* HWY_RESTRICT dst, const double* HWY_RESTRICT src,
-                              const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n,
-                              std::uint32_t protect_from, bool* HWY_RESTRICT valid_out) {
-  return ScoreAndFindChecked<true>(dst, src, pos, w, n, protect_from, valid_out);
-}
-
-std::size_t StoreAndFindChecked(double* HWY_RESTRICT dst, const std::uint32_t* HWY_RESTRICT pos,
-                                const float* HWY_RESTRICT w, std::size_t n, bool* HWY_RESTRICT valid_out) {
-  return ScoreAndFindChecked<false>(dst, nullptr, pos, w, n, kFreeSlot, valid_out);
+// TOVA: the row becomes the records of the held slots -- float32, as TOVA's
+// own records are (a float32 weight is held exactly) -- checked in the same
+// pass, and the held slot with the lowest weight (ties: the lower position)
+// is found as the smallest (weight bits, position) pair: weights are >= 0,
+// so their bits order as their values do once -0.0 is stored as +0.0.
+std::size_t StoreAndFindCheckedF32(float* HWY_RESTRICT dst, const std::uint32_t* HWY_RESTRICT pos,
+                                   const float* HWY_RESTRICT w, std::size_t n, bool* HWY_RESTRICT valid_out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto free_v = hn::Set(du, kFreeSlot);
+  const auto none = hn::Set(du, kMaxU32);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  auto ok = hn::FirstN(df, N);
+  auto low_bits = none;
+  auto low_pos = none;
+  auto low_slot = hn::Zero(du);
+  auto here = hn::Iota(du, 0);
+  const auto step = hn::Set(du, static_cast<std::uint32_t>(N));
+  std::size_t s = 0;
+  for (; s + N <= n; s += N) {
+    const auto p = hn::LoadU(du, pos + s);
+    const auto held = hn::Ne(p, free_v);
+    const auto x = hn::LoadU(df, w + s);
+    ok = hn::And(ok, hn::Or(hn::And(x >= zero, x <= top), hn::RebindMask(df, hn::Not(held))));
+    const auto record = hn::IfThenElseZero(hn::RebindMask(df, held), hn::Add(x, zero));  // -0.0 -> +0.0
+    hn::StoreU(record, df, dst + s);
+    const auto bits = hn::IfThenElse(held, hn::BitCast(du, record), none);
+    const auto at = hn::IfThenElse(held, p, none);
+    const auto better = hn::Or(low_bits > bits, hn::And(hn::Eq(bits, low_bits), low_pos > at));
+    low_bits = hn::IfThenElse(better, bits, low_bits);
+    low_pos = hn::IfThenElse(better, at, low_pos);
+    low_slot = hn::IfThenElse(better, here, low_slot);
+    here = hn::Add(here, step);
+  }
+  HWY_ALIGN std::uint32_t lb[kMaxLanes];
+  HWY_ALIGN std::uint32_t lp[kMaxLanes];
+  HWY_ALIGN std::uint32_t ls[kMaxLanes];
+  hn::Store(low_bits, du, lb);
+  hn::Store(low_pos, du, lp);
+  hn::Store(low_slot, du, ls);
+  std::uint64_t best = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < N; ++k) {
+    const std::uint64_t key = (std::uint64_t{lb[k]} << 32) | lp[k];
+    if (key < best) {
+      best = key;
+      slot = ls[k];
+    }
+  }
+  bool valid = hn::AllTrue(df, ok);
+  for (; s < n; ++s) {
+    dst[s] = 0.0F;
+    if (pos[s] == kFreeSlot) continue;
+    if (!ScalarValid(w[s])) valid = false;
+    dst[s] = w[s] + 0.0F;
+    std::uint32_t b;
+    std::memcpy(&b, dst + s, sizeof b);
+    const std::uint64_t key = (std::uint64_t{b} << 32) | pos[s];
+    if (key < best) {
+      best = key;
+      slot = s;
+    }
+  }
+  *valid_out = valid;
+  return slot;
 }
 
 bool HeldWeightsValid(const std::uint32_t* HWY_RESTRICT pos, const float* HWY_RESTRICT w, std::size_t n) {
@@ -267,7 +320,7 @@ HWY_EXPORT(VoteAndFind);
 HWY_EXPORT(Unvote);
 HWY_EXPORT(HeldWeightsValid);
 HWY_EXPORT(AddAndFindChecked);
-HWY_EXPORT(StoreAndFindChecked);
+HWY_EXPORT(StoreAndFindCheckedF32);
 
 void bank_aggregate(const float* rows, std::size_t stride, std::size_t group, std::size_t n, Aggregation how,
                     float* out) noexcept {
@@ -290,9 +343,9 @@ std::size_t bank_add_and_find_checked(double* dst, const double* src, const std:
   return HWY_DYNAMIC_DISPATCH(AddAndFindChecked)(dst, src, pos, w, n, protect_from, &valid);
 }
 
-std::size_t bank_store_and_find_checked(double* dst, const std::uint32_t* pos, const float* w, std::size_t n,
+std::size_t bank_store_and_find_checked(float* dst, const std::uint32_t* pos, const float* w, std::size_t n,
                                         bool& valid) noexcept {
-  return HWY_DYNAMIC_DISPATCH(StoreAndFindChecked)(dst, pos, w, n, &valid);
+  return HWY_DYNAMIC_DISPATCH(StoreAndFindCheckedF32)(dst, pos, w, n, &valid);
 }
 
 bool bank_held_weights_valid(const std::uint32_t* pos, const float* w, std::size_t n) noexcept {

@@ -33,10 +33,10 @@ void bank_unvote(std::uint32_t* votes, const std::uint32_t* pos, const float* w,
 std::size_t bank_add_and_find_checked(double* dst, const double* src, const std::uint32_t* pos, const float* w,
                                       std::size_t n, std::uint32_t protect_from, bool& valid) noexcept;
 
-// TOVA: dst = (double)w + 0.0 for held slots (0 for free ones; -0.0 becomes
-// +0.0, since the search compares bit patterns), checked as above,
-// and the held slot with the lowest weight (ties: the lower position), or n.
-std::size_t bank_store_and_find_checked(double* dst, const std::uint32_t* pos, const float* w, std::size_t n,
+// TOVA: dst = w + 0.0F for held slots (0 for free ones; -0.0 becomes +0.0,
+// since the search compares bit patterns), checked as above, and the held
+// slot with the lowest weight (ties: the lower position), or n.
+std::size_t bank_store_and_find_checked(float* dst, const std::uint32_t* pos, const float* w, std::size_t n,
                                         bool& valid) noexcept;
 
 // True when every held slot's weight is finite and >= 0.

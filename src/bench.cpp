@@ -158,7 +158,7 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   // attention and touch O(1) bytes per instance.
   const bool reads = policy != "sliding-window" && policy != "streaming-llm";
   const double state_read = policy == "h2o" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
-  const double state_written = policy == "h2o" || policy == "tova" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
+  const double state_written = policy == "h2o" ? 8.0 : policy == "scissorhands" || policy == "tova" ? 4.0 : 0.0;
   row.attention_bytes = reads ? slots_total * 4.0 : 0.0;
   row.touched_bytes = reads ? slots_total * (4.0 + 4.0 + state_read + state_written) : 0.0;
   row.attention_gb_s = row.attention_bytes / (row.ms_per_step * 1e6);

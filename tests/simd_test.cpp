@@ -372,19 +372,19 @@ void check_bank_kernels(const std::string& target) {
       }
       if (!want_valid) continue;
 
-      // TOVA's store pass: the row itself becomes the records of the held
-      // slots (0 for free ones), and the victim is the lowest (ties: the
-      // lower position); nothing is protected.
+      // TOVA's store pass: the row itself becomes the float32 records of the
+      // held slots (0 for free ones, -0.0 kept as +0.0: the search compares
+      // bits), and the victim is the lowest (ties: the lower position).
       {
-        std::vector<double> records(n, -1.0);
+        std::vector<float> records(n, -1.0F);
         bool store_valid = false;
         const std::size_t got = detail::bank_store_and_find_checked(records.data(), pos.data(), w.data(), n,
                                                                     store_valid);
-        std::vector<double> want_records(n, 0.0);
+        std::vector<float> want_records(n, 0.0F);
         std::size_t lowest = n;
         for (std::size_t s = 0; s < n; ++s) {
           if (pos[s] == kFree) continue;
-          want_records[s] = static_cast<double>(w[s]) + 0.0;  // -0.0 kept as +0.0 (the search compares bits)
+          want_records[s] = w[s] + 0.0F;
           if (lowest == n || want_records[s] < want_records[lowest] ||
               (want_records[s] == want_records[lowest] && pos[s] < pos[lowest])) {
             lowest = s;

@@ -99,6 +99,8 @@ class PolicyBank {
   std::vector<double> scores_;            // H2O: two buffers (bank.cpp says why)
   double* score_buffer_[2] = {};          // in scores_
   int current_scores_ = 0;
+  std::vector<float> records_;            // TOVA: two buffers of float32 last weights (NaN: unobserved)
+  float* record_buffer_[2] = {};          // in records_; current_scores_ says which is current
   std::vector<std::uint32_t> kept_;
   std::vector<std::uint32_t> free_slot_;
   std::vector<float> scratch_;            // per-thread aggregated rows
