@@ -27,6 +27,30 @@ constexpr std::size_t kMaxLanes = 64;
 
 HWY_INLINE bool ScalarValid(float x) { return x >= 0.0F && x <= kMaxWeight; }
 
+// The smallest 64-bit key hi << 32 | lo over the lanes, and the slot its lane
+// recorded: keys are unique (positions are), so it names one slot. n and
+// UINT64_MAX when every lane still holds the all-ones "none".
+template <class DU, class V>
+HWY_INLINE std::uint64_t LowestLane(DU du, V hi, V lo, V slots, std::size_t n, std::size_t* slot_out) {
+  HWY_ALIGN std::uint32_t h[kMaxLanes];
+  HWY_ALIGN std::uint32_t l[kMaxLanes];
+  HWY_ALIGN std::uint32_t sl[kMaxLanes];
+  hn::Store(hi, du, h);
+  hn::Store(lo, du, l);
+  hn::Store(slots, du, sl);
+  std::uint64_t best = kNone;
+  std::size_t slot = n;
+  for (std::size_t k = 0; k < hn::Lanes(du); ++k) {
+    const std::uint64_t key = (std::uint64_t{h[k]} << 32) | l[k];
+    if (key < best) {
+      best = key;
+      slot = sl[k];
+    }
+  }
+  *slot_out = slot;
+  return best;
+}
+
 void Aggregate(const float* HWY_RESTRICT rows, std::size_t stride, std::size_t group, std::size_t n,
                Aggregation how, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
@@ -95,22 +119,8 @@ std::uint64_t VoteAndFind(std::uint32_t* HWY_RESTRICT votes, const std::uint32_t
     low_slot = hn::IfThenElse(better, here, low_slot);
     here = hn::Add(here, step);
   }
-  HWY_ALIGN std::uint32_t lv[kMaxLanes];
-  HWY_ALIGN std::uint32_t lp[kMaxLanes];
-  HWY_ALIGN std::uint32_t ls[kMaxLanes];
-  hn::Store(low_votes, du, lv);
-  hn::Store(low_pos, du, lp);
-  hn::Store(low_slot, du, ls);
-  // Keys are unique (positions are), so the smallest lane names one slot.
-  std::uint64_t best = kNone;
   std::size_t slot = n;
-  for (std::size_t k = 0; k < N; ++k) {
-    const std::uint64_t key = (std::uint64_t{lv[k]} << 32) | lp[k];
-    if (key < best) {
-      best = key;
-      slot = ls[k];
-    }
-  }
+  std::uint64_t best = LowestLane(du, low_votes, low_pos, low_slot, n, &slot);
   bool valid = hn::AllTrue(df, ok);
   for (; s < n; ++s) {
     const bool held = pos[s] != kFreeSlot;
@@ -257,21 +267,8 @@ std::size_t StoreAndFindCheckedF32(float* HWY_RESTRICT dst, const std::uint32_t*
     low_slot = hn::IfThenElse(better, here, low_slot);
     here = hn::Add(here, step);
   }
-  HWY_ALIGN std::uint32_t lb[kMaxLanes];
-  HWY_ALIGN std::uint32_t lp[kMaxLanes];
-  HWY_ALIGN std::uint32_t ls[kMaxLanes];
-  hn::Store(low_bits, du, lb);
-  hn::Store(low_pos, du, lp);
-  hn::Store(low_slot, du, ls);
-  std::uint64_t best = kNone;
   std::size_t slot = n;
-  for (std::size_t k = 0; k < N; ++k) {
-    const std::uint64_t key = (std::uint64_t{lb[k]} << 32) | lp[k];
-    if (key < best) {
-      best = key;
-      slot = ls[k];
-    }
-  }
+  std::uint64_t best = LowestLane(du, low_bits, low_pos, low_slot, n, &slot);
   bool valid = hn::AllTrue(df, ok);
   for (; s < n; ++s) {
     dst[s] = 0.0F;
