@@ -55,13 +55,7 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
                        fmt::format("must be 0 for {}: it has no recent window", p.policy));
   }
   if (p.policy == "streaming-llm") {
-    detail::check_at_least(kTitle, "sinks", p.sinks, 0);
-    if (p.sinks >= p.budget) {
-      detail::fail_param(kTitle, "sinks", p.sinks,
-                         fmt::format("must be smaller than budget ({}): otherwise no room is left for a recency "
-                                     "window",
-                                     p.budget));
-    }
+    detail::check_sinks(kTitle, p.sinks, p.budget);
   } else if (p.sinks != 0) {
     detail::fail_param(kTitle, "sinks", p.sinks, fmt::format("must be 0 for {}: only streaming-llm has sinks", p.policy));
   }

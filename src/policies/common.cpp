@@ -61,6 +61,14 @@ void fail_admission(std::string_view title, std::int64_t pos, std::int64_t newes
       title, held_after, budget));
 }
 
+void check_sinks(std::string_view title, std::int64_t sinks, std::int64_t budget) {
+  check_at_least(title, "sinks", sinks, 0);
+  if (sinks >= budget) {
+    fail_param(title, "sinks", sinks,
+               fmt::format("must be smaller than budget ({}): no room would be left for a recency window", budget));
+  }
+}
+
 void check_weights(std::string_view title, const float* w, std::size_t n) {
   // One branch-free vectorised pass; the search for the culprit runs only on failure.
   if (weights_valid(w, n)) return;

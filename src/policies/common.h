@@ -34,6 +34,10 @@ void check_at_least(std::string_view title, std::string_view param, std::int64_t
 void check_at_most(std::string_view title, std::string_view param, std::int64_t value,
                    std::int64_t maximum, std::string_view why = {});
 // A recent window must leave something to choose: recentWindow < budget.
+// StreamingLLM's sinks: in [0, budget), so a recency window keeps room
+// (shared by the policy and the bank's streaming-llm mode).
+void check_sinks(std::string_view title, std::int64_t sinks, std::int64_t budget);
+
 void check_recent_window(std::string_view title, std::int64_t recent_window, std::int64_t budget,
                          std::string_view what_chooses);
 

@@ -13,13 +13,7 @@ constexpr const char* kTitle = "StreamingLLM";
 
 StreamingLLM::StreamingLLM(const StreamingLLMParams& params) : params_(params) {
   detail::check_budget(kTitle, params.budget);
-  detail::check_at_least(kTitle, "sinks", params.sinks, 0);
-  if (params.sinks >= params.budget) {
-    detail::fail_param(kTitle, "sinks", params.sinks,
-                       fmt::format("must be smaller than budget ({}): no room would be left for "
-                                   "a recency window",
-                                   params.budget));
-  }
+  detail::check_sinks(kTitle, params.sinks, params.budget);
   window_capacity_ = static_cast<std::size_t>(params.budget - params.sinks) + 1;
   window_.resize(window_capacity_);
   victims_.resize(window_capacity_);
