@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "kvevict/bank.h"
-#include "kvevict/bench.h"
-#include "kvevict/registry.h"
-#include "kvevict/simd.h"
+#include "kvevict/core/bank.h"
+#include "kvevict/eval/bench.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/core/simd.h"
 #include "oracle/oracle.h"
 
 namespace {

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/model.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/model/model.h"
+#include "kvevict/core/registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::vector<char> bytes(reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + size);

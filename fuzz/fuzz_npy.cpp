@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "kvevict/errors.h"
-#include "kvevict/npy.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/params.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/params.h"
+#include "kvevict/core/registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

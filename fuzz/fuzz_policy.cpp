@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 
 namespace {
 void require(bool ok) {

@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kvevict/bank.h"
-#include "kvevict/errors.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/bank.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
 namespace {

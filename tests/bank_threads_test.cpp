@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "kvevict/bank.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/bank.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvevict/registry.h"
+#include "kvevict/core/registry.h"
 #include "support.h"
 
 namespace kvevict {

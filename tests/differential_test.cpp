@@ -7,8 +7,8 @@
 #include <rapidcheck/gtest.h>
 
 #include "generators.h"
-#include "kvevict/harness.h"
-#include "kvevict/registry.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/core/registry.h"
 #include "oracle/oracle.h"
 
 namespace kvevict {

@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "kvevict/registry.h"
-#include "kvevict/rng.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/eval/rng.h"
 
 namespace kvevict {
 

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <functional>
 
-#include "kvevict/errors.h"
-#include "kvevict/harness.h"
-#include "kvevict/policies/pyramidkv.h"
-#include "kvevict/policies/sliding_window.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/core/policies/pyramidkv.h"
+#include "kvevict/core/policies/sliding_window.h"
+#include "kvevict/core/registry.h"
 #include "support.h"
 
 namespace kvevict {

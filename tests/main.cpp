@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "kvevict/errors.h"
-#include "kvevict/simd.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/simd.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

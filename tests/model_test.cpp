@@ -14,12 +14,12 @@
 
 #include <fmt/format.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/model.h"
-#include "kvevict/npy.h"
-#include "kvevict/perplexity.h"
-#include "kvevict/persistence.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/model/model.h"
+#include "kvevict/eval/npy.h"
+#include "kvevict/model/perplexity.h"
+#include "kvevict/eval/persistence.h"
+#include "kvevict/core/registry.h"
 #include "support.h"
 
 namespace kvevict {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "kvevict/errors.h"
-#include "kvevict/evaluate.h"
-#include "kvevict/npy.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/npy.h"
 #include "support.h"
 
 namespace kvevict {

@@ -11,8 +11,8 @@
 
 #include "alloc_counter.h"
 #include "generators.h"
-#include "kvevict/errors.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
 namespace {

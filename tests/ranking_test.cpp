@@ -1,4 +1,4 @@
-// The ranking shared by compare and compare --model (src/ranking.h): rows in
+// The ranking shared by compare and compare --model (src/eval/ranking.h): rows in
 // any order come back best policy first, each policy's rows by ascending
 // budget, with competition ranks; equal scores keep the order in which the
 // policies first appear. The masses are the canonical table's
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/evaluate.h"
+#include "kvevict/eval/evaluate.h"
 #include "ranking.h"
 
 namespace kvevict {

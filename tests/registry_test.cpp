@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/params.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/params.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
 namespace {

@@ -11,12 +11,12 @@
 
 #include <fmt/format.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/evaluate.h"
-#include "kvevict/harness.h"
-#include "kvevict/npy.h"
-#include "kvevict/registry.h"
-#include "kvevict/report.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/eval/npy.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/report/report.h"
 #include "support.h"
 
 namespace kvevict {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/rng.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/rng.h"
 
 namespace kvevict {
 namespace {

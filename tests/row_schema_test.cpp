@@ -1,4 +1,4 @@
-// The row schema (kvevict/row_schema.h) is what run_json/rows_json emit: the
+// The row schema (kvevict/eval/row_schema.h) is what run_json/rows_json emit: the
 // same keys in the same order, of the declared types, with the heads-only
 // fields exactly when the trace has more than one head. And run_json's text
 // is pinned byte for byte, so moving the writer onto the schema (or editing
@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvevict/evaluate.h"
-#include "kvevict/json.h"
-#include "kvevict/row_schema.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/json.h"
+#include "kvevict/eval/row_schema.h"
 
 namespace kvevict {
 namespace {

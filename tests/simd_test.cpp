@@ -12,8 +12,8 @@
 #include <random>
 
 #include "bank_kernels.h"
-#include "kvevict/errors.h"
-#include "kvevict/simd.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/simd.h"
 #include "policies/kernels.h"
 
 namespace kvevict {

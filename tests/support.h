@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/evaluate.h"
-#include "kvevict/policy.h"
-#include "kvevict/trace.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/core/policy.h"
+#include "kvevict/eval/trace.h"
 
 namespace kvevict::testing {
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvevict/errors.h"
-#include "kvevict/trace.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/trace.h"
 #include "support.h"
 
 namespace kvevict {

@@ -2,9 +2,9 @@
 
 #include <fstream>
 
-#include "kvevict/errors.h"
-#include "kvevict/registry.h"
-#include "kvevict/vectors.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/eval/vectors.h"
 #include "support.h"
 
 namespace kvevict {

@@ -3,8 +3,8 @@
 // of the Scissorhands-versus-H2O difference each was built to show.
 #include <gtest/gtest.h>
 
-#include "kvevict/evaluate.h"
-#include "kvevict/trace.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/trace.h"
 
 namespace kvevict {
 namespace {

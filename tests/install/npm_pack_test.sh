@@ -34,7 +34,7 @@ tarball=$tmp/$tarball
 tar -tzf "$tarball" >"$tmp/contents"
 for want in package/package.json package/index.js package/index.d.ts package/CMakeLists.txt \
   package/src/addon.cpp package/scripts/install.js package/native/CMakeLists.txt \
-  package/native/src/registry.cpp package/native/include/kvevict/registry.h; do
+  package/native/src/core/registry.cpp package/native/include/kvevict/core/registry.h; do
   grep -qx "$want" "$tmp/contents" || { echo "FAIL: $want is not in the tarball"; exit 1; }
 done
 if grep -E '(^|/)(node_modules|test|build)/' "$tmp/contents"; then

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/params.h"
-#include "kvevict/policy.h"
+#include "kvevict/core/params.h"
+#include "kvevict/core/policy.h"
 
 namespace kvevict::oracle {
 

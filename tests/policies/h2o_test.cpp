@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/h2o.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/h2o.h"
 #include "support.h"
 
 namespace kvevict {

@@ -5,8 +5,8 @@
 
 #include <limits>
 
-#include "kvevict/errors.h"
-#include "kvevict/registry.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
 namespace {

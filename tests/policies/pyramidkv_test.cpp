@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/pyramidkv.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/pyramidkv.h"
 #include "support.h"
 
 namespace kvevict {

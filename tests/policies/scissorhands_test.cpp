@@ -2,9 +2,9 @@
 
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/h2o.h"
-#include "kvevict/policies/scissorhands.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/h2o.h"
+#include "kvevict/core/policies/scissorhands.h"
 #include "support.h"
 
 namespace kvevict {

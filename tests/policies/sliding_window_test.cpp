@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/sliding_window.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/sliding_window.h"
 
 namespace kvevict {
 namespace {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/snapkv.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/snapkv.h"
 #include "support.h"
 
 namespace kvevict {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/streaming_llm.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/streaming_llm.h"
 #include "support.h"
 
 namespace kvevict {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "kvevict/errors.h"
-#include "kvevict/policies/tova.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/core/policies/tova.h"
 #include "support.h"
 
 namespace kvevict {

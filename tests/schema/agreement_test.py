@@ -1,7 +1,7 @@
 """One request through the tool (--format json), the Python binding and the
 Node binding: the three results agree field for field -- the same keys in the
 same order, the same values -- except "seconds" (wall time). Both bindings and
-the tool build their rows from the one row schema (include/kvevict/row_schema.h),
+the tool build their rows from the one row schema (include/kvevict/eval/row_schema.h),
 and this is the check that they do: a binding that builds a field by hand, drops
 one, reorders them or converts a value differently fails here.
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/bench.h"
-#include "kvevict/evaluate.h"
-#include "kvevict/perplexity.h"
-#include "kvevict/persistence.h"
+#include "kvevict/eval/bench.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/model/perplexity.h"
+#include "kvevict/eval/persistence.h"
 
 namespace kvevict::cli {
 

@@ -2,7 +2,7 @@
 // built through the registry (find_policy(name).make(params)), so whatever the
 // registry holds is reachable from JavaScript. index.js wraps this module in
 // the public API (one class per policy, generators). Run and compare results
-// are built from the core's row schema (kvevict/row_schema.h), the same walk
+// are built from the core's row schema (kvevict/eval/row_schema.h), the same walk
 // the tool's JSON comes from.
 //
 // Errors: every entry point runs inside guard(), so no C++ exception reaches
@@ -31,18 +31,18 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/evaluate.h"
-#include "kvevict/model.h"
-#include "kvevict/params.h"
-#include "kvevict/perplexity.h"
-#include "kvevict/persistence.h"
-#include "kvevict/policies/pyramidkv.h"
-#include "kvevict/registry.h"
-#include "kvevict/row_schema.h"
-#include "kvevict/simd.h"
-#include "kvevict/trace.h"
-#include "kvevict/vectors.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/model/model.h"
+#include "kvevict/core/params.h"
+#include "kvevict/model/perplexity.h"
+#include "kvevict/eval/persistence.h"
+#include "kvevict/core/policies/pyramidkv.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/eval/row_schema.h"
+#include "kvevict/core/simd.h"
+#include "kvevict/eval/trace.h"
+#include "kvevict/eval/vectors.h"
 
 namespace {
 
@@ -684,7 +684,7 @@ Napi::Value RunVectors(const Napi::CallbackInfo& info) {
   });
 }
 
-// ---- the real model (kvevict/model.h, perplexity.h, persistence.h) -------------------
+// ---- the real model (kvevict/model/model.h, perplexity.h, persistence.h) -------------------
 
 // A float as the shortest decimal that reads back to it (1e-5F -> 1e-05, not 9.99999974e-06).
 double shortest(float x) {

@@ -323,7 +323,7 @@ def _per_policy_overrides(names: Sequence[str],
 
 def _rank(rows: List[Dict[str, Any]], budgets: Sequence[int], score: Callable[[Dict[str, Any]], float],
           with_rank: bool) -> List[Dict[str, Any]]:
-    """The library's ranking (src/ranking.h): each policy scored by its row at
+    """The library's ranking (src/eval/ranking.h): each policy scored by its row at
     the middle budget, best first, ties in order of first appearance, each
     policy's rows by budget; competition ranks (1, 2, 2, 4) when with_rank."""
     unique = sorted(set(budgets))

@@ -4,10 +4,10 @@
 // so every registered policy is reachable from Python by name; the named
 // classes (Scissorhands, H2O, ...) are thin subclasses defined in
 // kvevict/__init__.py. Results of run() and compare() are built by walking the
-// core's row schema (kvevict/row_schema.h), the same walk the tool's JSON comes
+// core's row schema (kvevict/eval/row_schema.h), the same walk the tool's JSON comes
 // from, so the binding and the tool cannot drift apart.
 //
-// The real model (kvevict/model.h, kvevict/perplexity.h): Model, Decoder and
+// The real model (kvevict/model/model.h, kvevict/model/perplexity.h): Model, Decoder and
 // the evaluations over a text. Their rows are built here as dicts with
 // snake_case keys (the library has no JSON for them); the evaluations run
 // without the GIL on the core's OpenMP threads.
@@ -36,18 +36,18 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/errors.h"
-#include "kvevict/evaluate.h"
-#include "kvevict/model.h"
-#include "kvevict/params.h"
-#include "kvevict/perplexity.h"
-#include "kvevict/persistence.h"
-#include "kvevict/policies/pyramidkv.h"
-#include "kvevict/registry.h"
-#include "kvevict/row_schema.h"
-#include "kvevict/simd.h"
-#include "kvevict/trace.h"
-#include "kvevict/vectors.h"
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/model/model.h"
+#include "kvevict/core/params.h"
+#include "kvevict/model/perplexity.h"
+#include "kvevict/eval/persistence.h"
+#include "kvevict/core/policies/pyramidkv.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/eval/row_schema.h"
+#include "kvevict/core/simd.h"
+#include "kvevict/eval/trace.h"
+#include "kvevict/eval/vectors.h"
 
 #ifndef KVEVICT_VERSION
 #define KVEVICT_VERSION "0.0.0"

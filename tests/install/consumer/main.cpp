@@ -1,6 +1,6 @@
 // Builds against the installed headers and library: one Scissorhands step.
-#include <kvevict/policies/scissorhands.h>
-#include <kvevict/registry.h>
+#include <kvevict/core/policies/scissorhands.h>
+#include <kvevict/core/registry.h>
 
 #include <cstdio>
 #include <vector>

@@ -1,0 +1,87 @@
+// What a policy costs a real model: perplexity over a text with every
+// (layer, head) of the model evicting through its own policy instance, beside
+// the full cache's; the attention proxies measured on the same model's real
+// attention; and that attention recorded as an .npy trace.
+//
+// A text is cut into consecutive windows of the model's context (the last one
+// may be shorter); each window starts from an empty cache and predicts its
+// bytes 1 ... n-1 from the ones before, so a text of B bytes in W windows
+// makes B - W predictions.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/eval/metrics.h"
+#include "kvevict/model/model.h"
+#include "kvevict/core/params.h"
+#include "kvevict/eval/trace.h"
+
+namespace kvevict {
+
+// Reads a text file as bytes. Throws InputError for a missing or unreadable
+// file, or one with fewer than 2 bytes (nothing to predict).
+std::vector<std::uint8_t> read_text(const std::filesystem::path& file);
+
+struct PerplexityRow {
+  std::string policy;  // empty for the full cache
+  std::int64_t budget = 0;  // 0 for the full cache
+  ParamMap params;          // every effective parameter (layer-0 head's for pyramidkv)
+  double perplexity = 0.0;  // exp(mean negative log-likelihood, nats)
+  double bits_per_byte = 0.0;
+  std::uint64_t predictions = 0;
+  std::uint64_t evicted = 0;  // positions removed, all heads and windows together
+  // compare only: the attention proxies of the same policy and budget replayed
+  // on the model's full-cache attention (mean over heads, then windows).
+  Metrics proxy;
+  bool has_proxy = false;
+  double seconds = 0.0;
+  int rank = 0;  // compare only: 1 = lowest perplexity at the ranking budget
+};
+
+struct ModelRunOptions {
+  ProgressFn progress;  // (done, total) work units, on the calling thread's order
+  // Windows of the text to use (0 = all). Lets a long text be sampled.
+  std::uint32_t max_windows = 0;
+};
+
+// Parameters each (layer, head) instance gets: `params` with the budget set,
+// and for a policy with `layer` / `numLayers` parameters (PyramidKV) the head's
+// true layer and the model's depth, unless `params` names them.
+ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32_t layer);
+
+// The full cache first, then one row per spec, in order. Every policy is built
+// (and its parameters checked) before any work.
+std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
+                                      const std::vector<RunSpec>& specs,
+                                      const ModelRunOptions& options = {});
+
+// Every policy x budget by perplexity, with the attention proxies measured on
+// the model's own full-cache attention. The full cache comes first (rank 0);
+// the rest are ranked by perplexity at the ranking budget (lower first, ties
+// share a rank), each policy's rows by ascending budget.
+std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std::uint8_t> text,
+                                         const CompareRequest& request,
+                                         const ModelRunOptions& options = {});
+
+// The model's full-cache attention over the first `tokens` bytes of `text`
+// (0 = as many as the context holds): [layers x heads, N, N] float32, head
+// index = layer * heads + head, row t the weights token t gave positions
+// 0 ... t-1 (its weight on itself left out, as in every trace). Refuses to
+// replace an existing file unless `overwrite`. Returns N.
+// The same attention in memory, one trace per head (head index as above).
+std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model,
+                                                       std::span<const std::uint8_t> text,
+                                                       std::uint32_t tokens = 0);
+
+std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
+                               const std::filesystem::path& file, bool overwrite,
+                               std::uint32_t tokens = 0, const ProgressFn& progress = {});
+
+}  // namespace kvevict

@@ -1,0 +1,64 @@
+#include "kvevict/core/params.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
+
+namespace kvevict {
+
+std::int64_t parse_integer(std::string_view text, std::string_view what) {
+  if (text.empty()) throw ParameterError(fmt::format("{}: expected an integer, got nothing", what));
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (*begin == '+') ++begin;  // from_chars refuses a leading '+', users write it
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range) {
+    throw ParameterError(fmt::format("{}: '{}' is out of range for a 64-bit integer", what, text));
+  }
+  if (ec != std::errc() || ptr != end || begin == end) {
+    throw ParameterError(fmt::format("{}: '{}' is not an integer", what, text));
+  }
+  return value;
+}
+
+std::pair<std::string, std::int64_t> parse_assignment(std::string_view text) {
+  const std::size_t eq = text.find('=');
+  if (eq == std::string_view::npos) {
+    throw ParameterError(fmt::format("'{}' is not KEY=VALUE (no '=')", text));
+  }
+  const std::string_view key = text.substr(0, eq);
+  if (key.empty()) throw ParameterError(fmt::format("'{}' has no key before '='", text));
+  return {std::string(key), parse_integer(text.substr(eq + 1), key)};
+}
+
+std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_view what) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    try {
+      out.push_back(parse_integer(item, what));
+    } catch (const ParameterError&) {
+      throw ParameterError(fmt::format("{}: value {} of '{}' ('{}') is not an integer", what,
+                                       out.size() + 1, text, item));
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+void set_param(ParamMap& params, std::string_view key, std::int64_t value) {
+  for (auto& [k, v] : params) {
+    if (k == key) {
+      v = value;
+      return;
+    }
+  }
+  params.emplace_back(std::string(key), value);
+}
+
+}  // namespace kvevict

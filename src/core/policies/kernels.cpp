@@ -1,0 +1,420 @@
+// The hot loops of the attention-reading policies, written once with Google
+// Highway and compiled for every x86-64 target (baseline, SSE4, AVX2,
+// AVX-512); the CPU's best target is chosen at run time (see
+// include/kvevict/core/simd.h). Each kernel computes exactly what the plain loop
+// of the spec does -- element-wise adds and compares, and minima, which do
+// not depend on the order lanes are combined in -- so every target chooses
+// the same victims; the differential tests check that on every target the
+// CPU supports.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "policies/kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "policies/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvevict::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr std::size_t kBlock = 64;
+constexpr std::size_t kPrefetchAhead = 512;  // floats (2 KiB, 32 cache lines) ahead of the pass
+constexpr float kMaxWeight = std::numeric_limits<float>::max();
+
+// A decode step's row comes from memory and is too short for the hardware
+// prefetcher to ramp up: the passes that read it first ask for the 64
+// weights kPrefetchAhead past the ones at `at` (one cache line per 16).
+// The first kPrefetchAhead weights, asked for before a pass starts.
+HWY_INLINE void PrefetchStart(const float* w, std::size_t n) {
+  const std::size_t stop = std::min(kPrefetchAhead, n);
+  for (std::size_t at = 0; at < stop; at += 16) hwy::Prefetch(w + at);
+}
+
+HWY_INLINE void PrefetchAhead(const float* w, std::size_t at, std::size_t n) {
+  const std::size_t stop = std::min(at + kPrefetchAhead + kBlock, n);
+  for (std::size_t ahead = at + kPrefetchAhead; ahead < stop; ahead += 16) hwy::Prefetch(w + ahead);
+}
+
+// A weight is valid when it is >= 0 and <= FLT_MAX: false for NaN and both
+// infinities.
+HWY_INLINE bool ScalarValid(float x) { return x >= 0.0F && x <= kMaxWeight; }
+
+// votes[i] += w[i] >= threshold over [from, to), folding validity into `ok`
+// and, when `low` is given, the minimum of the updated votes into it.
+template <class DF, class MF, class VU>
+HWY_INLINE void VoteRange(DF df, std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t from,
+                          std::size_t to, std::size_t row_end, float threshold, MF& ok, bool& scalar_ok, VU* low) {
+  const hn::RebindToUnsigned<DF> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto t = hn::Set(df, threshold);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  std::size_t i = from;
+  for (; i + N <= to; i += N) {
+    if (i % kBlock == 0) PrefetchAhead(w, i, row_end);
+    const auto x = hn::LoadU(df, w + i);
+    ok = hn::And(ok, hn::And(x >= zero, x <= top));
+    // A true lane is all ones, i.e. -1: subtracting it adds the vote.
+    const auto v = hn::Sub(hn::LoadU(du, votes + i), hn::VecFromMask(du, hn::RebindMask(du, x >= t)));
+    hn::StoreU(v, du, votes + i);
+    if (low != nullptr) *low = hn::Min(*low, v);
+  }
+  for (; i < to; ++i) {
+    scalar_ok = scalar_ok && ScalarValid(w[i]);
+    votes[i] += w[i] >= threshold ? 1U : 0U;
+    if (low != nullptr) *low = hn::Min(*low, hn::Set(du, votes[i]));
+  }
+}
+
+VotePass CountVotesChecked(std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t n,
+                           float threshold, std::size_t begin, std::size_t end) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  end = std::min(end, n);
+  begin = std::min(begin, end);
+  PrefetchStart(w, n);
+  auto ok = hn::FirstN(df, hn::Lanes(df));
+  bool scalar_ok = true;
+  std::uint32_t low = std::numeric_limits<std::uint32_t>::max();
+  std::size_t low_block = 0;
+  using VU = hn::Vec<decltype(du)>;
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, 0, begin, n, threshold, ok, scalar_ok, nullptr);
+  // The searched range goes in blocks of 64, remembering the first block that
+  // lowered the minimum: the eviction then scans from there.
+  for (std::size_t b = begin; b < end; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, end);
+    auto block_low = hn::Set(du, std::numeric_limits<std::uint32_t>::max());
+    VoteRange(df, votes, w, b, stop, n, threshold, ok, scalar_ok, &block_low);
+    const std::uint32_t m = hn::GetLane(hn::MinOfLanes(du, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  VoteRange<decltype(df), decltype(ok), VU>(df, votes, w, end, n, n, threshold, ok, scalar_ok, nullptr);
+  return {scalar_ok && hn::AllTrue(df, ok), low, low_block};
+}
+
+void UncountVotes(std::uint32_t* HWY_RESTRICT votes, const float* HWY_RESTRICT w, std::size_t n, float threshold) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::size_t N = hn::Lanes(df);
+  const auto t = hn::Set(df, threshold);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto x = hn::LoadU(df, w + i);
+    hn::StoreU(hn::Add(hn::LoadU(du, votes + i), hn::VecFromMask(du, hn::RebindMask(du, x >= t))), du, votes + i);
+  }
+  for (; i < n; ++i) votes[i] -= w[i] >= threshold ? 1U : 0U;
+}
+
+// scores[i] += (double)w[i] over [from, to) (each sum exact in its order: one
+// add per element), folding the minimum of the updated scores into `low`.
+template <class DD, class VD>
+HWY_INLINE void AddRange(DD dd, double* HWY_RESTRICT scores, const float* HWY_RESTRICT w, std::size_t from,
+                         std::size_t to, VD* low) {
+  const hn::Rebind<float, DD> df;  // as many floats as doubles
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t i = from;
+  for (; i + N <= to; i += N) {
+    const auto sc = hn::Add(hn::LoadU(dd, scores + i), hn::PromoteTo(dd, hn::LoadU(df, w + i)));
+    hn::StoreU(sc, dd, scores + i);
+    if (low != nullptr) *low = hn::Min(*low, sc);
+  }
+  for (; i < to; ++i) {
+    scores[i] += static_cast<double>(w[i]);
+    if (low != nullptr) *low = hn::Min(*low, hn::Set(dd, scores[i]));
+  }
+}
+
+ScorePass AddWeightsMin(double* HWY_RESTRICT scores, const float* HWY_RESTRICT w, std::size_t n, std::size_t begin,
+                        std::size_t end) {
+  const hn::ScalableTag<double> dd;
+  using VD = hn::Vec<decltype(dd)>;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  end = std::min(end, n);
+  begin = std::min(begin, end);
+  double low = kInf;
+  std::size_t low_block = 0;
+  AddRange<decltype(dd), VD>(dd, scores, w, 0, begin, nullptr);
+  // Scores are sums of valid weights: never NaN, so the vector minimum is
+  // exactly the scalar one whatever order the lanes combine in.
+  for (std::size_t b = begin; b < end; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, end);
+    auto block_low = hn::Set(dd, kInf);
+    AddRange(dd, scores, w, b, stop, &block_low);
+    const double m = hn::GetLane(hn::MinOfLanes(dd, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  AddRange<decltype(dd), VD>(dd, scores, w, end, n, nullptr);
+  return {low, low_block};
+}
+
+// TOVA's step in one pass over the row: dst[i] = w[i] for i < n, checking
+// every weight and finding their minimum (first 64-slot block holding it),
+// then dst[i] = src[i + (i >= hole)] for i in [n, kept): the records the row
+// does not cover, read past the slot the last eviction left (hole >= kept:
+// none). On an invalid weight dst is garbage and the caller keeps src.
+ObserveResult TovaObserve(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const float* HWY_RESTRICT w,
+                        std::size_t n, std::size_t kept, std::size_t hole) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  PrefetchStart(w, n);
+  auto ok = hn::FirstN(df, N);
+  bool scalar_ok = true;
+  float low = kInf;
+  std::size_t low_block = 0;
+  for (std::size_t b = 0; b < n; b += kBlock) {
+    const std::size_t stop = std::min(b + kBlock, n);
+    PrefetchAhead(w, b, n);
+    auto block_low = hn::Set(df, kInf);
+    std::size_t i = b;
+    for (; i + N <= stop; i += N) {
+      const auto x = hn::LoadU(df, w + i);
+      ok = hn::And(ok, hn::And(x >= zero, x <= top));
+      hn::StoreU(x, df, dst + i);
+      block_low = hn::Min(block_low, x);
+    }
+    for (; i < stop; ++i) {
+      scalar_ok = scalar_ok && ScalarValid(w[i]);
+      dst[i] = w[i];
+      block_low = hn::Min(block_low, hn::Set(df, w[i]));
+    }
+    const float m = hn::GetLane(hn::MinOfLanes(df, block_low));
+    if (m < low) {
+      low = m;
+      low_block = b;
+    }
+  }
+  const bool valid = scalar_ok && hn::AllTrue(df, ok);
+  if (valid) {
+    for (std::size_t i = n; i < kept; ++i) dst[i] = src[i < hole ? i : i + 1];
+  }
+  return {valid, low, low_block};
+}
+
+// SnapKV's window sums: out[i] = sum over c = 0 ... rows-1, in that order, of
+// (double)ring[c * stride + i], from 0.0 -- the spec's ring-order float64 sum,
+// each lane adding its own slot's cells in the same order.
+void RingSums(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stride, std::size_t n,
+              double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    auto a = hn::Zero(dd);
+    auto b = hn::Zero(dd);
+    for (std::size_t c = 0; c < rows; ++c) {
+      const float* row = ring + c * stride + i;
+      a = hn::Add(a, hn::PromoteTo(dd, hn::LoadU(df, row)));
+      b = hn::Add(b, hn::PromoteTo(dd, hn::LoadU(df, row + N)));
+    }
+    hn::StoreU(a, dd, out + i);
+    hn::StoreU(b, dd, out + i + N);
+  }
+  for (; i < n; ++i) {
+    double sum = 0.0;
+    for (std::size_t c = 0; c < rows; ++c) sum += static_cast<double>(ring[c * stride + i]);
+    out[i] = sum;
+  }
+}
+
+// SnapKV's pooling: out[i] = max of v[j] for j in [i - r, i + r] clipped to
+// [0, n). A maximum of non-NaN values does not depend on the order it is
+// taken in, so the vector body is exact.
+HWY_INLINE void PoolOne(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, std::size_t i,
+                        double* HWY_RESTRICT out) {
+  const std::size_t lo = i >= r ? i - r : 0;
+  const std::size_t hi = std::min(n - 1, i + r);
+  double best = v[lo];
+  for (std::size_t j = lo + 1; j <= hi; ++j) best = std::max(best, v[j]);
+  out[i] = best;
+}
+
+void PoolMax(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const std::size_t N = hn::Lanes(dd);
+  if (n == 0) return;
+  if (r == 0) {
+    std::copy_n(v, n, out);
+    return;
+  }
+  std::size_t i = 0;
+  for (; i < std::min(r, n); ++i) PoolOne(v, n, r, i, out);
+  // Body: every window lies inside [0, n).
+  for (; i + N + r <= n; i += N) {
+    auto m = hn::LoadU(dd, v + i - r);
+    for (std::size_t k = 1; k <= 2 * r; ++k) m = hn::Max(m, hn::LoadU(dd, v + i - r + k));
+    hn::StoreU(m, dd, out + i);
+  }
+  for (; i < n; ++i) PoolOne(v, n, r, i, out);
+}
+
+bool WeightsValid(const float* HWY_RESTRICT w, std::size_t n) {
+  const hn::ScalableTag<float> df;
+  const std::size_t N = hn::Lanes(df);
+  const auto zero = hn::Zero(df);
+  const auto top = hn::Set(df, kMaxWeight);
+  auto ok = hn::FirstN(df, N);
+  PrefetchStart(w, n);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    if (i % kBlock == 0) PrefetchAhead(w, i, n);
+    const auto x = hn::LoadU(df, w + i);
+    ok = hn::And(ok, hn::And(x >= zero, x <= top));
+  }
+  bool scalar_ok = true;
+  for (; i < n; ++i) scalar_ok = scalar_ok && ScalarValid(w[i]);
+  return scalar_ok && hn::AllTrue(df, ok);
+}
+
+// The first v[i] == value in [begin, end), `end` if none: four vectors are
+// tested with one OR, then the one that holds it names the lane.
+template <class D, typename T>
+HWY_INLINE std::size_t FindFirstImpl(D d, const T* HWY_RESTRICT v, std::size_t begin, std::size_t end, T value) {
+  const std::size_t N = hn::Lanes(d);
+  const auto x = hn::Set(d, value);
+  std::size_t i = begin;
+  for (; i + 4 * N <= end; i += 4 * N) {
+    const auto m0 = hn::Eq(hn::LoadU(d, v + i), x);
+    const auto m1 = hn::Eq(hn::LoadU(d, v + i + N), x);
+    const auto m2 = hn::Eq(hn::LoadU(d, v + i + 2 * N), x);
+    const auto m3 = hn::Eq(hn::LoadU(d, v + i + 3 * N), x);
+    if (!hn::AllFalse(d, hn::Or(hn::Or(m0, m1), hn::Or(m2, m3)))) break;
+  }
+  for (; i + N <= end; i += N) {
+    const intptr_t lane = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, v + i), x));
+    if (lane >= 0) return i + static_cast<std::size_t>(lane);
+  }
+  for (; i < end; ++i) {
+    if (v[i] == value) return i;
+  }
+  return end;
+}
+
+// The first minimum: the minimum (order-free), then its first occurrence.
+template <class D, typename T>
+HWY_INLINE std::size_t FirstMinImpl(D d, const T* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  if (begin >= end) return end;
+  const std::size_t N = hn::Lanes(d);
+  auto low = hn::Set(d, v[begin]);
+  std::size_t i = begin;
+  for (; i + N <= end; i += N) low = hn::Min(low, hn::LoadU(d, v + i));
+  T m = hn::GetLane(hn::MinOfLanes(d, low));
+  for (; i < end; ++i) m = v[i] < m ? v[i] : m;
+  return FindFirstImpl(d, v, begin, end, m);
+}
+
+std::size_t FindFirstU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end,
+                         std::uint32_t value) {
+  return FindFirstImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end, value);
+}
+std::size_t FindFirstF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end, double value) {
+  return FindFirstImpl(hn::ScalableTag<double>(), v, begin, end, value);
+}
+std::size_t FindFirstF32(const float* HWY_RESTRICT v, std::size_t begin, std::size_t end, float value) {
+  return FindFirstImpl(hn::ScalableTag<float>(), v, begin, end, value);
+}
+std::size_t FirstMinU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  return FirstMinImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end);
+}
+std::size_t FirstMinF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  return FirstMinImpl(hn::ScalableTag<double>(), v, begin, end);
+}
+
+}  // namespace kvevict::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cmath>
+
+namespace kvevict::detail {
+
+HWY_EXPORT(CountVotesChecked);
+HWY_EXPORT(UncountVotes);
+HWY_EXPORT(AddWeightsMin);
+HWY_EXPORT(WeightsValid);
+HWY_EXPORT(TovaObserve);
+HWY_EXPORT(FindFirstF32);
+HWY_EXPORT(RingSums);
+HWY_EXPORT(PoolMax);
+HWY_EXPORT(FindFirstU32);
+HWY_EXPORT(FindFirstF64);
+HWY_EXPORT(FirstMinU32);
+HWY_EXPORT(FirstMinF64);
+
+float vote_threshold(double share) noexcept {
+  float t = static_cast<float>(share);
+  if (static_cast<double>(t) <= share) {
+    t = std::nextafter(t, std::numeric_limits<float>::infinity());
+  } else {
+    while (static_cast<double>(std::nextafter(t, -std::numeric_limits<float>::infinity())) > share) {
+      t = std::nextafter(t, -std::numeric_limits<float>::infinity());
+    }
+  }
+  return t;
+}
+
+VotePass count_votes_checked(std::uint32_t* votes, const float* w, std::size_t n, float threshold,
+                             std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(CountVotesChecked)(votes, w, n, threshold, begin, end);
+}
+
+void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept {
+  HWY_DYNAMIC_DISPATCH(UncountVotes)(votes, w, n, threshold);
+}
+
+ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::size_t begin,
+                          std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AddWeightsMin)(scores, w, n, begin, end);
+}
+
+bool weights_valid(const float* w, std::size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(WeightsValid)(w, n); }
+
+ObserveResult tova_observe(float* dst, const float* src, const float* w, std::size_t n, std::size_t kept,
+                           std::size_t hole) noexcept {
+  return HWY_DYNAMIC_DISPATCH(TovaObserve)(dst, src, w, n, kept, hole);
+}
+
+std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FindFirstF32)(v, begin, end, value);
+}
+
+void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(RingSums)(ring, rows, stride, n, out);
+}
+
+void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);
+}
+
+std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FindFirstU32)(v, begin, end, value);
+}
+
+std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FindFirstF64)(v, begin, end, value);
+}
+
+std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FirstMinU32)(v, begin, end);
+}
+
+std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FirstMinF64)(v, begin, end);
+}
+
+}  // namespace kvevict::detail
+#endif  // HWY_ONCE

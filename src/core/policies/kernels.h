@@ -1,0 +1,95 @@
+// The hot loops of the attention-reading policies, compiled for every SIMD
+// target with Google Highway and dispatched to the best one the CPU runs
+// (include/kvevict/core/simd.h). Each is the plain loop of the spec; the
+// differential tests hold them to the oracle on every supported target.
+#pragma once
+
+#include <cstddef>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kvevict/core/policies/victim_hint.h"
+
+namespace kvevict::detail {
+
+// The smallest float t with (double)t > share: for every float w,
+// (double)w > share exactly when w >= t. Lets the vote test run on floats.
+float vote_threshold(double share) noexcept;
+
+// The Scissorhands step in one pass over the attention: votes[i] += w[i] >=
+// threshold for i < n, and, in the same pass, whether every w[i] is finite and
+// >= 0 and the minimum of the updated votes[begin, end) (UINT32_MAX when the
+// range is empty). On invalid weights the caller undoes the pass with
+// uncount_votes (integer votes make the undo exact).
+struct VotePass {
+  bool valid;
+  std::uint32_t min_votes;
+  std::size_t min_block;  // start of the first 64-slot block holding the minimum
+};
+VotePass count_votes_checked(std::uint32_t* votes, const float* w, std::size_t n, float threshold,
+                             std::size_t begin, std::size_t end) noexcept;
+void uncount_votes(std::uint32_t* votes, const float* w, std::size_t n, float threshold) noexcept;
+
+// Index of the first element equal to `value` in v[begin, end), `end` if none.
+std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept;
+
+// The H2O step: scores[i] += (double)w[i] for i < n, and the minimum of the
+// updated scores[begin, end) with the first 64-slot block holding it
+// (+infinity when the range is empty). The weights must be valid already.
+struct ScorePass {
+  double min_score;
+  std::size_t min_block;
+};
+ScorePass add_weights_min(double* scores, const float* w, std::size_t n, std::size_t begin,
+                          std::size_t end) noexcept;
+std::size_t find_first(const double* v, std::size_t begin, std::size_t end, double value) noexcept;
+
+// TOVA's step in one pass over the row: dst[i] = w[i] for i < n, whether
+// every one is finite and >= 0, and their minimum with the first 64-slot
+// block holding it; then, when valid, dst[i] = src[i + (i >= hole)] for i in
+// [n, kept) (hole >= kept: none). When not valid, dst is garbage.
+struct ObserveResult {
+  bool valid;
+  float min_weight;
+  std::size_t min_block;
+};
+ObserveResult tova_observe(float* dst, const float* src, const float* w, std::size_t n, std::size_t kept,
+                           std::size_t hole) noexcept;
+std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept;
+
+// SnapKV: out[i] = the float64 sum of ring[c * stride + i] over c = 0 ...
+// rows - 1, in that order, for i < n.
+void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;
+
+// SnapKV: out[i] = max of v over [i - radius, i + radius] clipped to [0, n).
+// v holds no NaN.
+void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept;
+
+// True when every w[i] (i < n) is finite and >= 0.
+bool weights_valid(const float* w, std::size_t n) noexcept;
+
+// Index of the first minimum of v[begin, end) (ties: the lowest index);
+// `end` when the range is empty.
+std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept;
+std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept;
+
+// The steady state's one victim in [first, end): the first minimum, found in
+// one block when the hint covers this range, else by a full scan. `end` when
+// the range is empty. Consumes the hint.
+template <class Score>
+std::size_t single_victim(const Score* score, std::size_t first, std::size_t end, VictimHint<Score>& hint) noexcept {
+  const bool hit = hint.valid && hint.first == first && hint.end == end;
+  hint.valid = false;
+  return hit ? find_first(score, hint.block, end, hint.min) : first_min(score, first, end);
+}
+
+// Removes slot j from each array (stride elements per slot) by sliding the
+// tail [j + 1, kept) down once.
+template <class T>
+void erase_slot(std::vector<T>& array, std::size_t j, std::size_t kept, std::size_t stride = 1) noexcept {
+  const auto at = [&](std::size_t slot) { return array.begin() + static_cast<std::ptrdiff_t>(slot * stride); };
+  std::copy(at(j + 1), at(kept), at(j));
+}
+
+}  // namespace kvevict::detail

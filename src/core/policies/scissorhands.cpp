@@ -1,0 +1,155 @@
+#include "kvevict/core/policies/scissorhands.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "policies/common.h"
+#include "policies/describe.h"
+#include "policies/kernels.h"
+
+namespace kvevict {
+
+namespace {
+constexpr const char* kTitle = "Scissorhands";
+// The vote bits are allocated up front, 8 * ceil(historyWindow / 64) bytes a
+// slot; capped as SnapKV's rings are. (budget 2^24 with historyWindow 4096
+// asked for 8.6 GB, and the tool printed std::bad_alloc.)
+constexpr std::int64_t kMaxHistoryBytes = std::int64_t{1} << 28;
+}
+
+Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
+  detail::check_budget(kTitle, params.budget);
+  detail::check_recent_window(kTitle, params.recent_window, params.budget, "the votes");
+  detail::check_at_least(kTitle, "sinks", params.sinks, 0);
+  if (params.sinks + params.recent_window >= params.budget) {
+    detail::fail_param(kTitle, "sinks", params.sinks,
+                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there "
+                                   "would be nothing for the votes to choose between",
+                                   params.recent_window, params.budget));
+  }
+  detail::check_at_least(kTitle, "historyWindow", params.history_window, 0);
+  detail::check_at_most(kTitle, "historyWindow", params.history_window, kMaxHistoryWindow);
+  // Whole 64-bit words a slot that fit in the cap, as steps.
+  const std::int64_t max_history = 64 * (kMaxHistoryBytes / (8 * (params.budget + 1)));
+  detail::check_at_most(kTitle, "historyWindow", params.history_window, max_history,
+                        fmt::format("at budget {} (the vote history would need more than 256 MiB)",
+                                    params.budget));
+  detail::check_at_least(kTitle, "dropAmount", params.drop_amount, 1);
+  detail::check_at_most(kTitle, "dropAmount", params.drop_amount, params.budget);
+  capacity_ = static_cast<std::size_t>(params.budget) + 1;
+  positions_.resize(capacity_);
+  votes_.resize(capacity_);
+  marked_.resize(capacity_);
+  victims_.resize(capacity_);
+  history_words_ = static_cast<std::size_t>((params.history_window + 63) / 64);
+  history_.assign(capacity_ * history_words_, 0);
+  positions_[0] = 0;  // position 0 exists before the first decode step
+  votes_[0] = 0;
+  kept_ = 1;
+}
+
+void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
+  const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
+  detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
+  const std::size_t n = detail::readable(attn, kept_);
+  hint_.valid = false;
+  if (attn && !attn->empty()) {
+    // Fair share over the full vector, as the model spread it; a weight equal
+    // to its share earns nothing (strict comparison).
+    const double share = 1.0 / static_cast<double>(attn->size());
+    // w >= threshold exactly when (double)w > share: the test runs on floats.
+    const float threshold = detail::vote_threshold(share);
+    const float* w = attn->data();
+    if (history_words_ == 0) {
+      // One pass: votes, the weights' validity, and the fewest votes over the
+      // range the next eviction will search (after this token is admitted).
+      const std::size_t after = kept_ + 1;
+      const std::size_t end = after - std::min(static_cast<std::size_t>(params_.recent_window), after);
+      const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+      const detail::VotePass pass = detail::count_votes_checked(votes_.data(), w, n, threshold, first, end);
+      if (!pass.valid) {
+        detail::uncount_votes(votes_.data(), w, n, threshold);  // exact: votes are integers
+        detail::check_weights(kTitle, w, n);                     // throws, naming the weight
+      }
+      if (first < end && end <= n) hint_.set(pass.min_votes, pass.min_block, first, end);
+    } else {
+      detail::check_weights(kTitle, w, n);
+      // The vote cast history_window observed steps ago leaves the window
+      // (for every held slot, covered or not); this step's vote takes its bit.
+      const auto column = observed_steps_ % static_cast<std::uint64_t>(params_.history_window);
+      const std::size_t word = static_cast<std::size_t>(column / 64);
+      const std::uint64_t bit = std::uint64_t{1} << (column % 64);
+      for (std::size_t i = 0; i < kept_; ++i) {
+        std::uint64_t& cell = history_[i * history_words_ + word];
+        const bool voted = i < n && w[i] >= threshold;
+        votes_[i] = votes_[i] - ((cell & bit) != 0 ? 1U : 0U) + (voted ? 1U : 0U);
+        cell = voted ? (cell | bit) : (cell & ~bit);
+      }
+    }
+    ++observed_steps_;
+  }
+  positions_[kept_] = static_cast<Position>(pos);
+  votes_[kept_] = 0;
+  std::fill_n(history_.begin() + static_cast<std::ptrdiff_t>(kept_ * history_words_), history_words_, 0);
+  ++kept_;
+}
+
+std::span<const Position> Scissorhands::evict(std::int64_t budget) {
+  detail::check_evict_budget(kTitle, budget);
+  const auto b = static_cast<std::size_t>(budget);
+  if (kept_ <= b) return {};
+  // The amortised schedule: once an eviction is due, drop a batch.
+  const std::size_t needed = std::max(kept_ - b, static_cast<std::size_t>(params_.drop_amount));
+  const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  if (needed == 1) {
+    // The steady state: one victim, found by a vectorised first-minimum, and
+    // removed by sliding the tail down once.
+    const std::size_t j = detail::single_victim(votes_.data(), first, kept_ - recent, hint_);
+    if (j == kept_ - recent) return {};
+    victims_[0] = positions_[j];
+    detail::erase_slot(positions_, j, kept_);
+    detail::erase_slot(votes_, j, kept_);
+    detail::erase_slot(history_, j, kept_, history_words_);
+    --kept_;
+    return {victims_.data(), 1};
+  }
+  hint_.valid = false;
+  detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
+  const std::size_t count = detail::compact(
+      kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
+        votes_[to] = votes_[from];
+        std::copy_n(history_.begin() + static_cast<std::ptrdiff_t>(from * history_words_), history_words_,
+                    history_.begin() + static_cast<std::ptrdiff_t>(to * history_words_));
+      });
+  return {victims_.data(), count};
+}
+
+std::int64_t Scissorhands::votes_of(std::int64_t pos) const noexcept {
+  const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
+  return slot == detail::kNoSlot ? -1 : std::int64_t{votes_[slot]};
+}
+
+namespace detail {
+const PolicyInfo& scissorhands_info() {
+  static const PolicyInfo info = describe<Scissorhands, ScissorhandsParams>(
+      "scissorhands", kTitle,
+      "Counts the steps each position beat its fair share 1/len(attn); the fewest votes goes.",
+      {{"budget", &ScissorhandsParams::budget, "positions held after each eviction"},
+       {"recentWindow", &ScissorhandsParams::recent_window,
+        "newest held positions that are never evicted (< budget)"},
+       {"historyWindow", &ScissorhandsParams::history_window,
+        "votes count over the last w observed steps (0 = all; at most 4096, and its "
+        "8*ceil(w/64) bytes a slot at most 256 MiB)"},
+       {"dropAmount", &ScissorhandsParams::drop_amount,
+        "an eviction drops max(needed, dropAmount) positions"},
+       {"sinks", &ScissorhandsParams::sinks, "first positions that are never evicted"}},
+      {query1<Scissorhands>("votesOf", [](const Scissorhands& p, std::int64_t pos) {
+        return p.votes_of(pos);
+      })});
+  return info;
+}
+}  // namespace detail
+
+}  // namespace kvevict

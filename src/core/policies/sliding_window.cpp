@@ -1,0 +1,56 @@
+#include "kvevict/core/policies/sliding_window.h"
+
+#include "policies/common.h"
+#include "policies/describe.h"
+
+namespace kvevict {
+
+namespace {
+constexpr const char* kTitle = "SlidingWindow";
+}
+
+SlidingWindow::SlidingWindow(const SlidingWindowParams& params) : params_(params) {
+  detail::check_budget(kTitle, params.budget);
+  capacity_ = static_cast<std::size_t>(params.budget) + 1;
+  ring_.resize(capacity_);
+  victims_.resize(capacity_);
+  ring_[0] = 0;
+  size_ = 1;
+}
+
+// Ring indices wrap with a compare, not a division: a step is a few
+// nanoseconds and an integer division would be most of it.
+namespace {
+inline std::size_t wrap(std::size_t i, std::size_t capacity) noexcept { return i >= capacity ? i - capacity : i; }
+}  // namespace
+
+void SlidingWindow::on_decode_step(std::int64_t pos, Attention /*never read*/) {
+  const std::int64_t newest = size_ == 0 ? -1 : std::int64_t{ring_[wrap(head_ + size_ - 1, capacity_)]};
+  detail::check_admission(kTitle, pos, newest, size_ + 1, capacity_, params_.budget);
+  ring_[wrap(head_ + size_, capacity_)] = static_cast<Position>(pos);
+  ++size_;
+}
+
+std::span<const Position> SlidingWindow::evict(std::int64_t budget) {
+  detail::check_evict_budget(kTitle, budget);
+  const auto b = static_cast<std::size_t>(budget);
+  std::size_t count = 0;
+  // Oldest first: arrival order is ascending position order.
+  while (size_ > b) {
+    victims_[count++] = ring_[head_];
+    head_ = wrap(head_ + 1, capacity_);
+    --size_;
+  }
+  return {victims_.data(), count};
+}
+
+namespace detail {
+const PolicyInfo& sliding_window_info() {
+  static const PolicyInfo info = describe<SlidingWindow, SlidingWindowParams>(
+      "sliding-window", kTitle, "Keeps the most recent positions; the baseline, sinks go first.",
+      {{"budget", &SlidingWindowParams::budget, "positions held after each eviction"}}, {});
+  return info;
+}
+}  // namespace detail
+
+}  // namespace kvevict

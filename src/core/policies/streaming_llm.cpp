@@ -1,0 +1,79 @@
+#include "kvevict/core/policies/streaming_llm.h"
+
+#include <fmt/format.h>
+
+#include "policies/common.h"
+#include "policies/describe.h"
+
+namespace kvevict {
+
+namespace {
+constexpr const char* kTitle = "StreamingLLM";
+}
+
+StreamingLLM::StreamingLLM(const StreamingLLMParams& params) : params_(params) {
+  detail::check_budget(kTitle, params.budget);
+  detail::check_sinks(kTitle, params.sinks, params.budget);
+  window_capacity_ = static_cast<std::size_t>(params.budget - params.sinks) + 1;
+  window_.resize(window_capacity_);
+  victims_.resize(window_capacity_);
+  // Position 0 is a held sink when there are sinks, else the first window entry.
+  if (params.sinks > 0) {
+    sinks_held_ = 1;
+  } else {
+    push_window(0);
+  }
+  newest_ = 0;
+}
+
+// Ring indices wrap with a compare, not a division (see sliding_window.cpp).
+namespace {
+inline std::size_t wrap(std::size_t i, std::size_t capacity) noexcept { return i >= capacity ? i - capacity : i; }
+}  // namespace
+
+void StreamingLLM::push_window(Position pos) noexcept {
+  window_[wrap(head_ + window_size_, window_capacity_)] = pos;
+  ++window_size_;
+}
+
+void StreamingLLM::on_decode_step(std::int64_t pos, Attention /*never read*/) {
+  const bool sink = pos >= 0 && pos < params_.sinks;
+  // Only the window is bounded; a sink never counts against its capacity.
+  const std::size_t capacity =
+      sink ? kept_count() + 1 : sinks_held_ + window_capacity_;
+  detail::check_admission(kTitle, pos, newest_, kept_count() + 1, capacity, params_.budget);
+  if (sink) {
+    ++sinks_held_;
+  } else {
+    push_window(static_cast<Position>(pos));
+  }
+  newest_ = pos;
+}
+
+std::span<const Position> StreamingLLM::evict(std::int64_t budget) {
+  detail::check_evict_budget(kTitle, budget);
+  const auto b = static_cast<std::size_t>(budget);
+  std::size_t count = 0;
+  // Pop the oldest window entries; the sinks are never victims, so a budget
+  // below the sink count empties the window and stops.
+  while (kept_count() > b && window_size_ > 0) {
+    victims_[count++] = window_[head_];
+    head_ = wrap(head_ + 1, window_capacity_);
+    --window_size_;
+  }
+  return {victims_.data(), count};
+}
+
+namespace detail {
+const PolicyInfo& streaming_llm_info() {
+  static const PolicyInfo info = describe<StreamingLLM, StreamingLLMParams>(
+      "streaming-llm", kTitle,
+      "Keeps the first few positions (attention sinks) and a window of the most recent.",
+      {{"budget", &StreamingLLMParams::budget, "positions held after each eviction"},
+       {"sinks", &StreamingLLMParams::sinks, "first positions that are never evicted (< budget)"}},
+      {query0<StreamingLLM>("sinkCount", [](const StreamingLLM& p) { return p.sink_count(); })});
+  return info;
+}
+}  // namespace detail
+
+}  // namespace kvevict

@@ -1,0 +1,91 @@
+#include "kvevict/core/registry.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
+
+namespace kvevict {
+
+// The catalogue: one line per policy. Each entry names a function
+// `detail::<entry>_info()` defined in src/core/policies/<entry>.cpp.
+#define KVEVICT_CATALOGUE(X) \
+  X(scissorhands)            \
+  X(h2o)                     \
+  X(streaming_llm)           \
+  X(sliding_window)          \
+  X(tova)                    \
+  X(snapkv)                  \
+  X(pyramidkv)
+
+namespace detail {
+#define KVEVICT_DECLARE(entry) const PolicyInfo& entry##_info();
+KVEVICT_CATALOGUE(KVEVICT_DECLARE)
+#undef KVEVICT_DECLARE
+}  // namespace detail
+
+std::span<const PolicyInfo* const> policies() {
+#define KVEVICT_ENTRY(entry) &detail::entry##_info(),
+  static const PolicyInfo* const catalogue[] = {KVEVICT_CATALOGUE(KVEVICT_ENTRY)};
+#undef KVEVICT_ENTRY
+  return catalogue;
+}
+
+namespace {
+std::string known_names() {
+  std::string names;
+  for (const PolicyInfo* info : policies()) names += (names.empty() ? "" : ", ") + info->name;
+  return names;
+}
+}  // namespace
+
+const PolicyInfo& find_policy(std::string_view name) {
+  for (const PolicyInfo* info : policies()) {
+    if (info->name == name) return *info;
+  }
+  throw ParameterError(fmt::format("unknown policy '{}' (known: {})", name, known_names()));
+}
+
+std::unique_ptr<Policy> make_policy(std::string_view name, const ParamMap& params) {
+  return find_policy(name).make(params);
+}
+
+ParamMap PolicyInfo::effective(const ParamMap& given) const {
+  ParamMap out;
+  for (const ParamInfo& p : params) out.emplace_back(p.name, p.default_value);
+  for (const auto& [key, value] : given) set_param(out, key, value);
+  return out;
+}
+
+bool PolicyInfo::has_param(std::string_view param_name) const {
+  return std::any_of(params.begin(), params.end(), [&](const ParamInfo& p) { return p.name == param_name; });
+}
+
+const QueryInfo* PolicyInfo::find_query(std::string_view query_name) const {
+  for (const QueryInfo& q : queries) {
+    if (q.name == query_name) return &q;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> parse_policy_list(std::string_view text) {
+  std::vector<std::string> out;
+  if (text == "all") {
+    for (const PolicyInfo* info : policies()) out.push_back(info->name);
+    return out;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, comma - start);
+    if (item.empty()) {
+      throw ParameterError(fmt::format("empty policy name in the list '{}'", text));
+    }
+    out.emplace_back(find_policy(item).name);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace kvevict

@@ -1,0 +1,165 @@
+// Target selection for every Highway-dispatched kernel in the library, and
+// the probe that reports which target actually runs. The probe is itself a
+// dispatched function, so "active" is measured, not assumed.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvevict::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+std::int64_t RunningTarget() { return HWY_TARGET; }
+
+// Streaming sum for the read-bandwidth baseline: eight independent vector
+// accumulators so the adds never wait on each other and the loop is limited
+// by memory, not by add latency. Its value is irrelevant (only timed).
+float SumFloats(const float* HWY_RESTRICT data, std::size_t n) {
+  const hn::ScalableTag<float> d;
+  const std::size_t N = hn::Lanes(d);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  auto a4 = hn::Zero(d), a5 = hn::Zero(d), a6 = hn::Zero(d), a7 = hn::Zero(d);
+  std::size_t i = 0;
+  for (; i + 8 * N <= n; i += 8 * N) {
+    a0 = hn::Add(a0, hn::LoadU(d, data + i));
+    a1 = hn::Add(a1, hn::LoadU(d, data + i + N));
+    a2 = hn::Add(a2, hn::LoadU(d, data + i + 2 * N));
+    a3 = hn::Add(a3, hn::LoadU(d, data + i + 3 * N));
+    a4 = hn::Add(a4, hn::LoadU(d, data + i + 4 * N));
+    a5 = hn::Add(a5, hn::LoadU(d, data + i + 5 * N));
+    a6 = hn::Add(a6, hn::LoadU(d, data + i + 6 * N));
+    a7 = hn::Add(a7, hn::LoadU(d, data + i + 7 * N));
+  }
+  const auto all = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  float total = hn::GetLane(hn::SumOfLanes(d, all));
+  for (; i < n; ++i) total += data[i];
+  return total;
+}
+
+}  // namespace kvevict::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/core/simd.h"
+#include "simd/simd_internal.h"
+
+namespace kvevict::simd {
+
+HWY_EXPORT(RunningTarget);
+HWY_EXPORT(SumFloats);
+
+namespace {
+
+struct Named {
+  const char* name;
+  std::int64_t bit;
+};
+
+// Our names for Highway's x86 targets; AVX3 is Highway's AVX-512
+// (F, VL, DQ, BW). The portable static target is "baseline" on every
+// architecture.
+constexpr Named kNamed[] = {
+#if HWY_ARCH_X86
+    {"sse4", HWY_SSE4},
+    {"avx2", HWY_AVX2},
+    {"avx512", HWY_AVX3},
+#endif
+    {"baseline", HWY_STATIC_TARGET},
+};
+
+const char* name_of(std::int64_t bit) {
+  for (const Named& n : kNamed) {
+    if (n.bit == bit) return n.name;
+  }
+  return hwy::TargetName(bit);
+}
+
+// Targets this build holds, as Highway's bits, lowest first (higher bits are
+// lower targets in Highway's numbering).
+std::vector<std::int64_t> compiled_bits() {
+  std::vector<std::int64_t> bits;
+  for (std::int64_t t = HWY_TARGETS; t != 0; t &= t - 1) bits.push_back(t & -t);
+  std::reverse(bits.begin(), bits.end());
+  return bits;
+}
+
+std::int64_t cpu_bits() {
+  hwy::DisableTargets(0);  // what the CPU itself can run, not a narrowed view
+  return hwy::SupportedTargets();
+}
+
+std::int64_t current_disabled = 0;
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> compiled_targets() {
+  std::vector<std::string> out;
+  for (const std::int64_t b : compiled_bits()) out.emplace_back(name_of(b));
+  return out;
+}
+
+std::vector<std::string> supported_targets() {
+  const std::int64_t cpu = cpu_bits();
+  hwy::DisableTargets(current_disabled);  // keep the caller's selection
+  std::vector<std::string> out;
+  for (const std::int64_t b : compiled_bits()) {
+    if ((cpu & b) != 0) out.emplace_back(name_of(b));
+  }
+  return out;
+}
+
+std::string active_target() { return name_of(HWY_DYNAMIC_DISPATCH(RunningTarget)()); }
+
+void select_target(std::string_view name) {
+  if (name.empty() || name == "best") {
+    current_disabled = 0;
+    hwy::DisableTargets(0);
+    return;
+  }
+  std::int64_t bit = 0;
+  for (const std::int64_t b : compiled_bits()) {
+    if (name == name_of(b)) bit = b;
+  }
+  if (bit == 0) {
+    throw ParameterError(fmt::format("SIMD target '{}' is not one this build has (known: {})", name,
+                                     joined(compiled_targets())));
+  }
+  const std::int64_t cpu = cpu_bits();
+  if ((cpu & bit) == 0) {
+    hwy::DisableTargets(current_disabled);
+    throw ParameterError(fmt::format("SIMD target '{}' cannot run on this CPU (it supports: {})", name,
+                                     joined(supported_targets())));
+  }
+  // Highway prefers lower bit values: disabling every bit below `bit` leaves
+  // `bit` the best target, and dispatch re-chooses on the next call.
+  current_disabled = bit - 1;
+  hwy::DisableTargets(current_disabled);
+}
+
+void select_from_environment() {
+  const char* value = std::getenv("KVEVICT_SIMD");
+  if (value == nullptr) return;
+  try {
+    select_target(value);
+  } catch (const ParameterError& e) {
+    throw ParameterError(fmt::format("KVEVICT_SIMD={}: {}", value, e.what()));
+  }
+}
+
+float sum_floats(const float* data, std::size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(SumFloats)(data, n); }
+
+}  // namespace kvevict::simd
+#endif  // HWY_ONCE

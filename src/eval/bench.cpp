@@ -1,0 +1,282 @@
+#include "kvevict/eval/bench.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+
+#include "kvevict/core/bank.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/core/simd.h"
+#include "kvevict/eval/trace.h"
+#include "simd/simd_internal.h"
+
+namespace kvevict {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Attention vectors for the timed steps: enough distinct ones (64 MiB) that
+// each step reads its attention from memory, as a decode step would, rather
+// than from a cache the previous step warmed.
+std::vector<float> attention_pool(std::int64_t budget, std::size_t& vectors) {
+  const std::size_t len = static_cast<std::size_t>(budget);
+  vectors = std::max<std::size_t>(16, (std::size_t{64} << 20) / (len * sizeof(float)));
+  std::vector<float> pool(vectors * len);
+  std::mt19937 rng(12345);
+  // Weights around the fair share, so votes and scores keep changing.
+  std::uniform_real_distribution<float> dist(0.0F, 2.0F / static_cast<float>(budget));
+  for (float& x : pool) x = dist(rng);
+  return pool;
+}
+}  // namespace
+
+float sum_floats(const float* data, std::size_t n) noexcept { return simd::sum_floats(data, n); }
+
+double measure_read_bandwidth(std::size_t bytes, int repeats) {
+  std::vector<float> buffer(bytes / sizeof(float), 1.0F);
+  double best = 0.0;
+  volatile float sink = 0.0F;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    sink = sink + sum_floats(buffer.data(), buffer.size());
+    const double s = seconds_since(start);
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
+  std::vector<float> buffer(bytes / sizeof(float));
+  const auto n = static_cast<std::int64_t>(buffer.size());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = 1.0F;  // first touch per thread
+  double best = 0.0;
+  volatile float sink = 0.0F;
+  for (int r = 0; r < repeats; ++r) {
+    float total = 0.0F;
+    const auto start = Clock::now();
+#pragma omp parallel reduction(+ : total)
+    {
+      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+      const auto t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t chunk = buffer.size() / threads;
+      total += sum_floats(buffer.data() + t * chunk, t + 1 == threads ? buffer.size() - t * chunk : chunk);
+    }
+    const double s = seconds_since(start);
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::int64_t budget, double seconds,
+                        double bandwidth) {
+  const bool windowed = policy == "scissorhands" || policy == "h2o";
+  const std::int64_t recent = windowed ? 32 : 0;
+  PolicyBank bank({policy, instances, budget, recent, 1, Aggregation::kSum, 0, policy == "streaming-llm" ? 4 : 0});
+  const std::size_t cap = bank.capacity();
+  const auto n = static_cast<std::size_t>(instances);
+  std::vector<float> attn(n * cap);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(0.0F, 2.0F / static_cast<float>(budget));
+  for (float& x : attn) x = dist(rng);
+  std::vector<Position> victims(n);
+  std::vector<std::uint32_t> slots(n);
+  std::int64_t pos = 0;
+  for (std::int64_t i = 0; i < budget + 2; ++i) bank.step(++pos, attn.data(), cap, victims.data(), slots.data());
+
+  // The same instances as separate policy objects, one per instance, stepped
+  // on every core, each given its row as it is (timing only).
+  std::vector<std::unique_ptr<Policy>> separate(n);
+  ParamMap params{{"budget", budget}};
+  if (windowed) params.emplace_back("recentWindow", recent);
+  if (policy == "streaming-llm") params.emplace_back("sinks", 4);
+  for (auto& one : separate) one = make_policy(policy, params);
+  const auto count = static_cast<std::int64_t>(n);
+  std::int64_t separate_pos = 0;
+  auto step_separate = [&] {
+    const std::int64_t p = ++separate_pos;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < count; ++k) {
+      Policy& one = *separate[static_cast<std::size_t>(k)];
+      const float* row_k = attn.data() + static_cast<std::size_t>(k) * cap;
+      one.on_decode_step(p, std::span<const float>(row_k, one.kept_count()));
+      if (static_cast<std::int64_t>(one.kept_count()) > budget) one.evict(budget);
+    }
+  };
+  for (std::int64_t i = 0; i < budget + 2; ++i) step_separate();
+
+  // Rounds alternating between the bank and the separate instances, each the
+  // median round: a neighbour's load hits both alike.
+  constexpr int kRounds = 5;
+  std::vector<double> bank_ms;
+  std::vector<double> separate_ms;
+  for (int round = 0; round < kRounds; ++round) {
+    int round_steps = 0;
+    auto start = Clock::now();
+    double spent = 0.0;
+    do {
+      bank.step(++pos, attn.data(), cap, victims.data(), slots.data());
+      ++round_steps;
+      spent = seconds_since(start);
+    } while (spent < seconds / kRounds || round_steps < 2);
+    bank_ms.push_back(spent * 1e3 / round_steps);
+    round_steps = 0;
+    start = Clock::now();
+    do {
+      step_separate();
+      ++round_steps;
+      spent = seconds_since(start);
+    } while (spent < seconds / kRounds || round_steps < 2);
+    separate_ms.push_back(spent * 1e3 / round_steps);
+  }
+  BankBenchRow row;
+  row.policy = policy;
+  row.instances = instances;
+  row.budget = budget;
+  row.threads = omp_get_max_threads();
+  row.ms_per_step = median(bank_ms);
+  row.separate_ms_per_step = median(separate_ms);
+  const double slots_total = static_cast<double>(n * cap);
+  // Bytes a step must move per slot: the attention read, the slot positions
+  // read, and the state -- read and written (Scissorhands' votes, H2O's
+  // scores), or only written (TOVA's records). The recency policies read no
+  // attention and touch O(1) bytes per instance.
+  const bool reads = policy != "sliding-window" && policy != "streaming-llm";
+  const double state_read = policy == "h2o" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
+  const double state_written = policy == "h2o" ? 8.0 : policy == "scissorhands" || policy == "tova" ? 4.0 : 0.0;
+  row.attention_bytes = reads ? slots_total * 4.0 : 0.0;
+  row.touched_bytes = reads ? slots_total * (4.0 + 4.0 + state_read + state_written) : 0.0;
+  row.attention_gb_s = row.attention_bytes / (row.ms_per_step * 1e6);
+  row.touched_gb_s = row.touched_bytes / (row.ms_per_step * 1e6);
+  // The same-size read: a working set this large may sit partly in a large
+  // last-level cache, so the bank is compared with reading as many bytes.
+  row.same_size_bandwidth_gb_s =
+      reads ? measure_parallel_read_bandwidth(static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state_read))) : 0.0;
+  row.share_of_bandwidth = reads ? row.touched_gb_s / std::min(bandwidth, row.same_size_bandwidth_gb_s) : 0.0;
+
+  return row;
+}
+
+BenchReport run_bench(const BenchOptions& options) {
+  BenchReport report;
+  report.simd_target = simd::active_target();
+  if (options.progress) options.progress("read bandwidth");
+  report.read_bandwidth_gb_s = measure_read_bandwidth();
+
+  std::vector<std::string> names = options.policies;
+  if (names.empty()) {
+    for (const PolicyInfo* info : policies()) names.push_back(info->name);
+  }
+  for (const std::string& name : names) {
+    for (const std::int64_t budget : options.budgets) {
+      if (options.progress) options.progress(name + " @ " + std::to_string(budget));
+      auto policy = make_policy(name, {{"budget", budget}});
+      std::size_t vectors = 0;
+      const std::vector<float> pool = attention_pool(budget, vectors);
+      const auto len = static_cast<std::size_t>(budget);
+      std::int64_t pos = 0;
+      // Fill to the steady state: budget held before each step.
+      while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
+        policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
+      }
+      // The next row of the pool, wrapping with a compare: a division per
+      // step would cost as much as the cheapest policies' whole step.
+      std::size_t next_row = 0;
+      auto step = [&](std::size_t /*k*/) {
+        const float* attn = pool.data() + next_row * len;
+        next_row = next_row + 1 == vectors ? 0 : next_row + 1;
+        policy->on_decode_step(++pos, std::span<const float>(attn, policy->kept_count()));
+        if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
+      };
+      for (std::size_t k = 0; k < std::min<std::size_t>(vectors, 2000); ++k) step(k);  // warm-up
+      // The floor: one plain sum over each row, from the same pool in the same
+      // order -- what reading the step's attention from memory costs, row
+      // start-up included. Policy and floor are timed in alternating rounds
+      // and each is the median round, so a noisy neighbour hits both alike.
+      std::size_t done = 0;
+      std::size_t read = 0;
+      volatile float sink = 0.0F;
+      std::vector<double> step_ns;
+      std::vector<double> floor_ns;
+      constexpr int kRounds = 7;
+      for (int round = 0; round < kRounds; ++round) {
+        std::size_t count = 0;
+        auto start = Clock::now();
+        double elapsed = 0.0;
+        do {
+          for (int k = 0; k < 64; ++k) step(done++);
+          count += 64;
+          elapsed = seconds_since(start);
+        } while (elapsed < options.seconds_per_case / kRounds);
+        step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
+        count = 0;
+        start = Clock::now();
+        do {
+          float total = 0.0F;
+          for (int k = 0; k < 64; ++k) {
+            total += sum_floats(pool.data() + read * len, len);
+            read = read + 1 == vectors ? 0 : read + 1;
+          }
+          sink = sink + total;
+          count += 64;
+          elapsed = seconds_since(start);
+        } while (elapsed < options.seconds_per_case / (2 * kRounds));
+        floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
+      }
+      BenchRow row;
+      row.policy = name;
+      row.budget = budget;
+      row.ns_per_step = median(step_ns);
+      row.attention_bytes = static_cast<double>(len * sizeof(float));
+      row.gb_per_s = row.attention_bytes / row.ns_per_step;
+      row.floor_ns = median(floor_ns);
+      row.ratio_to_floor = row.ns_per_step / row.floor_ns;
+      report.rows.push_back(row);
+    }
+  }
+
+  if (options.bank_instances > 0) {
+    if (options.progress) options.progress("parallel read bandwidth");
+    report.parallel_bandwidth_gb_s = measure_parallel_read_bandwidth();
+    for (const char* policy : {"scissorhands", "h2o", "tova", "sliding-window", "streaming-llm"}) {
+      if (options.progress) options.progress(std::string("bank of ") + policy);
+      report.bank.push_back(bench_bank(policy, options.bank_instances, options.bank_budget,
+                                       std::max(1.0, 4 * options.seconds_per_case), report.parallel_bandwidth_gb_s));
+    }
+  }
+
+  if (options.include_compare) {
+    if (options.progress) options.progress("canonical compare, one pass");
+    auto start = Clock::now();
+    (void)compare(CompareRequest{}, EvaluateOptions{});
+    report.compare_shared_seconds = seconds_since(start);
+    if (options.progress) options.progress("canonical compare, run by run");
+    start = Clock::now();
+    for (const PolicyInfo* info : policies()) {
+      for (const std::int64_t b : kCanonicalBudgets) {
+        auto policy = info->make({{"budget", b}});
+        DecodeTrace trace;
+        (void)run(*policy, trace, b);
+      }
+    }
+    report.compare_separate_seconds = seconds_since(start);
+  }
+  return report;
+}
+
+}  // namespace kvevict

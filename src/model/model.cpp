@@ -1,0 +1,519 @@
+#include "kvevict/model/model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include "kvevict/core/errors.h"
+
+namespace kvevict {
+
+namespace {
+
+constexpr std::array<char, 8> kMagic = {'K', 'V', 'E', 'V', 'M', 'O', 'D', 'L'};
+constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::size_t kPreamble = 8 + 4 + 8;  // magic, version, body length
+constexpr std::uint32_t kMaxLayers = 256;
+constexpr std::uint32_t kMaxWidth = 1U << 14;
+constexpr std::uint32_t kMaxContext = 1U << 20;
+constexpr std::uint64_t kMaxFloats = 1ULL << 30;  // 4 GiB of weights
+
+[[noreturn]] void fail(const std::string& file, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", file, what));
+}
+
+std::uint32_t read_le32(const char* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// Little-endian reads from the file image, each checked against its end.
+class Reader {
+ public:
+  Reader(const std::string& file, const std::vector<char>& bytes, std::size_t begin,
+         std::size_t end)
+      : file_(file), bytes_(bytes), at_(begin), end_(end) {}
+
+  void need(std::size_t n, const char* what) const {
+    if (end_ - at_ < n) {
+      fail(file_, fmt::format("truncated: the header ends inside {} (at byte {})", what, at_));
+    }
+  }
+  std::uint32_t u32(const char* what) {
+    need(4, what);
+    const std::uint32_t v = read_le32(bytes_.data() + at_);
+    at_ += 4;
+    return v;
+  }
+  float f32(const char* what) {
+    const std::uint32_t bits = u32(what);
+    float f = 0.0F;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  std::string text(std::size_t n, const char* what) {
+    need(n, what);
+    std::string s(bytes_.data() + at_, n);
+    at_ += n;
+    return s;
+  }
+  void floats(float* out, std::size_t n, const std::string& tensor) {
+    if ((end_ - at_) / 4 < n) fail(file_, fmt::format("truncated inside tensor '{}'", tensor));
+    std::memcpy(out, bytes_.data() + at_, n * 4);  // x86-64 and arm64 are little-endian
+    at_ += n * 4;
+  }
+  std::size_t at() const noexcept { return at_; }
+
+ private:
+  const std::string& file_;
+  const std::vector<char>& bytes_;
+  std::size_t at_;
+  std::size_t end_;
+};
+
+std::uint64_t read_le64(const char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+void check_config(const std::string& file, const ModelConfig& c) {
+  auto bad = [&](const std::string& what) { fail(file, fmt::format("bad model header: {}", what)); };
+  if (c.vocab != 256) bad(fmt::format("vocab {} (byte-level models have 256)", c.vocab));
+  if (c.layers < 1 || c.layers > kMaxLayers) bad(fmt::format("layers {} (1 ... {})", c.layers, kMaxLayers));
+  if (c.heads < 1 || c.width < 1 || c.width > kMaxWidth) {
+    bad(fmt::format("width {} with {} heads", c.width, c.heads));
+  }
+  if (c.width % c.heads != 0 || c.head_dim() % 2 != 0) {
+    bad(fmt::format("width {} is not an even head size times {} heads", c.width, c.heads));
+  }
+  if (c.ff < 1 || c.ff > 8 * kMaxWidth) bad(fmt::format("ff {}", c.ff));
+  if (c.context < 2 || c.context > kMaxContext) bad(fmt::format("context {} (2 ... {})", c.context, kMaxContext));
+  if (!std::isfinite(c.rope_base) || c.rope_base <= 1.0F) bad(fmt::format("rope base {}", c.rope_base));
+  if (!std::isfinite(c.norm_eps) || c.norm_eps <= 0.0F) bad(fmt::format("norm eps {}", c.norm_eps));
+}
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixView = Eigen::Map<const RowMatrix>;
+using VecView = Eigen::Map<const Eigen::VectorXf>;
+using VecMut = Eigen::Map<Eigen::VectorXf>;
+
+// out = rmsnorm(x) * weight, as torch computes it: x * rsqrt(mean(x^2) + eps).
+void rms_norm(const float* x, const float* weight, float* out, std::uint32_t n, float eps) {
+  float sum = 0.0F;
+  for (std::uint32_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float scale = 1.0F / std::sqrt(sum / static_cast<float>(n) + eps);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// y = W x for a row-major [rows, cols] matrix.
+void matvec(const float* w, const float* x, float* y, std::uint32_t rows, std::uint32_t cols) {
+  VecMut(y, rows).noalias() = MatrixView(w, rows, cols) * VecView(x, cols);
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> Model::load(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(file, "is a folder, not a model file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(file, "cannot be opened (does it exist?)");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(file, "reading failed");
+  return parse(std::move(bytes), file);
+}
+
+std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::string& file) {
+  if (bytes.size() < kMagic.size() || !std::equal(kMagic.begin(), kMagic.end(), bytes.begin())) {
+    fail(file, "not a kvevict model (no KVEVMODL magic at the start)");
+  }
+  if (bytes.size() < kPreamble) fail(file, "truncated: the file ends inside its preamble");
+  const std::uint32_t version = read_le32(bytes.data() + 8);
+  if (version != kFormatVersion) {
+    fail(file, fmt::format("format version {} is not supported (this build reads {})", version,
+                           kFormatVersion));
+  }
+  const std::uint64_t body = read_le64(bytes.data() + 12);
+  const std::uint64_t expected = kPreamble + body + 4;
+  if (body > bytes.size() || bytes.size() != expected) {
+    const bool short_file = body > bytes.size() || bytes.size() < expected;
+    fail(file, fmt::format("{}: the header promises a body of {} bytes ({} in all), the file has {}",
+                           short_file ? "truncated" : "trailing bytes", body,
+                           body > bytes.size() ? std::string("more than the file") : std::to_string(expected),
+                           bytes.size()));
+  }
+  const std::size_t crc_at = bytes.size() - 4;
+  const std::uint32_t stored = read_le32(bytes.data() + crc_at);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), crc_at);
+  if (static_cast<std::uint32_t>(crc) != stored) {
+    fail(file, fmt::format("checksum mismatch (stored CRC-32 {:08x}, computed {:08x}): the file is corrupt",
+                           stored, static_cast<std::uint32_t>(crc)));
+  }
+
+  std::shared_ptr<Model> model(new Model());
+  model->path_ = file;
+  ModelConfig& c = model->config_;
+  Reader r(file, bytes, kPreamble, crc_at);
+  c.vocab = r.u32("the configuration");
+  c.layers = r.u32("the configuration");
+  c.heads = r.u32("the configuration");
+  c.width = r.u32("the configuration");
+  c.ff = r.u32("the configuration");
+  c.context = r.u32("the configuration");
+  r.u32("the configuration");  // reserved
+  r.u32("the configuration");  // reserved
+  c.rope_base = r.f32("the configuration");
+  c.norm_eps = r.f32("the configuration");
+  check_config(file, c);
+
+  // The tensors, in the one order the format fixes.
+  struct Expected {
+    std::string name;
+    std::vector<std::uint32_t> shape;
+  };
+  std::vector<Expected> want;
+  want.push_back({"embed", {c.vocab, c.width}});
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    const std::string p = fmt::format("blocks.{}.", l);
+    want.push_back({p + "attn_norm", {c.width}});
+    want.push_back({p + "qkv", {3 * c.width, c.width}});
+    want.push_back({p + "proj", {c.width, c.width}});
+    want.push_back({p + "mlp_norm", {c.width}});
+    want.push_back({p + "up", {c.ff, c.width}});
+    want.push_back({p + "down", {c.width, c.ff}});
+  }
+  want.push_back({"final_norm", {c.width}});
+  std::uint64_t total = 0;
+  std::vector<std::uint64_t> offsets;
+  for (const Expected& e : want) {
+    offsets.push_back(total);
+    std::uint64_t n = 1;
+    for (const std::uint32_t d : e.shape) n *= d;
+    total += n;
+  }
+  if (total > kMaxFloats) fail(file, fmt::format("bad model header: {} weights is too many", total));
+  // The weights must be in the file before anything is allocated for them.
+  if (total * 4 > crc_at - r.at()) {
+    fail(file, fmt::format("truncated: the header describes {} weights, the file holds at most {}", total,
+                           (crc_at - r.at()) / 4));
+  }
+
+  const std::uint32_t count = r.u32("the tensor count");
+  if (count != want.size()) {
+    fail(file, fmt::format("has {} tensors; a {}-layer model has {}", count, c.layers, want.size()));
+  }
+  model->data_.resize(total);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const Expected& e = want[i];
+    const std::uint32_t name_len = r.u32("a tensor name");
+    if (name_len > 256) fail(file, fmt::format("tensor {}: name of {} bytes", i, name_len));
+    const std::string name = r.text(name_len, "a tensor name");
+    if (name != e.name) fail(file, fmt::format("tensor {} is '{}', expected '{}'", i, name, e.name));
+    const std::uint32_t ndim = r.u32("a tensor shape");
+    std::vector<std::uint32_t> shape;
+    if (ndim > 4) fail(file, fmt::format("tensor '{}' has {} dimensions", name, ndim));
+    for (std::uint32_t d = 0; d < ndim; ++d) shape.push_back(r.u32("a tensor shape"));
+    if (shape != e.shape) {
+      fail(file, fmt::format("tensor '{}' has shape [{}], expected [{}]", name, fmt::join(shape, ", "),
+                             fmt::join(e.shape, ", ")));
+    }
+    float* dst = model->data_.data() + offsets[i];
+    const std::size_t n = (i + 1 < offsets.size() ? offsets[i + 1] : total) - offsets[i];
+    r.floats(dst, n, name);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (!std::isfinite(dst[j])) {
+        fail(file, fmt::format("tensor '{}' holds a non-finite weight at index {}", name, j));
+      }
+    }
+  }
+  if (r.at() != crc_at) fail(file, fmt::format("{} unread bytes after the last tensor", crc_at - r.at()));
+
+  const float* base = model->data_.data();
+  std::size_t k = 0;
+  model->embed_ = base + offsets[k++];
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    Layer layer{};
+    layer.attn_norm = base + offsets[k++];
+    layer.qkv = base + offsets[k++];
+    layer.proj = base + offsets[k++];
+    layer.mlp_norm = base + offsets[k++];
+    layer.up = base + offsets[k++];
+    layer.down = base + offsets[k++];
+    model->layers_.push_back(layer);
+  }
+  model->final_norm_ = base + offsets[k];
+  return model;
+}
+
+// ---- the decoder -----------------------------------------------------------------
+
+struct Decoder::Impl {
+  std::shared_ptr<const Model> model;
+  ModelConfig cfg;
+  std::uint32_t capacity = 0;
+
+  // One cache per (layer, head): keys and values of the held positions, in
+  // ascending position order, packed at the front of fixed buffers.
+  struct HeadCache {
+    std::vector<float> keys;    // [capacity, head_dim]
+    std::vector<float> values;  // [capacity, head_dim]
+    std::vector<Position> positions;
+    std::uint32_t count = 0;
+    std::vector<float> weights;              // last step's softmax, [count at that step]
+    std::vector<Position> attended;          // positions those weights were over
+    std::uint32_t attended_count = 0;
+    Policy* policy = nullptr;
+    std::int64_t budget = 0;
+    std::vector<std::uint8_t> is_victim;     // [capacity], scratch for compaction
+  };
+  std::vector<HeadCache> heads;
+
+  // Set when a step threw part-way: the heads are then out of step with each
+  // other and with their policies, and only reset() makes the decoder usable.
+  bool failed = false;
+  std::uint32_t failed_at = 0;
+  std::string failed_what;
+
+  // Scratch, sized once.
+  std::vector<float> x, h, qkv, attn_out, ff, logits, scores;
+  std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
+};
+
+Decoder::Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity)
+    : impl_(std::make_unique<Impl>()) {
+  if (!model) throw ContractError("decoder: no model");
+  Impl& m = *impl_;
+  m.cfg = model->config();
+  m.model = std::move(model);
+  if (capacity == 0) capacity = m.cfg.context;
+  if (capacity > m.cfg.context) {
+    throw InputError(fmt::format("decoder: capacity {} is over the model's context of {} positions",
+                                 capacity, m.cfg.context));
+  }
+  m.capacity = capacity;
+  const std::uint32_t d = m.cfg.head_dim();
+  m.heads.resize(m.cfg.head_count());
+  for (Impl::HeadCache& hc : m.heads) {
+    hc.keys.assign(std::size_t{capacity} * d, 0.0F);
+    hc.values.assign(std::size_t{capacity} * d, 0.0F);
+    hc.positions.assign(capacity, 0);
+    hc.weights.assign(capacity, 0.0F);
+    hc.attended.assign(capacity, 0);
+    hc.is_victim.assign(capacity, 0);
+  }
+  m.x.assign(m.cfg.width, 0.0F);
+  m.h.assign(m.cfg.width, 0.0F);
+  m.qkv.assign(3 * std::size_t{m.cfg.width}, 0.0F);
+  m.attn_out.assign(m.cfg.width, 0.0F);
+  m.ff.assign(m.cfg.ff, 0.0F);
+  m.logits.assign(m.cfg.vocab, 0.0F);
+  m.scores.assign(capacity, 0.0F);
+  // RoPE angles as the trainer makes them: float64 angle, then float32
+  // cos/sin. Dimension i pairs with i + head_dim/2 (GPT-NeoX layout).
+  const std::uint32_t half = d / 2;
+  m.cos_table.resize(std::size_t{capacity} * half);
+  m.sin_table.resize(std::size_t{capacity} * half);
+  for (std::uint32_t p = 0; p < capacity; ++p) {
+    for (std::uint32_t i = 0; i < half; ++i) {
+      const double inv = std::pow(static_cast<double>(m.cfg.rope_base),
+                                  -static_cast<double>(i) * 2.0 / static_cast<double>(d));
+      const double angle = static_cast<double>(p) * inv;
+      m.cos_table[std::size_t{p} * half + i] = static_cast<float>(std::cos(angle));
+      m.sin_table[std::size_t{p} * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+Decoder::~Decoder() = default;
+
+const ModelConfig& Decoder::config() const noexcept { return impl_->cfg; }
+
+void Decoder::set_policy(std::uint32_t h, Policy* policy, std::int64_t budget) {
+  Impl& m = *impl_;
+  if (h >= m.heads.size()) {
+    throw ContractError(fmt::format("decoder: head {} is out of range (the model has {})", h,
+                                    m.heads.size()));
+  }
+  if (fed_ != 0) throw ContractError("decoder: policies are set before the first token");
+  if (policy != nullptr && budget < 1) {
+    throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", policy->name(), budget));
+  }
+  m.heads[h].policy = policy;
+  m.heads[h].budget = budget;
+}
+
+void Decoder::reset() {
+  for (Impl::HeadCache& hc : impl_->heads) {
+    hc.count = 0;
+    hc.attended_count = 0;
+  }
+  fed_ = 0;
+  evicted_ = 0;
+  impl_->failed = false;
+  impl_->failed_what.clear();
+}
+
+std::span<const Position> Decoder::held(std::uint32_t h) const noexcept {
+  const Impl::HeadCache& hc = impl_->heads[h];
+  return {hc.positions.data(), hc.count};
+}
+
+std::span<const Position> Decoder::attended(std::uint32_t h) const noexcept {
+  const Impl::HeadCache& hc = impl_->heads[h];
+  return {hc.attended.data(), hc.attended_count};
+}
+
+std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
+  const Impl::HeadCache& hc = impl_->heads[h];
+  return {hc.weights.data(), hc.attended_count};
+}
+
+std::span<const float> Decoder::step(std::uint8_t token) {
+  Impl& m = *impl_;
+  if (m.failed) {
+    throw ContractError(fmt::format("decoder: the step at position {} failed ({}), leaving the heads' caches "
+                                    "and policies out of step: call reset() and give new policies",
+                                    m.failed_at,
+                                    m.failed_what.empty() ? std::string("an exception without a message")
+                                                          : m.failed_what));
+  }
+  const std::uint32_t pos = fed_;
+  if (pos >= m.capacity) {  // before anything changes: the decoder stays usable
+    throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions", pos,
+                                 m.capacity));
+  }
+  // The strong guarantee would need every policy's state rolled back, which
+  // the Policy interface has no way to do: a throw on head h comes after
+  // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
+  // of computing from heads that disagree about what they hold.
+  try {
+    return advance(token);
+  } catch (const std::exception& e) {
+    m.failed = true;
+    m.failed_at = pos;
+    try {
+      m.failed_what = e.what();
+    } catch (...) {  // keep the original exception; the refusal names the position
+    }
+    throw;
+  } catch (...) {
+    m.failed = true;
+    m.failed_at = pos;
+    m.failed_what.clear();
+    throw;
+  }
+}
+
+std::span<const float> Decoder::advance(std::uint8_t token) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.cfg;
+  const Model& model = *m.model;
+  const std::uint32_t pos = fed_;
+  const std::uint32_t width = c.width;
+  const std::uint32_t d = c.head_dim();
+  const std::uint32_t half = d / 2;
+  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
+  const float* cos_p = m.cos_table.data() + std::size_t{pos} * half;
+  const float* sin_p = m.sin_table.data() + std::size_t{pos} * half;
+
+  std::copy_n(model.embed() + std::size_t{token} * width, width, m.x.data());
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    const Model::Layer& w = model.layer(l);
+    rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
+    matvec(w.qkv, m.h.data(), m.qkv.data(), 3 * width, width);
+    for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
+      float* q = m.qkv.data() + std::size_t{hd} * d;
+      float* k = m.qkv.data() + width + std::size_t{hd} * d;
+      const float* v = m.qkv.data() + 2 * std::size_t{width} + std::size_t{hd} * d;
+      // Rotate q and k at this token's true position; q is then scaled (the
+      // trainer scales q, not the scores).
+      for (std::uint32_t i = 0; i < half; ++i) {
+        const float qa = q[i], qb = q[i + half], ka = k[i], kb = k[i + half];
+        q[i] = (qa * cos_p[i] - qb * sin_p[i]) * scale;
+        q[i + half] = (qa * sin_p[i] + qb * cos_p[i]) * scale;
+        k[i] = ka * cos_p[i] - kb * sin_p[i];
+        k[i + half] = ka * sin_p[i] + kb * cos_p[i];
+      }
+      Impl::HeadCache& hc = m.heads[std::size_t{l} * c.heads + hd];
+      const std::uint32_t held = hc.count;  // positions held before this token
+      std::copy_n(k, d, hc.keys.data() + std::size_t{held} * d);
+      std::copy_n(v, d, hc.values.data() + std::size_t{held} * d);
+      hc.positions[held] = pos;
+      const std::uint32_t n = held + 1;
+      // Scores over the held positions and the new token itself; softmax.
+      Eigen::Map<Eigen::VectorXf> scores(m.scores.data(), n);
+      scores.noalias() = MatrixView(hc.keys.data(), n, d) * VecView(q, d);
+      const float top = scores.maxCoeff();
+      float sum = 0.0F;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const float e = std::exp(m.scores[i] - top);
+        hc.weights[i] = e;
+        sum += e;
+      }
+      for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= sum;
+      std::copy_n(hc.positions.data(), n, hc.attended.data());
+      hc.attended_count = n;
+      VecMut(m.attn_out.data() + std::size_t{hd} * d, d).noalias() =
+          MatrixView(hc.values.data(), n, d).transpose() * VecView(hc.weights.data(), n);
+      hc.count = n;
+
+      // The policy: the weights over the positions held before this token,
+      // ascending, then the token is admitted; evict down to the budget.
+      if (hc.policy == nullptr || pos == 0) continue;  // position 0 exists before step 1
+      hc.policy->on_decode_step(pos, std::span<const float>(hc.weights.data(), held));
+      if (static_cast<std::int64_t>(n) <= hc.budget) continue;
+      const std::span<const Position> victims = hc.policy->evict(hc.budget);
+      std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
+      for (const Position victim : victims) {
+        const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, victim);
+        const auto at = static_cast<std::size_t>(found - hc.positions.data());
+        if (at == n || *found != victim || hc.is_victim[at] != 0) {
+          throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, head {}) is not held",
+                                          hc.policy->name(), victim, pos, l, hd));
+        }
+        hc.is_victim[at] = 1;
+      }
+      // Physically remove the victims: compact keys, values and positions.
+      std::uint32_t out = 0;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (hc.is_victim[i] != 0) continue;
+        if (out != i) {
+          std::copy_n(hc.keys.data() + std::size_t{i} * d, d, hc.keys.data() + std::size_t{out} * d);
+          std::copy_n(hc.values.data() + std::size_t{i} * d, d, hc.values.data() + std::size_t{out} * d);
+          hc.positions[out] = hc.positions[i];
+        }
+        ++out;
+      }
+      evicted_ += n - out;
+      hc.count = out;
+      if (static_cast<std::int64_t>(out) > hc.budget) {
+        throw ContractError(fmt::format(
+            "{}: left {} positions held against a budget of {} at position {} (layer {}, head {})",
+            hc.policy->name(), out, hc.budget, pos, l, hd));
+      }
+    }
+    matvec(w.proj, m.attn_out.data(), m.h.data(), width, width);
+    for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
+    rms_norm(m.x.data(), w.mlp_norm, m.h.data(), width, c.norm_eps);
+    matvec(w.up, m.h.data(), m.ff.data(), c.ff, width);
+    for (float& u : m.ff) u = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+    matvec(w.down, m.ff.data(), m.h.data(), width, c.ff);
+    for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
+  }
+  rms_norm(m.x.data(), model.final_norm(), m.h.data(), width, c.norm_eps);
+  matvec(model.embed(), m.h.data(), m.logits.data(), c.vocab, width);
+  ++fed_;
+  return m.logits;
+}
+
+}  // namespace kvevict

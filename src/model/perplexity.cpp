@@ -1,0 +1,335 @@
+#include "kvevict/model/perplexity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <fstream>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/npy.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/report/report.h"
+#include "kvevict/eval/trace.h"
+#include "ranking.h"
+
+namespace kvevict {
+
+namespace {
+
+struct Window {
+  std::size_t begin = 0;
+  std::uint32_t length = 0;
+};
+
+std::vector<Window> windows_of(std::size_t bytes, std::uint32_t context, std::uint32_t max_windows) {
+  std::vector<Window> out;
+  for (std::size_t at = 0; at + 1 < bytes; at += context) {
+    out.push_back({at, static_cast<std::uint32_t>(std::min<std::size_t>(context, bytes - at))});
+    if (max_windows != 0 && out.size() == max_windows) break;
+  }
+  return out;
+}
+
+bool names_param(const ParamMap& params, std::string_view key) {
+  return std::any_of(params.begin(), params.end(), [&](const auto& kv) { return kv.first == key; });
+}
+
+// -log p(next) in nats from float32 logits, in float64.
+double negative_log_likelihood(std::span<const float> logits, std::uint8_t next) {
+  double top = logits[0];
+  for (const float l : logits) top = std::max(top, static_cast<double>(l));
+  double sum = 0.0;
+  for (const float l : logits) sum += std::exp(static_cast<double>(l) - top);
+  return std::log(sum) + top - static_cast<double>(logits[next]);
+}
+
+// One window through a decoder whose heads have the given policies (empty =
+// full cache). Returns the window's summed NLL; adds its evictions.
+double run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+                  const Window& w, const RunSpec* spec, std::uint64_t& evicted) {
+  const ModelConfig& cfg = model->config();
+  Decoder decoder(model, w.length);
+  std::vector<std::unique_ptr<Policy>> policies;
+  if (spec != nullptr) {
+    const PolicyInfo& info = find_policy(spec->policy);
+    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.heads)));
+      decoder.set_policy(h, policies.back().get(), spec->budget);
+    }
+  }
+  double nll = 0.0;
+  for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
+    const std::span<const float> logits = decoder.step(text[w.begin + i]);
+    nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
+  }
+  evicted += decoder.evicted();
+  return nll;
+}
+
+// Runs `jobs` (index -> work) on every core, in any order, and rethrows the
+// first failure -- the work's or the progress callback's -- after all have
+// stopped. Progress is reported in completion order, one call at a time.
+template <typename Job>
+void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
+  std::exception_ptr failure;
+  std::uint32_t done = 0;
+  const auto total = static_cast<std::uint32_t>(jobs);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t i = 0; i < jobs; ++i) {
+    bool skip = false;
+#pragma omp critical(kvevict_model_jobs)
+    skip = failure != nullptr;
+    if (skip) continue;
+    std::exception_ptr mine;
+    try {
+      job(i);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+#pragma omp critical(kvevict_model_jobs)
+    {
+      if (mine && !failure) failure = mine;
+      ++done;
+      if (progress && !failure) {
+        try {
+          progress(done, total);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap params, double nll,
+                         std::uint64_t predictions, std::uint64_t evicted, double seconds) {
+  PerplexityRow row;
+  row.policy = std::move(policy);
+  row.budget = budget;
+  row.params = std::move(params);
+  const double mean = nll / static_cast<double>(predictions);
+  row.perplexity = std::exp(mean);
+  row.bits_per_byte = mean / std::numbers::ln2;
+  row.predictions = predictions;
+  row.evicted = evicted;
+  row.seconds = seconds;
+  return row;
+}
+
+// Records one window's full-cache attention, one MatrixTrace per head.
+std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<const Model>& model,
+                                                        std::span<const std::uint8_t> text,
+                                                        const Window& w,
+                                                        const ProgressFn& progress = {}) {
+  const ModelConfig& cfg = model->config();
+  std::vector<std::unique_ptr<MatrixTrace>> heads;
+  for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+    heads.push_back(std::make_unique<MatrixTrace>(
+        fmt::format("model:layer{}.head{}", h / cfg.heads, h % cfg.heads), w.length));
+  }
+  Decoder decoder(model, w.length);
+  for (std::uint32_t t = 0; t < w.length; ++t) {
+    decoder.step(text[w.begin + t]);
+    if (t > 0) {
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last
+        const std::span<float> row = heads[h]->row(t);
+        std::copy_n(a.begin(), t, row.begin());
+      }
+    }
+    if (progress) progress(t + 1, w.length);
+  }
+  return heads;
+}
+
+std::shared_ptr<const Model> shared_view(const Model& model) {
+  // The decoders share the caller's model without owning it.
+  return std::shared_ptr<const Model>(std::shared_ptr<const Model>{}, &model);
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> read_text(const std::filesystem::path& file) {
+  const std::string name = file.string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    throw InputError(fmt::format("{}: not a readable file (does it exist?)", name));
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot be opened", name));
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(fmt::format("{}: reading failed", name));
+  if (bytes.size() < 2) {
+    throw InputError(fmt::format("{}: has {} bytes; a text needs at least 2 (one to predict)", name,
+                                 bytes.size()));
+  }
+  return bytes;
+}
+
+ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32_t layer) {
+  const PolicyInfo& info = find_policy(spec.policy);
+  ParamMap params = spec.params;
+  set_param(params, "budget", spec.budget);
+  if (info.has_param("layer") && info.has_param("numLayers")) {
+    if (!names_param(spec.params, "numLayers")) set_param(params, "numLayers", config.layers);
+    if (!names_param(spec.params, "layer")) set_param(params, "layer", layer);
+  }
+  return params;
+}
+
+std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
+                                      const std::vector<RunSpec>& specs,
+                                      const ModelRunOptions& options) {
+  const ModelConfig& cfg = model.config();
+  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to predict");
+  // Build every head's policy once first, so a bad parameter fails before any work.
+  for (const RunSpec& spec : specs) {
+    const PolicyInfo& info = find_policy(spec.policy);
+    if (spec.budget < 1) {
+      throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
+    }
+    for (std::uint32_t l = 0; l < cfg.layers; ++l) info.make(head_params(spec, cfg, l));
+  }
+  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
+  const std::size_t runs = specs.size() + 1;  // the full cache first
+  std::vector<double> nll(runs * windows.size(), 0.0);
+  std::vector<std::uint64_t> evicted(runs * windows.size(), 0);
+  std::vector<double> seconds(runs * windows.size(), 0.0);
+  const std::shared_ptr<const Model> shared = shared_view(model);
+  parallel_jobs(nll.size(), options.progress, [&](std::size_t job) {
+    const std::size_t r = job / windows.size();
+    const auto started = std::chrono::steady_clock::now();
+    nll[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
+                          evicted[job]);
+    seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  });
+
+  std::uint64_t predictions = 0;
+  for (const Window& w : windows) predictions += w.length - 1;
+  std::vector<PerplexityRow> rows;
+  for (std::size_t r = 0; r < runs; ++r) {
+    double sum = 0.0, secs = 0.0;  // window order: the same sum on any thread count
+    std::uint64_t ev = 0;
+    for (std::size_t i = 0; i < windows.size(); ++i) {
+      sum += nll[r * windows.size() + i];
+      ev += evicted[r * windows.size() + i];
+      secs += seconds[r * windows.size() + i];
+    }
+    if (r == 0) {
+      rows.push_back(finish_row("", 0, {}, sum, predictions, ev, secs));
+    } else {
+      const RunSpec& spec = specs[r - 1];
+      rows.push_back(finish_row(spec.policy, spec.budget,
+                                find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
+                                predictions, ev, secs));
+    }
+  }
+  return rows;
+}
+
+std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std::uint8_t> text,
+                                         const CompareRequest& request,
+                                         const ModelRunOptions& options) {
+  const ModelConfig& cfg = model.config();
+  const std::vector<RunSpec> specs = compare_specs(request);
+  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
+  // Work units for progress: every perplexity job, then one per proxy window.
+  const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + 1) * windows.size());
+  const auto total = static_cast<std::uint32_t>(ppl_jobs + windows.size());
+  ModelRunOptions inner = options;
+  if (options.progress) {
+    inner.progress = [&](std::uint32_t done, std::uint32_t) { options.progress(done, total); };
+  }
+  std::vector<PerplexityRow> rows = perplexity(model, text, specs, inner);
+
+  // The proxies: each window's full-cache attention replayed through every
+  // run, head by head (each head its own instances, PyramidKV its own layer).
+  std::vector<double> mass(specs.size(), 0.0), recall(specs.size(), 0.0);
+  std::vector<std::int64_t> calls(specs.size(), 0);
+  const std::shared_ptr<const Model> shared = shared_view(model);
+  std::uint32_t done = ppl_jobs;
+  for (const Window& w : windows) {
+    const auto heads = record_window(shared, text, w);
+    std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
+    std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
+    parallel_jobs(cfg.head_count(), {}, [&](std::size_t h) {
+      const auto layer = static_cast<std::uint32_t>(h / cfg.heads);
+      std::vector<std::unique_ptr<Policy>> built;
+      std::vector<RunSlot> slots;
+      for (const RunSpec& spec : specs) {
+        built.push_back(find_policy(spec.policy).make(head_params(spec, cfg, layer)));
+        slots.push_back({built.back().get(), spec.budget});
+      }
+      const std::vector<RunTotals> totals = run_many(slots, *heads[h]);
+      for (const RunTotals& t : totals) {
+        head_mass[h].push_back(t.steps == 0 ? 0.0 : t.total_retained_mass / static_cast<double>(t.steps));
+        head_recall[h].push_back(t.total_heavy_possible == 0
+                                     ? 0.0
+                                     : static_cast<double>(t.total_heavy_hits) /
+                                           static_cast<double>(t.total_heavy_possible));
+        head_calls[h].push_back(t.eviction_calls);
+      }
+    });
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      double m = 0.0, r = 0.0;
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        m += head_mass[h][i];
+        r += head_recall[h][i];
+        calls[i] += head_calls[h][i];
+      }
+      mass[i] += m / cfg.head_count();
+      recall[i] += r / cfg.head_count();
+    }
+    if (options.progress) options.progress(++done, total);
+  }
+  const auto n = static_cast<double>(windows.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    PerplexityRow& row = rows[i + 1];
+    row.proxy.retained_attention_mass = round6(mass[i] / n);
+    row.proxy.heavy_hitter_recall = round6(recall[i] / n);
+    row.proxy.eviction_calls = calls[i];
+    row.has_proxy = true;
+  }
+
+  // Rank by perplexity at the ranking budget (lower is better); the full
+  // cache stays first, unranked.
+  detail::rank_rows(std::span<PerplexityRow>(rows).subspan(1), ranking_budget(request.budgets),
+                    [](const PerplexityRow& r) { return -r.perplexity; });
+  return rows;
+}
+
+namespace {
+Window first_window(const Model& model, std::span<const std::uint8_t> text, std::uint32_t tokens) {
+  const std::uint32_t context = model.config().context;
+  if (tokens == 0) tokens = context;
+  if (tokens < 2 || tokens > context) {
+    throw ParameterError(fmt::format("tokens ({}) must be in 2 ... {} (the model's context)", tokens, context));
+  }
+  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to record");
+  return {0, static_cast<std::uint32_t>(std::min<std::size_t>(tokens, text.size()))};
+}
+}  // namespace
+
+std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model, std::span<const std::uint8_t> text,
+                                                       std::uint32_t tokens) {
+  return record_window(shared_view(model), text, first_window(model, text, tokens));
+}
+
+std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
+                               const std::filesystem::path& file, bool overwrite,
+                               std::uint32_t tokens, const ProgressFn& progress) {
+  check_output_file(file, overwrite);  // before the work, not after
+  const Window w = first_window(model, text, tokens);
+  const auto heads = record_window(shared_view(model), text, w, progress);
+  std::vector<Trace*> views;
+  for (const auto& h : heads) views.push_back(h.get());
+  write_npy_heads(views, w.length - 1, file, overwrite, true);
+  return w.length;
+}
+
+}  // namespace kvevict
