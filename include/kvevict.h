@@ -1,4 +1,8 @@
-/* kvevict -- the plain C API (C99), for embedding in inference engines.
+/* kvevict -- the plain C API (C99) of the core library (libkvevict-core:
+ * policies and the registry), for embedding in inference engines.
+ * pkg-config kvevict-core; CMake kvevict::core. The evaluation's C API is in
+ * <kvevict_eval.h> (libkvevict-eval), the real model's in <kvevict_model.h>
+ * (libkvevict-model).
  *
  * Opaque handles, status codes, and a thread-local message for the last error:
  * no C++ exception crosses this boundary. Every function returns
@@ -81,94 +85,6 @@ kvevict_status kvevict_policy_name(const kvevict_policy* policy, const char** na
  * "sinkCount". A query the policy lacks is KVEVICT_ERROR_ARGUMENT. */
 kvevict_status kvevict_policy_query(const kvevict_policy* policy, const char* query,
                                     const int64_t* args, size_t arg_count, double* result);
-
-/* ---- traces --------------------------------------------------------------- */
-
-typedef struct kvevict_trace kvevict_trace;
-
-kvevict_status kvevict_trace_open(const char* id, kvevict_trace** out);
-kvevict_status kvevict_trace_destroy(kvevict_trace* trace);
-/* Positions in the trace; it has length - 1 decode steps. */
-kvevict_status kvevict_trace_length(const kvevict_trace* trace, uint32_t* length);
-kvevict_status kvevict_trace_rewind(kvevict_trace* trace);
-/* The next step's weights (valid until the next call on this trace). */
-kvevict_status kvevict_trace_next(kvevict_trace* trace, const float** weights, size_t* count);
-/* FNV-1a parity hash of the first `steps` steps (0 = all). */
-kvevict_status kvevict_trace_hash(const char* id, uint32_t steps, uint32_t* hash);
-
-/* ---- the harness and metrics ---------------------------------------------- */
-
-typedef struct kvevict_run_result {
-  int64_t steps;
-  int64_t budget;
-  double total_retained_mass;
-  int64_t total_heavy_hits;
-  int64_t total_heavy_possible;
-  int64_t eviction_calls;
-  int64_t evicted;
-  double retained_attention_mass; /* round6(total_retained_mass / steps) */
-  double heavy_hitter_recall;     /* round6(hits / possible) */
-} kvevict_run_result;
-
-/* Replays `trace` (from its start) through `policy` at `budget`;
- * max_steps 0 = the whole trace. */
-kvevict_status kvevict_run(kvevict_policy* policy, kvevict_trace* trace, int64_t budget,
-                           int64_t max_steps, kvevict_run_result* result);
-
-/* Compare (as `kvevict compare --format json`): policies "a,b" or "all" (NULL
- * = all), budgets (NULL/0 = 256, 512, 1024), overrides "policy.key" -> value,
- * trace id (NULL = decode-4096), max_steps 0 = all. Writes a JSON string the
- * caller frees with kvevict_string_free. */
-kvevict_status kvevict_compare_json(const char* policies, const int64_t* budgets,
-                                    size_t budget_count, const kvevict_param* overrides,
-                                    size_t override_count, const char* trace, int64_t max_steps,
-                                    char** json);
-void kvevict_string_free(char* s);
-
-/* ---- test vectors --------------------------------------------------------- */
-
-/* Replays vector files or folders of *.vectors.json. Counts cases; `report`
- * (optional, free with kvevict_string_free) gets one line per failure. */
-kvevict_status kvevict_vectors_run(const char* const* paths, size_t path_count, size_t* passed,
-                                   size_t* failed, char** report);
-
-/* ---- a real model (model/FORMAT.md, docs/real-model.md) ------------------ */
-
-typedef struct kvevict_model kvevict_model;
-
-/* Reads and checks a .kvm weights file; KVEVICT_ERROR_INPUT names the file and
- * the problem (missing, not a model, truncated, checksum, shapes). Destroy
- * with kvevict_model_destroy (NULL is a no-op). A model may be shared by
- * threads. */
-kvevict_status kvevict_model_load(const char* path, kvevict_model** out);
-kvevict_status kvevict_model_destroy(kvevict_model* model);
-
-typedef struct kvevict_model_config {
-  uint32_t vocab;
-  uint32_t layers;
-  uint32_t heads; /* per layer: layers * heads policy instances per sequence */
-  uint32_t width;
-  uint32_t ff;
-  uint32_t context;
-} kvevict_model_config;
-kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config);
-
-typedef struct kvevict_perplexity_result {
-  double perplexity;    /* exp(mean negative log-likelihood, nats) */
-  double bits_per_byte; /* the same mean, in bits */
-  uint64_t predictions; /* bytes predicted: length - windows */
-  uint64_t evicted;     /* positions removed, all heads and windows together */
-} kvevict_perplexity_result;
-
-/* Perplexity of `model` over `text` (bytes) cut into windows of its context,
- * with every (layer, head) evicting through its own instance of `policy` at
- * `budget` (params as in kvevict_policy_create; PyramidKV gets its head's
- * layer unless params name it) -- or with the full cache when `policy` is
- * NULL (budget and params ignored). max_windows 0 = every window. */
-kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
-                                        const char* policy, int64_t budget, const kvevict_param* params,
-                                        size_t param_count, uint32_t max_windows,
-                                        kvevict_perplexity_result* result);
 
 #ifdef __cplusplus
 }

@@ -1,48 +1,29 @@
-// The C API: a thin shell over the C++ library. Every entry point catches
-// everything, so no exception crosses into C; handles are checked against a
-// table of live ones, so a destroyed or foreign handle is an error, not a
-// crash (unless a later create happened to reuse its address).
+// The core's C API (include/kvevict.h): a thin shell over the policies and the
+// registry. The evaluation's and the model's C APIs (src/eval/c_api.cpp,
+// src/model/c_api.cpp) share its handle table and error handling
+// (c_api_internal.h). Every entry point catches everything, so no exception
+// crosses into C; handles are checked against a table of live ones, so a
+// destroyed or foreign handle is an error, not a crash (unless a later create
+// happened to reuse its address).
 #include "kvevict.h"
 
-#include <cstring>
 #include <mutex>
-#include <new>
-#include <string>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
-#include "kvevict/core/errors.h"
-#include "kvevict/eval/evaluate.h"
-#include "kvevict/eval/harness.h"
-#include "kvevict/eval/json.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/core/registry.h"
-#include "kvevict/eval/trace.h"
-#include "kvevict/eval/vectors.h"
+#include "c_api_internal.h"
 
-struct kvevict_policy {
-  std::unique_ptr<kvevict::Policy> impl;
-  const kvevict::PolicyInfo* info;
-};
+using kvevict::c_api::ArgumentError;
+using kvevict::c_api::check_live;
+using kvevict::c_api::guard;
+using kvevict::c_api::need;
+using kvevict::c_api::param_map;
+using kvevict::c_api::remember;
 
-struct kvevict_trace {
-  std::unique_ptr<kvevict::Trace> impl;
-};
-
-struct kvevict_model {
-  std::shared_ptr<const kvevict::Model> impl;
-};
+namespace kvevict::c_api {
 
 namespace {
-
-thread_local std::string last_error;
-
-class ArgumentError : public kvevict::Error {
- public:
-  using Error::Error;
-};
 
 std::mutex live_mutex;
 std::unordered_set<const void*>& live() {
@@ -50,12 +31,18 @@ std::unordered_set<const void*>& live() {
   return handles;
 }
 
+}  // namespace
+
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
+}
+
 void remember(const void* handle) {
   const std::lock_guard lock(live_mutex);
   live().insert(handle);
 }
 
-// Throws unless `handle` is live; `what` names the function for the message.
 void check_live(const void* handle, const char* what) {
   if (handle == nullptr) throw ArgumentError(fmt::format("{}: the handle is NULL", what));
   const std::lock_guard lock(live_mutex);
@@ -73,57 +60,21 @@ void need(const void* p, const char* what, const char* arg) {
   if (p == nullptr) throw ArgumentError(fmt::format("{}: {} is NULL", what, arg));
 }
 
-template <class F>
-kvevict_status guard(F&& body) noexcept {
-  try {
-    body();
-    return KVEVICT_OK;
-  } catch (const kvevict::ParameterError& e) {
-    last_error = e.what();
-    return KVEVICT_ERROR_PARAMETER;
-  } catch (const kvevict::ContractError& e) {
-    last_error = e.what();
-    return KVEVICT_ERROR_CONTRACT;
-  } catch (const kvevict::InputError& e) {
-    last_error = e.what();
-    return KVEVICT_ERROR_INPUT;
-  } catch (const ArgumentError& e) {
-    last_error = e.what();
-    return KVEVICT_ERROR_ARGUMENT;
-  } catch (const std::bad_alloc&) {
-    last_error = "out of memory";
-    return KVEVICT_ERROR_INTERNAL;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return KVEVICT_ERROR_INTERNAL;
-  } catch (...) {
-    last_error = "unknown error";
-    return KVEVICT_ERROR_INTERNAL;
-  }
-}
-
-char* copy_string(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out == nullptr) throw std::bad_alloc();
-  std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
-
-kvevict::ParamMap param_map(const kvevict_param* params, std::size_t count, const char* what) {
-  kvevict::ParamMap map;
+ParamMap param_map(const kvevict_param* params, std::size_t count, const char* what) {
+  ParamMap map;
   if (count > 0) need(params, what, "params");
   for (std::size_t i = 0; i < count; ++i) {
     if (params[i].key == nullptr) throw ArgumentError(fmt::format("{}: params[{}].key is NULL", what, i));
-    kvevict::set_param(map, params[i].key, params[i].value);
+    set_param(map, params[i].key, params[i].value);
   }
   return map;
 }
 
-}  // namespace
+}  // namespace kvevict::c_api
 
 extern "C" {
 
-const char* kvevict_last_error(void) { return last_error.c_str(); }
+const char* kvevict_last_error(void) { return kvevict::c_api::last_error().c_str(); }
 
 const char* kvevict_version(void) { return "0.1.0"; }
 
@@ -174,7 +125,7 @@ kvevict_status kvevict_policy_create(const char* name, const kvevict_param* para
 kvevict_status kvevict_policy_destroy(kvevict_policy* policy) {
   if (policy == nullptr) return KVEVICT_OK;
   return guard([&] {
-    if (!forget(policy)) {
+    if (!kvevict::c_api::forget(policy)) {
       throw ArgumentError("kvevict_policy_destroy: the handle is not a live one (destroyed already?)");
     }
     delete policy;
@@ -254,179 +205,6 @@ kvevict_status kvevict_policy_query(const kvevict_policy* policy, const char* qu
     }
     if (arg_count > 0) need(args, "kvevict_policy_query", "args");
     *result = q->call(*policy->impl, std::span<const std::int64_t>(args, arg_count));
-  });
-}
-
-kvevict_status kvevict_trace_open(const char* id, kvevict_trace** out) {
-  return guard([&] {
-    need(id, "kvevict_trace_open", "id");
-    need(out, "kvevict_trace_open", "out");
-    *out = nullptr;
-    auto handle = std::make_unique<kvevict_trace>();
-    handle->impl = kvevict::open_trace(id);
-    remember(handle.get());
-    *out = handle.release();
-  });
-}
-
-kvevict_status kvevict_trace_destroy(kvevict_trace* trace) {
-  if (trace == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!forget(trace)) {
-      throw ArgumentError("kvevict_trace_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete trace;
-  });
-}
-
-kvevict_status kvevict_trace_length(const kvevict_trace* trace, uint32_t* length) {
-  return guard([&] {
-    check_live(trace, "kvevict_trace_length");
-    need(length, "kvevict_trace_length", "length");
-    *length = trace->impl->length();
-  });
-}
-
-kvevict_status kvevict_trace_rewind(kvevict_trace* trace) {
-  return guard([&] {
-    check_live(trace, "kvevict_trace_rewind");
-    trace->impl->rewind();
-  });
-}
-
-kvevict_status kvevict_trace_next(kvevict_trace* trace, const float** weights, size_t* count) {
-  return guard([&] {
-    check_live(trace, "kvevict_trace_next");
-    need(weights, "kvevict_trace_next", "weights");
-    need(count, "kvevict_trace_next", "count");
-    const auto w = trace->impl->next();
-    *weights = w.data();
-    *count = w.size();
-  });
-}
-
-kvevict_status kvevict_trace_hash(const char* id, uint32_t steps, uint32_t* hash) {
-  return guard([&] {
-    need(id, "kvevict_trace_hash", "id");
-    need(hash, "kvevict_trace_hash", "hash");
-    auto trace = kvevict::open_trace(id);
-    const std::uint32_t n = steps == 0 ? trace->steps() : kvevict::checked_steps(*trace, steps);
-    *hash = kvevict::trace_hash(*trace, n);
-  });
-}
-
-kvevict_status kvevict_run(kvevict_policy* policy, kvevict_trace* trace, int64_t budget,
-                           int64_t max_steps, kvevict_run_result* result) {
-  return guard([&] {
-    check_live(policy, "kvevict_run");
-    check_live(trace, "kvevict_run");
-    need(result, "kvevict_run", "result");
-    const auto totals = kvevict::run(*policy->impl, *trace->impl, budget,
-                                     max_steps == 0 ? std::nullopt : std::optional(max_steps));
-    const auto m = kvevict::metrics_of(totals);
-    *result = kvevict_run_result{totals.steps,          totals.budget,
-                                 totals.total_retained_mass, totals.total_heavy_hits,
-                                 totals.total_heavy_possible, totals.eviction_calls,
-                                 totals.evicted,        m.retained_attention_mass,
-                                 m.heavy_hitter_recall};
-  });
-}
-
-kvevict_status kvevict_compare_json(const char* policies, const int64_t* budgets,
-                                    size_t budget_count, const kvevict_param* overrides,
-                                    size_t override_count, const char* trace, int64_t max_steps,
-                                    char** json) {
-  return guard([&] {
-    need(json, "kvevict_compare_json", "json");
-    *json = nullptr;
-    kvevict::CompareRequest request;
-    if (policies != nullptr) request.policies = kvevict::parse_policy_list(policies);
-    if (budget_count > 0) {
-      need(budgets, "kvevict_compare_json", "budgets");
-      request.budgets.assign(budgets, budgets + budget_count);
-    }
-    request.overrides = param_map(overrides, override_count, "kvevict_compare_json");
-    kvevict::EvaluateOptions options;
-    if (trace != nullptr) options.trace = trace;
-    if (max_steps != 0) options.steps = max_steps;
-    *json = copy_string(kvevict::rows_json(kvevict::compare(request, options)));
-  });
-}
-
-void kvevict_string_free(char* s) { std::free(s); }
-
-kvevict_status kvevict_model_load(const char* path, kvevict_model** out) {
-  return guard([&] {
-    need(out, "kvevict_model_load", "out");
-    *out = nullptr;
-    need(path, "kvevict_model_load", "path");
-    auto handle = std::make_unique<kvevict_model>();
-    handle->impl = kvevict::Model::load(path);
-    remember(handle.get());
-    *out = handle.release();
-  });
-}
-
-kvevict_status kvevict_model_destroy(kvevict_model* model) {
-  if (model == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!forget(model)) {
-      throw ArgumentError("kvevict_model_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete model;
-  });
-}
-
-kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config) {
-  return guard([&] {
-    check_live(model, "kvevict_model_get_config");
-    need(config, "kvevict_model_get_config", "config");
-    const kvevict::ModelConfig& c = model->impl->config();
-    *config = {c.vocab, c.layers, c.heads, c.width, c.ff, c.context};
-  });
-}
-
-kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
-                                        const char* policy, int64_t budget, const kvevict_param* params,
-                                        size_t param_count, uint32_t max_windows,
-                                        kvevict_perplexity_result* result) {
-  return guard([&] {
-    check_live(model, "kvevict_model_perplexity");
-    need(result, "kvevict_model_perplexity", "result");
-    if (length > 0) need(text, "kvevict_model_perplexity", "text");
-    std::vector<kvevict::RunSpec> specs;
-    if (policy != nullptr) {
-      specs.push_back({kvevict::find_policy(policy).name,
-                       param_map(params, param_count, "kvevict_model_perplexity"), budget});
-    }
-    kvevict::ModelRunOptions options;
-    options.max_windows = max_windows;
-    const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
-    const kvevict::PerplexityRow& row = rows.back();
-    *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
-  });
-}
-
-kvevict_status kvevict_vectors_run(const char* const* paths, size_t path_count, size_t* passed,
-                                   size_t* failed, char** report) {
-  return guard([&] {
-    need(passed, "kvevict_vectors_run", "passed");
-    need(failed, "kvevict_vectors_run", "failed");
-    if (report != nullptr) *report = nullptr;
-    if (path_count > 0) need(paths, "kvevict_vectors_run", "paths");
-    std::vector<std::filesystem::path> list;
-    for (std::size_t i = 0; i < path_count; ++i) {
-      if (paths[i] == nullptr) throw ArgumentError(fmt::format("kvevict_vectors_run: paths[{}] is NULL", i));
-      list.emplace_back(paths[i]);
-    }
-    const auto result = kvevict::run_vectors(list);
-    *passed = result.passed;
-    *failed = result.failed;
-    if (report != nullptr) {
-      std::string text;
-      for (const auto& f : result.failures) text += kvevict::describe(f) + "\n";
-      *report = copy_string(text);
-    }
   });
 }
 

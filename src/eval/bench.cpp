@@ -13,7 +13,7 @@
 #include "kvevict/core/registry.h"
 #include "kvevict/core/simd.h"
 #include "kvevict/eval/trace.h"
-#include "simd/simd_internal.h"
+#include "floor.h"
 
 namespace kvevict {
 

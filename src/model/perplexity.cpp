@@ -12,9 +12,9 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/report/report.h"
+#include "kvevict/eval/files.h"
 #include "kvevict/eval/trace.h"
-#include "ranking.h"
+#include "eval/ranking.h"
 
 namespace kvevict {
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/files.h"
 
 namespace kvevict {
 
@@ -108,16 +109,6 @@ std::vector<Chart> render_charts(const ReportData& data, bool standalone);
 
 // The whole page.
 std::string render_html(const ReportData& data);
-
-// Refuses, with an InputError naming the file, a target that could not be
-// written: a folder, a missing parent folder, or an existing file without
-// `overwrite`. Writes nothing.
-void check_output_file(const std::filesystem::path& file, bool overwrite);
-
-// Writes `content` to `file` through `file`.tmp and a rename, so a failure
-// leaves nothing half-written (checks as check_output_file first).
-void write_file_atomically(const std::filesystem::path& file, std::string_view content,
-                           bool overwrite);
 
 struct ReportOutput {
   std::filesystem::path html;                  // empty: no page

@@ -1,4 +1,5 @@
-// Library-internal SIMD helpers that are not kernels of a policy.
+// The bandwidth floor of `kvevict bench` (floor.cpp): evaluation code, kept
+// out of the core's SIMD kernels.
 #pragma once
 
 #include <cstddef>

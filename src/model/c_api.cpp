@@ -1,0 +1,80 @@
+// The real model's C API (include/kvevict_model.h): load a model, measure
+// perplexity with a policy per (layer, head). Handles and errors as in the
+// core's C API (src/core/c_api.cpp, core/c_api_internal.h).
+#include "kvevict_model.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/c_api_internal.h"
+#include "kvevict/model/model.h"
+#include "kvevict/model/perplexity.h"
+
+struct kvevict_model {
+  std::shared_ptr<const kvevict::Model> impl;
+};
+
+using kvevict::c_api::ArgumentError;
+using kvevict::c_api::check_live;
+using kvevict::c_api::guard;
+using kvevict::c_api::need;
+using kvevict::c_api::param_map;
+using kvevict::c_api::remember;
+
+extern "C" {
+
+kvevict_status kvevict_model_load(const char* path, kvevict_model** out) {
+  return guard([&] {
+    need(out, "kvevict_model_load", "out");
+    *out = nullptr;
+    need(path, "kvevict_model_load", "path");
+    auto handle = std::make_unique<kvevict_model>();
+    handle->impl = kvevict::Model::load(path);
+    remember(handle.get());
+    *out = handle.release();
+  });
+}
+
+kvevict_status kvevict_model_destroy(kvevict_model* model) {
+  if (model == nullptr) return KVEVICT_OK;
+  return guard([&] {
+    if (!kvevict::c_api::forget(model)) {
+      throw ArgumentError("kvevict_model_destroy: the handle is not a live one (destroyed already?)");
+    }
+    delete model;
+  });
+}
+
+kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config) {
+  return guard([&] {
+    check_live(model, "kvevict_model_get_config");
+    need(config, "kvevict_model_get_config", "config");
+    const kvevict::ModelConfig& c = model->impl->config();
+    *config = {c.vocab, c.layers, c.heads, c.width, c.ff, c.context};
+  });
+}
+
+kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
+                                        const char* policy, int64_t budget, const kvevict_param* params,
+                                        size_t param_count, uint32_t max_windows,
+                                        kvevict_perplexity_result* result) {
+  return guard([&] {
+    check_live(model, "kvevict_model_perplexity");
+    need(result, "kvevict_model_perplexity", "result");
+    if (length > 0) need(text, "kvevict_model_perplexity", "text");
+    std::vector<kvevict::RunSpec> specs;
+    if (policy != nullptr) {
+      specs.push_back({kvevict::find_policy(policy).name,
+                       param_map(params, param_count, "kvevict_model_perplexity"), budget});
+    }
+    kvevict::ModelRunOptions options;
+    options.max_windows = max_windows;
+    const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
+    const kvevict::PerplexityRow& row = rows.back();
+    *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
+  });
+}
+
+}  // extern "C"
