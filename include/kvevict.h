@@ -1,8 +1,7 @@
 /* kvevict -- the plain C API (C99) of the core library (libkvevict-core:
  * policies and the registry), for embedding in inference engines.
- * pkg-config kvevict-core; CMake kvevict::core. The evaluation's C API is in
- * <kvevict_eval.h> (libkvevict-eval), the real model's in <kvevict_model.h>
- * (libkvevict-model).
+ * pkg-config kvevict-core; CMake kvevict::core. (The libraries layered above
+ * the core have C APIs of their own, in their own headers.)
  *
  * Opaque handles, status codes, and a thread-local message for the last error:
  * no C++ exception crosses this boundary. Every function returns

@@ -1,7 +1,10 @@
-/* The C API, from C99, against the installed library: every vector file
+/* The C APIs of every layer (<kvevict.h>, <kvevict_eval.h>, <kvevict_model.h>),
+ * from C99, against the installed libraries: every vector file
  * given on the command line replays through it, and each boundary error is a
  * status code with a message -- never a crash. Ends with "N passed, M failed". */
 #include <kvevict.h>
+#include <kvevict_eval.h>
+#include <kvevict_model.h>
 
 #include <math.h>
 #include <stdio.h>

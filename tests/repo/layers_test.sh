@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The layers in the source tree: each of src/<layer>/ and include/kvevict/<layer>/
+# includes only its own layer's headers and those of the layers below it
+# (core; eval on core; model on eval; report on eval), public
+# ("kvevict/<layer>/...", <kvevict_eval.h>) or private ("core/...", by its path in
+# src/); the core names no Eigen, zlib or JSON, the evaluation no Eigen or zlib;
+# and include/ has no detail/ folder (everything under it is installed).
+# The shared libraries' --no-undefined link (CMakeLists.txt) checks the same
+# order for symbols; tests/install/install_test.sh checks the installed core.
+# Usage: layers_test.sh SOURCE_DIR
+set -uo pipefail
+cd "$1" || exit 1
+declare -A allowed=([core]="core" [eval]="core eval" [model]="core eval model" [report]="core eval report")
+declare -A forbidden=([core]='Eigen/|zlib\.h|nlohmann/' [eval]='Eigen/|zlib\.h' [model]='nlohmann/' [report]='Eigen/|zlib\.h')
+declare -A c_header=([kvevict.h]=core [kvevict_eval.h]=eval [kvevict_model.h]=model)
+problems=0
+checked=0
+
+# check LAYER FILE...: each file's includes against LAYER's allowed layers.
+check() {
+  local layer=$1 file line target used
+  shift
+  for file in "$@"; do
+    checked=$((checked + 1))
+    while IFS= read -r line; do
+      target=$(sed -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/' <<<"$line")
+      used=""
+      case $target in
+        kvevict/core/* | kvevict/eval/* | kvevict/model/* | kvevict/report/*) used=${target#kvevict/}; used=${used%%/*} ;;
+        core/* | eval/* | model/* | report/*) used=${target%%/*} ;;
+        kvevict.h | kvevict_eval.h | kvevict_model.h) used=${c_header[$target]} ;;
+        kvevict/*) echo "FAIL: $file includes $target, a header outside the layers"; problems=$((problems + 1)); continue ;;
+      esac
+      if [[ -n $used && " ${allowed[$layer]} " != *" $used "* ]]; then
+        echo "FAIL: $file ($layer) includes $target ($used)"
+        problems=$((problems + 1))
+      fi
+      if grep -qE "${forbidden[$layer]}" <<<"$target"; then
+        echo "FAIL: $file ($layer) includes $target"
+        problems=$((problems + 1))
+      fi
+    done < <(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "$file")
+  done
+}
+
+for layer in core eval model report; do
+  for dir in "src/$layer" "include/kvevict/$layer"; do
+    [[ -d $dir ]] || { echo "FAIL: $dir is missing"; problems=$((problems + 1)); continue; }
+    mapfile -t files < <(find "$dir" -type f \( -name '*.h' -o -name '*.cpp' \))
+    check "$layer" "${files[@]}"
+  done
+done
+for header in "${!c_header[@]}"; do
+  check "${c_header[$header]}" "include/$header"
+done
+
+# Nothing outside the layers.
+stray=$(find src include -maxdepth 1 -type f ! -name kvevict.h ! -name kvevict_eval.h ! -name kvevict_model.h)
+stray+=$(find src include/kvevict -mindepth 1 -maxdepth 1 -type d ! -name core ! -name eval ! -name model ! -name report)
+if [[ -n $stray ]]; then
+  echo "FAIL: outside the layer folders:"$'\n'"$stray"
+  problems=$((problems + 1))
+fi
+details=$(find include -type d -name detail)
+if [[ -n $details ]]; then
+  echo "FAIL: include/ has a detail/ folder (everything under include/ is installed): $details"
+  problems=$((problems + 1))
+fi
+
+echo "layers: $checked files checked, $problems problems"
+[[ $problems -eq 0 ]]
