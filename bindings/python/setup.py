@@ -5,8 +5,9 @@ The module is built by the project's own CMake, configured from the
 repository root with the tests, benchmarks and Node addon off, and only the
 kvevict_python target built; the .so it leaves in <cmake build>/python/kvevict/
 is copied where setuptools packs it. Why CMake rather than setuptools
-compiling the sources itself (pybind11.setup_helpers): the C++ core is about
-thirty sources (a glob over src/core/policies/ among them) with Highway's
+compiling the sources itself (pybind11.setup_helpers): the C++ libraries the
+module links (core, eval, model) are about forty sources in src/ (a glob over
+src/core/policies/ among them) with Highway's
 per-target dispatch, -ffp-contract=off (the canonical parity hash depends on
 it), OpenMP and the project's warning set; a second list of sources and flags
 here would drift from CMakeLists.txt the first time a source or flag changes,

@@ -3,7 +3,7 @@
 # runs them, offline with Debian's tools: a fresh
 # `python3 -m venv --system-site-packages` in a scratch folder (numpy,
 # setuptools and wheel come from Debian), `pip install --no-build-isolation
-# --no-index` (which compiles the core once through setup.py's CMake build),
+# --no-index` (which compiles the C++ libraries once through setup.py's CMake build),
 # then, from a folder where the source tree is not importable and with
 # `python -I` (no PYTHONPATH), a few calls whose results are pinned: the
 # registry, the canonical scissorhands@512 row and trace hash (they change if

@@ -2,7 +2,7 @@
 // built through the registry (find_policy(name).make(params)), so whatever the
 // registry holds is reachable from JavaScript. index.js wraps this module in
 // the public API (one class per policy, generators). Run and compare results
-// are built from the core's row schema (kvevict/eval/row_schema.h), the same walk
+// are built from the library's row schema (kvevict/eval/row_schema.h), the same walk
 // the tool's JSON comes from.
 //
 // Errors: every entry point runs inside guard(), so no C++ exception reaches

@@ -4,7 +4,7 @@
 // so every registered policy is reachable from Python by name; the named
 // classes (Scissorhands, H2O, ...) are thin subclasses defined in
 // kvevict/__init__.py. Results of run() and compare() are built by walking the
-// core's row schema (kvevict/eval/row_schema.h), the same walk the tool's JSON comes
+// library's row schema (kvevict/eval/row_schema.h), the same walk the tool's JSON comes
 // from, so the binding and the tool cannot drift apart.
 //
 // The real model (kvevict/model/model.h, kvevict/model/perplexity.h): Model, Decoder and
