@@ -273,8 +273,10 @@ export type Text = Uint8Array;
 export interface ModelConfig {
   vocab: number;
   layers: number;
-  /** Per layer. */
+  /** Query heads per layer. */
   heads: number;
+  /** KV heads per layer (grouped-query attention): layers x kvHeads caches, one policy each. */
+  kvHeads: number;
   width: number;
   ff: number;
   /** Positions the model was trained on: the window length. */
@@ -303,7 +305,7 @@ export class Decoder {
   /** Feeds a byte; the next byte's logits, a new Float32Array of `vocab` values. */
   step(token: number): Float32Array;
   /**
-   * Gives head `head` (= layer * heads + head) a fresh policy held to `budget`
+   * Gives cache `head` (= layer * kvHeads + KV head) a fresh policy held to `budget`
    * (omitted: the policy's own budget parameter); null removes it. Before the
    * first token only. The decoder keeps the policy alive and drives it: one
    * head per policy, and stepping or evicting it by hand meanwhile throws
@@ -399,7 +401,7 @@ export interface AttentionArray {
 /**
  * The full cache's attention over the first `tokens` bytes of `text` (0 or
  * omitted: as many as the context holds): shape [layers * heads, N, N], head
- * index layer * heads + head. Synchronous.
+ * index layer * kvHeads + KV head. Synchronous.
  */
 export function recordAttention(model: Model, text: Text, tokens?: number): AttentionArray;
 

@@ -427,9 +427,9 @@ int main(int argc, char** argv) {
       const auto model = Model::load(rec_model);
       const std::vector<std::uint8_t> text = read_text(rec_text);
       const std::uint32_t n = record_attention(*model, text, rec_out, rec_force, rec_tokens);
-      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} heads, {} bytes of {})\n",
+      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} bytes of {})\n",
                                rec_out, model->config().head_count(), n, n, model->config().layers,
-                               model->config().heads, n, rec_text);
+                               model->config().kv_heads, n, rec_text);
       return 0;
     }
 
@@ -445,8 +445,8 @@ int main(int argc, char** argv) {
             throw ParameterError(fmt::format("--layer {}: the model has layers 0 ... {}", *per_layer,
                                              model->config().layers - 1));
           }
-          for (std::uint32_t hd = 0; hd < model->config().heads; ++hd) {
-            views.push_back(heads[*per_layer * model->config().heads + hd].get());
+          for (std::uint32_t hd = 0; hd < model->config().kv_heads; ++hd) {
+            views.push_back(heads[*per_layer * model->config().kv_heads + hd].get());
           }
         }
       } else {

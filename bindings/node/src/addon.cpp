@@ -727,6 +727,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     out.Set("vocab", Napi::Number::New(env, c.vocab));
     out.Set("layers", Napi::Number::New(env, c.layers));
     out.Set("heads", Napi::Number::New(env, c.heads));
+    out.Set("kvHeads", Napi::Number::New(env, c.kv_heads));
     out.Set("width", Napi::Number::New(env, c.width));
     out.Set("ff", Napi::Number::New(env, c.ff));
     out.Set("context", Napi::Number::New(env, c.context));
@@ -1077,7 +1078,7 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
     const std::int64_t h = to_integer(v, what + ": head");
     if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
       throw Napi::RangeError::New(v.Env(), what + ": head (" + std::to_string(h) + ") must be in 0 ... " +
-                                               std::to_string(head_count() - 1) + " (layer * heads + head)");
+                                               std::to_string(head_count() - 1) + " (layer * kvHeads + KV head)");
     }
     return static_cast<std::uint32_t>(h);
   }

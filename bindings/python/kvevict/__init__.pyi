@@ -69,7 +69,8 @@ class VectorReport(TypedDict):
 class ModelConfig(TypedDict):
     vocab: int
     layers: int
-    heads: int  # per layer
+    heads: int  # query heads per layer
+    kv_heads: int  # KV heads per layer: layers * kv_heads caches (policy instances)
     width: int
     ff: int
     context: int  # positions the model was trained on

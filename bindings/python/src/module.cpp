@@ -530,6 +530,7 @@ py::dict config_dict(const kvevict::ModelConfig& c) {
   d["vocab"] = py::int_(c.vocab);
   d["layers"] = py::int_(c.layers);
   d["heads"] = py::int_(c.heads);
+  d["kv_heads"] = py::int_(c.kv_heads);
   d["width"] = py::int_(c.width);
   d["ff"] = py::int_(c.ff);
   d["context"] = py::int_(c.context);
@@ -586,7 +587,7 @@ class PyDecoder {
     const std::int64_t h = to_int(head, "head");
     if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
       throw py::value_error("head (" + std::to_string(h) + ") must be in 0 ... " +
-                            std::to_string(head_count() - 1) + " (layer * heads + head)");
+                            std::to_string(head_count() - 1) + " (layer * kv_heads + KV head)");
     }
     return static_cast<std::uint32_t>(h);
   }
@@ -1511,14 +1512,15 @@ number of Decoders and evaluations.
             const kvevict::ModelConfig& c = model.config();
             return "<Model " + py::repr(py::str(model.path())).cast<std::string>() +
                    ": layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) +
+                   ", kv_heads=" + std::to_string(c.kv_heads) +
                    ", width=" + std::to_string(c.width) + ", context=" + std::to_string(c.context) +
                    ", " + std::to_string(model.parameter_count()) + " parameters>";
           },
-          "<Model 'path': layers=..., heads=..., width=..., context=..., N parameters>.");
+          "<Model 'path': layers=..., heads=..., kv_heads=..., width=..., context=..., N parameters>.");
 
   py::class_<PyDecoder>(m, "Decoder", R"doc(
 One sequence through a Model, token by token, with a real KV cache per
-(layer, head). Head h = layer * heads + head has its own cache; give it a
+(layer, head). Head h = layer * kv_heads + KV head has its own cache; give it a
 policy with set_policy() and it holds at most `budget` positions: the
 positions the policy names are physically removed from that head's keys and
 values. Positions stay absolute (RoPE at each token's true position).
@@ -1547,7 +1549,7 @@ policy breaks the contract, RuntimeError.
           [](const DecoderSelf& self, const Int& head, const OptionalPolicy& policy,
              const OptionalInt& budget) { self.get().set_policy(head.obj, policy.obj, budget.obj); },
           py::arg("head"), py::arg("policy"), py::arg("budget") = py::none(), R"doc(
-Gives head `head` (= layer * heads + head) a policy held to `budget` (None:
+Gives head `head` (= layer * kv_heads + KV head) a policy held to `budget` (None:
 the policy's own `budget` parameter); None removes it. Only before the first
 token (RuntimeError after). The policy must be fresh and serve this head
 alone: the decoder keeps it alive and drives it, and stepping it by hand
@@ -1632,7 +1634,7 @@ policies, budgets, overrides: as for compare().
         R"doc(
 The model's full-cache attention over the first `tokens` bytes of `text` (0 =
 as many as the context holds): a new float32 array [layers * heads, N, N],
-head index layer * heads + head, row t the weights token t gave positions
+head index layer * kv_heads + KV head, row t the weights token t gave positions
 0 ... t-1 (its weight on itself left out) and zeros elsewhere. Row 0 is all
 zeros.
 )doc");
