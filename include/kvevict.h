@@ -132,6 +132,20 @@ void kvevict_string_free(char* s);
 kvevict_status kvevict_vectors_run(const char* const* paths, size_t path_count, size_t* passed,
                                    size_t* failed, char** report);
 
+/* ---- prefill compression (docs/prefill.md) -------------------------------- */
+
+/* Compresses a prompt of `length` positions once, before decoding: `window`
+ * holds the attention rows of its last `rows` positions, row-major (rows x
+ * length floats; row i is the query at position length - rows + i over
+ * positions 0 ... length-1, 0 after its diagonal). `params` are the policy's
+ * parameters without "budget". Writes the kept positions, ascending, to
+ * `kept` and their number, min(budget, length), to `kept_count`; a `capacity`
+ * below that is KVEVICT_ERROR_ARGUMENT (nothing written). A bad parameter or
+ * budget is KVEVICT_ERROR_PARAMETER, a bad window KVEVICT_ERROR_INPUT. */
+kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, size_t param_count,
+                               int64_t budget, const float* window, size_t rows, size_t length,
+                               uint32_t* kept, size_t capacity, size_t* kept_count);
+
 /* ---- a real model (model/FORMAT.md, docs/real-model.md) ------------------ */
 
 typedef struct kvevict_model kvevict_model;

@@ -4,6 +4,7 @@
 // crash (unless a later create happened to reuse its address).
 #include "kvevict.h"
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -18,6 +19,7 @@
 #include "kvevict/json.h"
 #include "kvevict/model.h"
 #include "kvevict/perplexity.h"
+#include "kvevict/prefill.h"
 #include "kvevict/registry.h"
 #include "kvevict/trace.h"
 #include "kvevict/vectors.h"
@@ -427,6 +429,30 @@ kvevict_status kvevict_vectors_run(const char* const* paths, size_t path_count, 
       for (const auto& f : result.failures) text += kvevict::describe(f) + "\n";
       *report = copy_string(text);
     }
+  });
+}
+
+kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, size_t param_count,
+                               int64_t budget, const float* window, size_t rows, size_t length,
+                               uint32_t* kept, size_t capacity, size_t* kept_count) {
+  return guard([&] {
+    constexpr const char* kWhat = "kvevict_prefill";
+    need(policy, kWhat, "policy");
+    need(kept_count, kWhat, "kept_count");
+    const kvevict::ParamMap map = param_map(params, param_count, kWhat);
+    if (rows != 0 && length > SIZE_MAX / sizeof(float) / rows) {
+      throw kvevict::InputError(fmt::format("prefill: a window of {} rows by {} positions is too large", rows, length));
+    }
+    if (rows * length > 0) need(window, kWhat, "window");
+    const std::span<const float> weights(window, rows * length);
+    const auto result = kvevict::prefill(policy, map, budget, {weights, rows, length});
+    if (capacity < result.size()) {
+      throw ArgumentError(fmt::format("{}: capacity ({}) is smaller than the {} positions kept", kWhat,
+                                      capacity, result.size()));
+    }
+    if (!result.empty()) need(kept, kWhat, "kept");
+    std::copy(result.begin(), result.end(), kept);
+    *kept_count = result.size();
   });
 }
 

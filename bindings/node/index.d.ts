@@ -418,6 +418,24 @@ export interface PersistenceRow {
 /** The persistence of importance (Scissorhands, section 3), one row per lag (each in 1 ... N-1). */
 export function persistence(attention: AttentionArray, lags: readonly number[]): PersistenceRow[];
 
+/**
+ * Prefill compression (docs/prefill.md): the positions, ascending, that `policy`
+ * keeps of a prompt of n positions, at most `budget` of them (all of them when
+ * budget >= n). `window[i]` is the attention of the query at position
+ * n - window.length + i over positions 0 ... n-1 (its own included), 0 after
+ * its diagonal; every row has n weights. `params` are the policy's, without
+ * budget. Throws ParameterError (unknown policy, bad parameter or budget),
+ * InputError (a bad window: shape, a NaN, infinite or negative weight, or a
+ * weight after the diagonal), RangeError (rows of different lengths, a
+ * negative budget) or TypeError.
+ */
+export function prefill(
+  policy: string,
+  window: readonly (Float32Array | readonly number[])[],
+  budget: number,
+  params?: Params,
+): Position[];
+
 /** Base of the errors the core throws on purpose. */
 export class KvevictError extends Error {
   constructor(message: string);

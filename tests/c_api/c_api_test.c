@@ -188,6 +188,37 @@ static void real_model(void) {
   CHECK(kvevict_model_get_config(model, &config) == KVEVICT_ERROR_ARGUMENT);
 }
 
+/* Prefill compression through C: the hand-worked H2O case of vectors/prefill.json
+ * (a one-off spike at position 0 keeps its large sum), and the boundary errors. */
+static void prefill(void) {
+  const float window[] = {0.75f, 0.125f, 0.0625f, 0.0625f, 0.0f,   0.0f,   /* query 3 */
+                          0.0f,  0.25f,  0.25f,   0.25f,   0.25f,  0.0f,   /* query 4 */
+                          0.0f,  0.25f,  0.25f,   0.125f,  0.125f, 0.25f}; /* query 5 */
+  const kvevict_param params[] = {{"recentWindow", 1}};
+  const kvevict_param with_budget[] = {{"budget", 3}};
+  uint32_t kept[8];
+  size_t n = 0;
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 3 && kept[0] == 0 && kept[1] == 1 && kept[2] == 5);
+  CHECK(kvevict_prefill("scissorhands", params, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 3 && kept[0] == 1 && kept[1] == 2 && kept[2] == 5);
+  CHECK(kvevict_prefill("tova", NULL, 0, 6, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 6 && kept[0] == 0 && kept[5] == 5);
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 3, 6, kept, 2, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("capacity (2) is smaller than the 3 positions kept"));
+  CHECK(kvevict_prefill("h2o", params, 1, 0, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("prefill: budget (0) must be at least 1"));
+  CHECK(kvevict_prefill("h2o", with_budget, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("pass the budget as prefill's own argument"));
+  /* The same 18 floats read as 2 rows of 9: row 0 is query 7, and column 8 is not 0. */
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 2, 9, kept, 8, &n) == KVEVICT_ERROR_INPUT);
+  CHECK(error_contains("row 0 column 8 is 0.25, after the diagonal"));
+  CHECK(kvevict_prefill("h2o", params, 1, 3, NULL, 3, 6, kept, 8, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("kvevict_prefill: window is NULL"));
+  CHECK(kvevict_prefill("lru", NULL, 0, 3, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("unknown policy 'lru'"));
+}
+
 int main(int argc, char** argv) {
   size_t vpassed = 0;
   size_t vfailed = 0;
@@ -197,6 +228,7 @@ int main(int argc, char** argv) {
   bad_input();
   trace_and_harness();
   real_model();
+  prefill();
   if (argc > 1) {
     CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
                               &report) == KVEVICT_OK);

@@ -50,6 +50,7 @@ from ._kvevict import (
     perplexity,
     persistence,
     policies,
+    prefill,
     pyramid_budget,
     record_attention,
     row_schema,
@@ -90,6 +91,7 @@ __all__ = [
     "compare_model",
     "record_attention",
     "persistence",
+    "prefill",
     "__version__",
 ]
 

@@ -43,6 +43,7 @@
 #include "kvevict/perplexity.h"
 #include "kvevict/persistence.h"
 #include "kvevict/policies/pyramidkv.h"
+#include "kvevict/prefill.h"
 #include "kvevict/registry.h"
 #include "kvevict/row_schema.h"
 #include "kvevict/simd.h"
@@ -1118,6 +1119,46 @@ py::array_t<float> model_record(const ModelArg& model_arg, const Text& text_arg,
   return out;
 }
 
+// Prefill compression (kvevict/prefill.h): `window` is [rows, n], converted
+// to float32 C order if it is not already. A bad window raises ValueError (the
+// core's InputError message unchanged), like a bad parameter.
+py::list prefill_positions(const Str& policy_arg, const AttentionStack& window_arg, const Int& budget_arg,
+                           const py::kwargs& kwargs) {
+  using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  const std::string name = to_str(policy_arg.obj, "policy");
+  const kvevict::PolicyInfo& info = kvevict::find_policy(name);
+  const kvevict::ParamMap params = params_of(info, kwargs);
+  const std::int64_t budget = to_int(budget_arg.obj, "budget");
+  const py::handle obj = window_arg.obj;
+  const py::array arr = py::array::ensure(obj);
+  if (!arr || arr.ndim() == 0) {
+    throw py::type_error("window must be a [rows, n] array of attention weights, got " + type_name(obj) +
+                         " (" + short_repr(obj) + ")");
+  }
+  check_numeric(arr, obj);
+  if (arr.ndim() != 2) {
+    std::string shape = "(";
+    for (py::ssize_t d = 0; d < arr.ndim(); ++d) shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
+    shape += arr.ndim() == 1 ? ",)" : ")";
+    throw py::value_error("window must be 2-D, [rows, n]: row i is the attention of query n - rows + i "
+                          "over the prompt's n positions; got shape " + shape);
+  }
+  const Convert weights = Convert::ensure(arr);
+  if (!weights) throw py::type_error("window could not be converted to float32");
+  const auto rows = static_cast<std::size_t>(arr.shape(0));
+  const auto n = static_cast<std::size_t>(arr.shape(1));
+  const kvevict::PrefillWindow window{{weights.data(), rows * n}, rows, n};
+  std::vector<kvevict::Position> kept;
+  try {
+    kept = without_gil([&] { return kvevict::prefill(info.name, params, budget, window); });
+  } catch (const kvevict::InputError& e) {
+    throw py::value_error(e.what());
+  }
+  py::list out;
+  for (const kvevict::Position p : kept) out.append(p);
+  return out;
+}
+
 py::list attention_persistence(const AttentionStack& attention, const IntList& lags_arg) {
   using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
   const py::handle obj = attention.obj;
@@ -1637,6 +1678,17 @@ as many as the context holds): a new float32 array [layers * heads, N, N],
 head index layer * kv_heads + KV head, row t the weights token t gave positions
 0 ... t-1 (its weight on itself left out) and zeros elsewhere. Row 0 is all
 zeros.
+)doc");
+
+  m.def("prefill", &prefill_positions, py::arg("policy"), py::arg("window"), py::arg("budget"), R"doc(
+Prefill compression (docs/prefill.md): the positions, ascending, that
+`policy` keeps of a prompt of n positions, at most `budget` of them (all of
+them when budget >= n). `window` is [rows, n]: row i is the attention of the
+query at position n - rows + i over positions 0 ... n-1 (its own position
+included), 0 after its diagonal. Parameters are keywords, snake_case or
+camelCase, without budget. Raises ValueError for an unknown policy, a bad
+parameter or budget, or a bad window (shape, a NaN, infinite or negative
+weight, or a weight after the diagonal).
 )doc");
 
   m.def("persistence", &attention_persistence, py::arg("attention"), py::arg("lags"), R"doc(
