@@ -293,9 +293,9 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   const std::uint32_t shortest = *std::min_element(request.lengths.begin(), request.lengths.end());
   for (const std::int64_t b : request.budgets) {
     if (b < 1) throw InputError(fmt::format("tasks: budget {} must be at least 1", b));
-    if (b >= shortest) {
-      throw InputError(fmt::format("tasks: budget {} is not below the context length {}: nothing would be evicted",
-                                   b, shortest));
+    if (b > shortest) {
+      throw InputError(fmt::format("tasks: budget {} is above the context length {}: nothing could be evicted", b,
+                                   shortest));
     }
   }
   // The configurations: the full cache, then policy x budget x moment.

@@ -28,12 +28,7 @@ namespace {
 
 using testing::source_dir;
 
-// KVEVICT_MODEL_DIR points the tests at a freshly trained model before it is
-// committed; by default they check the committed one.
-std::filesystem::path model_dir() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : source_dir() / "model";
-}
+using testing::model_dir;
 
 std::shared_ptr<const Model> committed_model() {
   static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");

@@ -23,6 +23,7 @@
 #include "kvevict/model.h"
 #include "kvevict/npy.h"
 #include "kvevict/perplexity.h"
+#include "kvevict/tasks.h"
 #include "kvevict/persistence.h"
 #include "kvevict/registry.h"
 #include "kvevict/row_schema.h"
@@ -48,21 +49,34 @@ ProgressFn progress_for(const std::string& what) {
 
 // Progress for the model's work (minutes, not seconds): a live line on a
 // terminal, a line every tenth of the way otherwise (logs, CI).
-ProgressFn model_progress(const std::string& what) {
+ProgressFn model_progress(const std::string& what, const std::string& unit = "windows") {
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto last = std::make_shared<std::uint32_t>(0);
-  return [what, tty, last](std::uint32_t done, std::uint32_t total) {
+  return [what, unit, tty, last](std::uint32_t done, std::uint32_t total) {
     if (tty) {
-      std::fprintf(stderr, "\r%s: %u/%u windows", what.c_str(), done, total);
+      std::fprintf(stderr, "\r%s: %u/%u %s", what.c_str(), done, total, unit.c_str());
       if (done == total) std::fprintf(stderr, "\r\033[K");
       return;
     }
     const std::uint32_t tenth = done * 10 / total;
     if (tenth != *last || done == total) {
       *last = tenth;
-      std::fprintf(stderr, "%s: %u/%u windows\n", what.c_str(), done, total);
+      std::fprintf(stderr, "%s: %u/%u %s\n", what.c_str(), done, total, unit.c_str());
     }
   };
+}
+
+// "a,b,c" -> {a, b, c}; an empty item is an error naming the option.
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (out.back().empty()) throw ParameterError(fmt::format("{}: empty item in '{}'", option, text));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
 }
 
 ParamMap parse_sets(const std::vector<std::string>& sets) {
@@ -191,6 +205,50 @@ int main(int argc, char** argv) {
   ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // tasks
+  std::string task_model;
+  std::string task_text;
+  std::string task_names_arg = "passkey";
+  std::string task_lengths = "1024";
+  std::string task_policies = "all";
+  std::string task_budgets = "128";
+  std::string task_moments = "decode";
+  std::vector<std::string> task_sets;
+  std::uint32_t task_depths = 5;
+  std::uint32_t task_samples = 20;
+  std::uint32_t task_seed = 1;
+  std::uint32_t task_window = 32;
+  std::string task_format = "markdown";
+  auto* tasks_cmd = app.add_subcommand(
+      "tasks",
+      "Retrieval tasks (passkey, multikey, multivalue, vartrack, copy) answered by a model (.kvm) with "
+      "greedy decoding while its cache is compressed: exact-match accuracy by policy, budget, moment, length "
+      "and needle depth");
+  tasks_cmd->add_option("--model", task_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  tasks_cmd->add_option("--text", task_text, "filler text the needles are hidden in, e.g. model/heldout-sample.txt")
+      ->required();
+  tasks_cmd->add_option("--tasks", task_names_arg, "comma-separated: passkey, multikey, multivalue, vartrack, copy, or all")
+      ->capture_default_str();
+  tasks_cmd->add_option("--lengths", task_lengths, "sample lengths in bytes, comma-separated (at most the model's context)")
+      ->capture_default_str();
+  tasks_cmd->add_option("--policies", task_policies, "comma-separated names, all, or none (the full cache only)")
+      ->capture_default_str();
+  tasks_cmd->add_option("--budgets", task_budgets, "comma-separated budgets (positions per cache)")->capture_default_str();
+  tasks_cmd->add_option("--moments", task_moments,
+                        "when the cache is compressed: decode (token by token), prefill (once, before the question), "
+                        "prefill-query (once, after it); comma-separated")
+      ->capture_default_str();
+  tasks_cmd->add_option("--set", task_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  tasks_cmd->add_option("--depths", task_depths, "needle depths per length, spread evenly")
+      ->check(CLI::Range(1U, 100U))->capture_default_str();
+  tasks_cmd->add_option("--samples", task_samples, "samples per task x length x depth")
+      ->check(CLI::Range(1U, 100000U))->capture_default_str();
+  tasks_cmd->add_option("--seed", task_seed, "samples are reproducible from this seed")->capture_default_str();
+  tasks_cmd->add_option("--window", task_window, "prefill moments: attention rows the compression scores from")
+      ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
+  tasks_cmd->add_option("--format", task_format, "markdown, json or csv")
+      ->check(CLI::IsMember({"markdown", "json", "csv"}))->capture_default_str();
 
   // record
   std::string rec_model;
@@ -420,6 +478,47 @@ int main(int argc, char** argv) {
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
       cli::print_perplexity(std::cout, rows, ppl_format, false);
+      return 0;
+    }
+
+    if (tasks_cmd->parsed()) {
+      const auto model = Model::load(task_model);
+      const std::vector<std::uint8_t> text = read_text(task_text);
+      TaskRequest request;
+      request.tasks.clear();
+      if (task_names_arg == "all") {
+        request.tasks = task_names();
+      } else {
+        for (const std::string& t : split_list(task_names_arg, "--tasks")) request.tasks.push_back(t);
+      }
+      request.lengths.clear();
+      for (const std::int64_t l : parse_integer_list(task_lengths, "--lengths")) {
+        if (l < 1 || l > std::int64_t{1} << 20) throw ParameterError(fmt::format("--lengths: {} is not a length", l));
+        request.lengths.push_back(static_cast<std::uint32_t>(l));
+      }
+      if (task_policies == "none") {
+        request.budgets.clear();
+      } else {
+        request.policies = parse_policy_list(task_policies);
+        request.budgets = parse_integer_list(task_budgets, "--budgets");
+      }
+      request.moments.clear();
+      for (const std::string& m : split_list(task_moments, "--moments")) request.moments.push_back(parse_moment(m));
+      request.overrides = parse_sets(task_sets);
+      request.depths = task_depths;
+      request.samples = task_samples;
+      request.seed = task_seed;
+      request.window = task_window;
+      ModelRunOptions options;
+      options.progress = model_progress("tasks", "answers");
+      const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
+      if (task_format == "json") {
+        std::cout << tasks_json(rows);
+      } else if (task_format == "csv") {
+        std::cout << tasks_csv(rows);
+      } else {
+        std::cout << tasks_markdown(rows);
+      }
       return 0;
     }
 
