@@ -22,6 +22,7 @@
 #include "kvevict/json.h"
 #include "kvevict/model.h"
 #include "kvevict/npy.h"
+#include "kvevict/paged.h"
 #include "kvevict/perplexity.h"
 #include "kvevict/tasks.h"
 #include "kvevict/persistence.h"
@@ -103,6 +104,43 @@ void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int
   cmd->add_option("--steps", steps, "replay only the first N decode steps");
 }
 
+// --block-size, --start-blocks, --recent-blocks, --block-score, --layer-budget,
+// --head-floor (docs/paged.md); parsed here, checked by the library.
+struct PagedFlags {
+  std::int64_t block_size = 0;
+  std::int64_t start_blocks = 0;
+  std::int64_t recent_blocks = 0;
+  std::string block_score = "sum";
+  bool layer_budget = false;
+  std::int64_t head_floor = -1;
+};
+
+void add_paged_options(CLI::App* cmd, PagedFlags& f) {
+  cmd->add_option("--block-size", f.block_size,
+                  "evict whole blocks of N positions (paged KV cache); the budget must be a whole number of blocks");
+  cmd->add_option("--start-blocks", f.start_blocks, "with --block-size: the first N blocks are never evicted");
+  cmd->add_option("--recent-blocks", f.recent_blocks,
+                  "with --block-size: the last N full blocks are never evicted (the partial block never is)");
+  cmd->add_option("--block-score", f.block_score, "with --block-size: a block's score from its positions' "
+                                                  "scores: sum, mean, max or normsum (each over its steps held)");
+  cmd->add_flag("--layer-budget", f.layer_budget,
+                "the trace's heads share budget x heads positions; the lowest-scoring across heads go");
+  cmd->add_option("--head-floor", f.head_floor,
+                  "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
+}
+
+PagedOptions paged_of(const PagedFlags& f) {
+  PagedOptions p;
+  p.block_size = f.block_size;
+  p.start_blocks = f.start_blocks;
+  p.recent_blocks = f.recent_blocks;
+  p.block_score = parse_block_score(f.block_score);
+  p.layer_budget = f.layer_budget;
+  p.head_floor = f.head_floor;
+  check_paged(p);
+  return p;
+}
+
 int cmd_list(const std::string& format) {
   if (format == "json") {
     nlohmann::json out = nlohmann::json::array();
@@ -155,6 +193,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--budget", run_budget, "positions held after each eviction (default: the policy's, 512)");
   run_cmd->add_option("--set", run_sets, "parameter as KEY=VALUE, e.g. recentWindow=64 (repeatable)");
   add_trace_options(run_cmd, run_trace, run_steps);
+  PagedFlags run_paged;
+  add_paged_options(run_cmd, run_paged);
   run_cmd->add_option("--format", run_format, "table, json or csv")
       ->check(CLI::IsMember({"table", "json", "csv"}))->capture_default_str();
 
@@ -170,6 +210,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--policies", cmp_policies, "comma-separated names, or all")->capture_default_str();
   cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  PagedFlags cmp_paged;
+  add_paged_options(cmp, cmp_paged);
   add_trace_options(cmp, cmp_trace, cmp_steps);
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
@@ -413,8 +455,9 @@ int main(int argc, char** argv) {
         if (k == "budget") budget = v;
       }
       if (run_budget) budget = *run_budget;
-      const std::vector<RunRow> rows =
-          evaluate({{run_policy, params, budget}}, options_of(run_trace, run_steps, "run"));
+      EvaluateOptions options = options_of(run_trace, run_steps, "run");
+      options.paged = paged_of(run_paged);
+      const std::vector<RunRow> rows = evaluate({{run_policy, params, budget}}, options);
       if (run_format == "json") {
         std::cout << run_json(rows.front()) << '\n';
       } else if (run_format == "csv") {
@@ -426,6 +469,9 @@ int main(int argc, char** argv) {
     }
 
     if (cmp->parsed() && !cmp_model.empty()) {
+      if (paged_of(cmp_paged).active()) {
+        throw ParameterError("--block-size and --layer-budget replay a trace; with --model they are not supported yet");
+      }
       if (cmp->count("--trace") + cmp->count("--steps") > 0) {
         throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
       }
@@ -570,8 +616,9 @@ int main(int argc, char** argv) {
       request.policies = parse_policy_list(cmp_policies);
       request.budgets = parse_integer_list(cmp_budgets, "--budgets");
       request.overrides = parse_sets(cmp_sets);
-      const std::vector<RunRow> rows =
-          compare(request, options_of(cmp_trace, cmp_steps, "compare"));
+      EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
+      options.paged = paged_of(cmp_paged);
+      const std::vector<RunRow> rows = compare(request, options);
       if (cmp_format == "json") {
         std::cout << rows_json(rows) << '\n';
         return 0;

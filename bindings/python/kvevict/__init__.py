@@ -40,7 +40,9 @@ import inspect
 from typing import Any, Dict, Type
 
 from ._kvevict import (
+    BlockEvictor,
     Decoder,
+    LayerBudget,
     Model,
     Policy,
     TraceIterator,
@@ -65,6 +67,8 @@ from ._kvevict import (
 
 __all__ = [
     "Policy",
+    "BlockEvictor",
+    "LayerBudget",
     "Scissorhands",
     "H2O",
     "StreamingLLM",
