@@ -1,5 +1,6 @@
 /* kvevict -- the plain C API (C99) of the core library (libkvevict-core:
- * policies and the registry), for embedding in inference engines.
+ * policies, the registry, prefill compression, block eviction and layer
+ * budgets), for embedding in inference engines.
  * pkg-config kvevict-core; CMake kvevict::core. (The libraries layered above
  * the core have C APIs of their own, in their own headers.)
  *
@@ -84,6 +85,75 @@ kvevict_status kvevict_policy_name(const kvevict_policy* policy, const char** na
  * "sinkCount". A query the policy lacks is KVEVICT_ERROR_ARGUMENT. */
 kvevict_status kvevict_policy_query(const kvevict_policy* policy, const char* query,
                                     const int64_t* args, size_t arg_count, double* result);
+
+/* ---- prefill compression (docs/prefill.md) -------------------------------- */
+
+/* Compresses a prompt of `length` positions once, before decoding: `window`
+ * holds the attention rows of its last `rows` positions, row-major (rows x
+ * length floats; row i is the query at position length - rows + i over
+ * positions 0 ... length-1, 0 after its diagonal). `params` are the policy's
+ * parameters without "budget". Writes the kept positions, ascending, to
+ * `kept` and their number, min(budget, length), to `kept_count`; a `capacity`
+ * below that is KVEVICT_ERROR_ARGUMENT (nothing written). A bad parameter or
+ * budget is KVEVICT_ERROR_PARAMETER, a bad window KVEVICT_ERROR_INPUT. */
+kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, size_t param_count,
+                               int64_t budget, const float* window, size_t rows, size_t length,
+                               uint32_t* kept, size_t capacity, size_t* kept_count);
+
+/* ---- paged caches: block eviction and layer budgets (docs/paged.md) ------ */
+
+/* One policy instance driven in whole blocks, for one (layer, KV head) of a
+ * paged cache. block_score: "sum", "mean", "max" or "normsum" (NULL: sum).
+ * The policy's budget is block_budget * block_size. */
+typedef struct kvevict_block_params {
+  int64_t block_size;    /* tokens per block, >= 1 */
+  int64_t start_blocks;  /* the first blocks, never evicted */
+  int64_t recent_blocks; /* the last full blocks, never evicted (the partial block never is) */
+  int64_t block_budget;  /* blocks held after each eviction */
+  const char* block_score;
+} kvevict_block_params;
+
+typedef struct kvevict_block_evictor kvevict_block_evictor;
+
+kvevict_status kvevict_block_evictor_create(const char* policy, const kvevict_param* params, size_t param_count,
+                                            const kvevict_block_params* block, kvevict_block_evictor** out);
+kvevict_status kvevict_block_evictor_destroy(kvevict_block_evictor* evictor);
+/* As kvevict_policy_on_decode_step (attn NULL: absent). */
+kvevict_status kvevict_block_evictor_on_decode_step(kvevict_block_evictor* evictor, int64_t pos, const float* attn,
+                                                    size_t attn_len);
+/* Evicts whole blocks down to block_budget; writes the evicted logical block
+ * indices (numbered before the call), ascending, into blocks[0 .. *count).
+ * `capacity` must be at least the blocks held (kvevict_block_evictor_counts). */
+kvevict_status kvevict_block_evictor_evict(kvevict_block_evictor* evictor, int64_t block_budget, uint32_t* blocks,
+                                           size_t capacity, size_t* count);
+/* Of the last evict: for each surviving block (numbered after it, the partial
+ * one included), the positions removed before it -- how far its keys moved. */
+kvevict_status kvevict_block_evictor_removed_before(const kvevict_block_evictor* evictor, uint32_t* out,
+                                                    size_t capacity, size_t* count);
+/* Of the last evict: the evicted positions, ascending. */
+kvevict_status kvevict_block_evictor_evicted_positions(const kvevict_block_evictor* evictor, uint32_t* out,
+                                                       size_t capacity, size_t* count);
+/* Positions and blocks held (the last block may be partial). */
+kvevict_status kvevict_block_evictor_counts(const kvevict_block_evictor* evictor, size_t* positions, size_t* blocks);
+
+/* One budget per layer shared by its KV heads (AdaKV-style): the lowest
+ * scores across heads go, each head keeping at least head_floor (-1: a fifth
+ * of the fair share, layer_budget / (5 * heads)). */
+typedef struct kvevict_layer_budget kvevict_layer_budget;
+
+kvevict_status kvevict_layer_budget_create(const char* policy, const kvevict_param* params, size_t param_count,
+                                           int64_t heads, int64_t layer_budget, int64_t head_floor,
+                                           kvevict_layer_budget** out);
+kvevict_status kvevict_layer_budget_destroy(kvevict_layer_budget* layer);
+/* One decode step of one head; step every head once per decode step. */
+kvevict_status kvevict_layer_budget_on_decode_step(kvevict_layer_budget* layer, size_t head, int64_t pos,
+                                                   const float* attn, size_t attn_len);
+/* Evicts so the heads hold at most layer_budget together; *evicted gets how many went. */
+kvevict_status kvevict_layer_budget_evict(kvevict_layer_budget* layer, int64_t layer_budget, size_t* evicted);
+/* Of the last evict: head's victims, ascending. */
+kvevict_status kvevict_layer_budget_victims(const kvevict_layer_budget* layer, size_t head, uint32_t* out,
+                                            size_t capacity, size_t* count);
+kvevict_status kvevict_layer_budget_kept_count(const kvevict_layer_budget* layer, size_t head, size_t* count);
 
 #ifdef __cplusplus
 }

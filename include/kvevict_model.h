@@ -26,10 +26,11 @@ kvevict_status kvevict_model_destroy(kvevict_model* model);
 typedef struct kvevict_model_config {
   uint32_t vocab;
   uint32_t layers;
-  uint32_t heads; /* per layer: layers * heads policy instances per sequence */
+  uint32_t heads; /* query heads per layer */
   uint32_t width;
   uint32_t ff;
   uint32_t context;
+  uint32_t kv_heads; /* KV heads per layer: layers * kv_heads caches, so policy instances, per sequence */
 } kvevict_model_config;
 kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config);
 

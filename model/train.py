@@ -35,6 +35,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tasks  # noqa: E402  (model/tasks.py: the task formats, shared with the benchmark)
+
 CORPUS_GLOB = "/usr/share/doc/linux-doc-6.1/html/_sources/**/*.rst.txt"
 HOLDOUT_EVERY = 50
 REFERENCE_PROMPT = (b"The kernel keeps a cache of recently used pages so that "
@@ -46,6 +49,7 @@ class Config:
         self.vocab = 256
         self.layers = 4
         self.heads = 4
+        self.kv_heads = 2  # grouped-query attention: query heads h uses KV head h // (heads / kv_heads)
         self.width = 128
         self.ff = 512
         self.context = 1024
@@ -88,7 +92,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.attn_norm = RMSNorm(cfg.width, cfg.norm_eps)
-        self.qkv = nn.Linear(cfg.width, 3 * cfg.width, bias=False)
+        self.qkv = nn.Linear(cfg.width, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
         self.proj = nn.Linear(cfg.width, cfg.width, bias=False)
         self.mlp_norm = RMSNorm(cfg.width, cfg.norm_eps)
         self.up = nn.Linear(cfg.width, cfg.ff, bias=False)
@@ -96,13 +100,16 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, mask):
         B, T, C = x.shape
-        H, D = self.cfg.heads, self.cfg.head_dim
-        q, k, v = self.qkv(self.attn_norm(x)).split(C, dim=-1)
+        H, G, D = self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim
+        q, k, v = self.qkv(self.attn_norm(x)).split([H * D, G * D, G * D], dim=-1)
         # Scaling q rather than the T x T scores saves a pass over the largest
         # tensor; the C++ engine does the same so rounding matches.
         q = apply_rope(q.view(B, T, H, D).transpose(1, 2), cos, sin) * (1.0 / math.sqrt(D))
-        k = apply_rope(k.view(B, T, H, D).transpose(1, 2), cos, sin)
-        v = v.view(B, T, H, D).transpose(1, 2)
+        k = apply_rope(k.view(B, T, G, D).transpose(1, 2), cos, sin)
+        v = v.view(B, T, G, D).transpose(1, 2)
+        if G != H:  # query heads share their group's keys and values
+            k = k.repeat_interleave(H // G, dim=1)
+            v = v.repeat_interleave(H // G, dim=1)
         att = torch.softmax((q @ k.transpose(-1, -2)).masked_fill_(mask, float("-inf")), dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
@@ -137,7 +144,7 @@ class Model(nn.Module):
 
 # --- the weights file (model/FORMAT.md) ------------------------------------
 MAGIC = b"KVEVMODL"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: KV heads in the first reserved word (grouped-query attention)
 
 
 def tensor_list(model):
@@ -158,7 +165,7 @@ def write_weights(model, path):
     cfg = model.cfg
     body = bytearray()
     body += struct.pack("<8I", cfg.vocab, cfg.layers, cfg.heads, cfg.width, cfg.ff,
-                        cfg.context, 0, 0)
+                        cfg.context, cfg.kv_heads, 0)
     body += struct.pack("<2f", cfg.rope_base, cfg.norm_eps)
     tensors = tensor_list(model)
     body += struct.pack("<I", len(tensors))
@@ -176,15 +183,16 @@ def write_weights(model, path):
     os.replace(tmp, path)
 
 
-def read_weights(model, path):
-    """Loads a .kvm written by write_weights into `model` (same configuration)."""
+def read_tensors(path):
+    """Every tensor of a .kvm file (version 1 or 2) by name, and its configuration words."""
     blob = open(path, "rb").read()
     if blob[:8] != MAGIC or zlib.crc32(blob[:-4]) & 0xFFFFFFFF != struct.unpack("<I", blob[-4:])[0]:
         sys.exit(f"train.py: {path}: not an intact .kvm file")
+    words = struct.unpack_from("<8I", blob, 20)
     at = 8 + 4 + 8 + 8 * 4 + 2 * 4
     (count,) = struct.unpack_from("<I", blob, at)
     at += 4
-    tensors = dict(tensor_list(model))
+    out = {}
     for _ in range(count):
         (n,) = struct.unpack_from("<I", blob, at)
         name = blob[at + 4: at + 4 + n].decode()
@@ -193,10 +201,31 @@ def read_weights(model, path):
         shape = struct.unpack_from(f"<{ndim}I", blob, at + 4)
         at += 4 + 4 * ndim
         size = int(np.prod(shape))
-        data = np.frombuffer(blob, dtype="<f4", count=size, offset=at).reshape(shape)
+        out[name] = np.frombuffer(blob, dtype="<f4", count=size, offset=at).reshape(shape).copy()
         at += 4 * size
+    return words, out
+
+
+def read_weights(model, path):
+    """Loads a .kvm into `model`. A file with one KV head per query head (the
+    version-1 model) initialises a grouped model too: KV head g starts from
+    query head g * heads / kv_heads's keys and values."""
+    cfg = model.cfg
+    _, saved = read_tensors(path)
+    tensors = dict(tensor_list(model))
+    for name, data in saved.items():
+        target = tensors[name]
+        if name.endswith(".qkv") and tuple(data.shape) != tuple(target.shape):
+            H, G, D, W = cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.width
+            if data.shape != (3 * W, W):
+                sys.exit(f"train.py: {path}: {name} has shape {data.shape}, cannot initialise {tuple(target.shape)}")
+            q, k, v = data[:W], data[W:2 * W], data[2 * W:]
+            pick = [g * (H // G) for g in range(G)]
+            k = np.concatenate([k[h * D:(h + 1) * D] for h in pick])
+            v = np.concatenate([v[h * D:(h + 1) * D] for h in pick])
+            data = np.concatenate([q, k, v])
         with torch.no_grad():
-            tensors[name].copy_(torch.from_numpy(data.copy()))
+            target.copy_(torch.from_numpy(data))
 
 
 def write_npy(path, array):
@@ -236,21 +265,111 @@ def evaluate(model, data, context, max_windows, batch=8):
     return total / count / math.log(2.0)  # bits per byte
 
 
+class Batches:
+    """Training samples by kind, from one seeded generator (saved in checkpoints)."""
+
+    # Mixture shares (phase kind "mix"): natural text keeps the model a
+    # language model; dense copy pairs keep induction heads sharp; the tasks
+    # teach it to look far back for a stated fact.
+    MIX = (("text", 0.35), ("copypairs", 0.15), ("passkey", 0.16), ("multikey", 0.12),
+           ("multivalue", 0.08), ("vartrack", 0.06), ("copy", 0.08))
+    ANSWER_WEIGHT = 4.0
+
+    def __init__(self, rng, text):
+        self.rng, self.text = rng, text
+
+    def filler(self, n):
+        s = int(self.rng.integers(0, len(self.text) - n - 1))
+        return bytes(self.text[s:s + n])
+
+    def sample(self, kind, length):
+        n = length + 1
+        if kind == "text":
+            return np.frombuffer(self.filler(n), dtype=np.uint8), np.ones(n, np.float32)
+        if kind == "copypairs":
+            data, w = tasks.copy_pairs(self.rng, n, self.filler)
+            return np.frombuffer(data, dtype=np.uint8), w
+        prompt, answer, _, data = tasks.build(self.rng, kind, n, self.filler)
+        w = np.ones(n, np.float32)
+        w[len(prompt):len(prompt) + len(answer) + 1] = self.ANSWER_WEIGHT
+        return np.frombuffer(data, dtype=np.uint8), w
+
+    def batch(self, kind, count, length):
+        kinds = [k for k, _ in self.MIX]
+        p = np.array([s for _, s in self.MIX])
+        rows, weights = [], []
+        for _ in range(count):
+            k = kind if kind != "mix" else kinds[int(self.rng.choice(len(kinds), p=p / p.sum()))]
+            r, w = self.sample(k, length)
+            rows.append(r)
+            weights.append(w)
+        x = torch.from_numpy(np.stack(rows).astype(np.int64))
+        # weights[i] scores predicting byte i, which is target i - 1
+        wt = torch.from_numpy(np.stack(weights)[:, 1:])
+        return x, wt
+
+
+def task_accuracy(model, held, task, length, samples, seed):
+    """Exact match with the full cache, under teacher forcing: every answer
+    byte must be the model's argmax given the true bytes before it (which is
+    what greedy decoding produces). Needles at evenly spread depths; filler
+    from the held-out split."""
+    rng = np.random.default_rng(seed)
+    src = Batches(rng, held)
+    hits = 0
+    model.eval()
+    with torch.no_grad():
+        for first in range(0, samples, 8):
+            rows, spans = [], []
+            for i in range(first, min(samples, first + 8)):
+                prompt, answer, _, data = tasks.build(rng, task, length, src.filler,
+                                                      depth=(i + 0.5) / samples)
+                rows.append(np.frombuffer(data, dtype=np.uint8))
+                spans.append((len(prompt), len(answer)))
+            x = torch.from_numpy(np.stack(rows).astype(np.int64))
+            pred = model(x[:, :-1]).argmax(-1)
+            for r, (p, n) in enumerate(spans):
+                hits += bool((pred[r, p - 1:p - 1 + n] == x[r, p:p + n]).all())
+    model.train()
+    return hits / samples
+
+
+def expand_phases(text, cfg):
+    """STEPS:KIND:BATCH:LENGTH,... as one (kind, batch, length) per step."""
+    phases = []
+    for part in text.split(","):
+        try:
+            steps_, kind_, batch_, length_ = part.split(":")
+            steps_, batch_, length_ = int(steps_), int(batch_), int(length_)
+        except ValueError:
+            sys.exit(f"train.py: phase {part!r} is not STEPS:KIND:BATCH:LENGTH")
+        if length_ > cfg.context:
+            sys.exit(f"train.py: phase {part}: length {length_} is over the context {cfg.context}")
+        if kind_ not in ("text", "copypairs", "mix"):
+            sys.exit(f"train.py: phase {part}: kind {kind_!r} is not text, copypairs or mix")
+        phases += [(kind_, batch_, length_)] * steps_
+    return phases
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    # Attention over 1,024 positions costs six times as much per token as over
-    # 256 on these CPUs, so most steps train on short windows and the last ones
-    # on the full context (so RoPE sees every distance the engine will use).
-    # Every step holds 8,192 tokens: STEPSxBATCHxLENGTH per phase.
-    ap.add_argument("--phases", default="1000x32x256,100x16x512,100x8x1024")
+    # STEPS:KIND:BATCH:LENGTH per phase. kind: text (natural text only),
+    # copy (dense copy pairs: the induction bootstrap), mix (text, copy pairs
+    # and the long-range tasks of model/tasks.py).
+    ap.add_argument("--phases", default="350:copypairs:32:128,1200:mix:8:512,300:mix:8:1024")
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--init", help="continue from this .kvm (same configuration) instead of a fresh start")
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--init", help="start from this .kvm (a version-1 file initialises the grouped heads)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--checkpoint-every", type=int, default=25,
+                    help="steps between checkpoints (OUT/checkpoint.pt); a rerun resumes from it")
     ap.add_argument("--final-windows", type=int, default=10 ** 9,
                     help="held-out windows in the final evaluation (default: all)")
+    ap.add_argument("--final-samples", type=int, default=96,
+                    help="task samples per task and length in the final full-cache accuracy")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -272,57 +391,95 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
-    phases = []
-    for part in args.phases.split(","):
-        steps_, batch_, length_ = (int(v) for v in part.split("x"))
-        if length_ > cfg.context:
-            sys.exit(f"train.py: phase {part}: length {length_} is over the context {cfg.context}")
-        phases += [(batch_, length_)] * steps_
+    phases = expand_phases(args.phases, cfg)
     args.steps = len(phases)
-    warmup = max(1, args.steps // 30)
+    warmup = max(1, min(50, args.steps // 30))
 
     def lr_at(step):
         if step < warmup:
             return args.lr * (step + 1) / warmup
         p = (step - warmup) / max(1, args.steps - warmup)
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+        return args.min_lr + (args.lr - args.min_lr) * 0.5 * (1 + math.cos(math.pi * p))
 
+    os.makedirs(args.out, exist_ok=True)
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
     log_path = os.path.join(args.out, "training-log.csv")
-    log = open(log_path, "w", newline="")
+    begin, running, elapsed, history = 0, None, 0.0, []
+    if os.path.exists(ckpt_path):
+        state = torch.load(ckpt_path)
+        # A new plan may continue a checkpoint when the steps already taken
+        # are the same in both (the learning-rate schedule follows the new
+        # plan's length from here on).
+        done_before = expand_phases(state["phases"], cfg)[:state["step"]]
+        if done_before != phases[:state["step"]] or state["seed"] != args.seed:
+            sys.exit(f"train.py: {ckpt_path} was written for phases {state['phases']} seed "
+                     f"{state['seed']}, whose first {state['step']} steps differ from this plan's; "
+                     f"move it away to start afresh")
+        if state["phases"] != args.phases:
+            print(f"continuing {state['phases']} as {args.phases}", flush=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        begin, running, elapsed = state["step"], state["running"], state["elapsed"]
+        history = state.get("history", [state["phases"]])
+        print(f"resumed from {ckpt_path} at step {begin}", flush=True)
+    elif os.path.exists(log_path):
+        os.replace(log_path, log_path + ".old")
+    new_log = not os.path.exists(log_path)
+    log = open(log_path, "a", newline="")
     writer = csv.writer(log)
-    writer.writerow(["step", "seconds", "train_bits_per_byte", "heldout_bits_per_byte"])
+    if new_log:
+        writer.writerow(["step", "seconds", "kind", "length", "train_bits_per_byte",
+                         "heldout_bits_per_byte", "passkey_512", "passkey_1024", "multikey_1024"])
+
+    def checkpoint(step):
+        state = {"model": model.state_dict(), "opt": opt.state_dict(), "rng": rng.bit_generator.state,
+                 "torch_rng": torch.get_rng_state(), "step": step, "running": running,
+                 "elapsed": elapsed + time.time() - start, "phases": args.phases, "seed": args.seed,
+                 "history": history + [args.phases] if not history or history[-1] != args.phases else history}
+        torch.save(state, ckpt_path + ".tmp")
+        os.replace(ckpt_path + ".tmp", ckpt_path)
+
+    batches = Batches(rng, train)
     start = time.time()
-    T = cfg.context
-    running = None
-    for step in range(args.steps):
+    for step in range(begin, args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        nb, L = phases[step]
-        starts = rng.integers(0, len(train) - L - 1, size=nb)
-        batch = torch.from_numpy(np.stack([train[s:s + L + 1] for s in starts]).astype(np.int64))
-        logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab), batch[:, 1:].reshape(-1))
+        kind, nb, L = phases[step]
+        x, w = batches.batch(kind, nb, L)
+        logits = model(x[:, :-1])
+        per = F.cross_entropy(logits.reshape(-1, cfg.vocab), x[:, 1:].reshape(-1), reduction="none")
+        loss = (per * w.reshape(-1)).sum() / w.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        bits = loss.item() / math.log(2.0)
+        bits = per.mean().item() / math.log(2.0)
         running = bits if running is None else 0.98 * running + 0.02 * bits
         done = step + 1
+        el = elapsed + time.time() - start
         if done % 25 == 0 or done == args.steps:
-            el = time.time() - start
-            print(f"step {done}/{args.steps} (length {L})  train {running:.3f} bits/byte  "
-                  f"{el:.0f} s  eta {el / done * (args.steps - done):.0f} s", flush=True)
+            rate = (time.time() - start) / (done - begin)
+            print(f"step {done}/{args.steps} ({kind} {nb}x{L})  train {running:.3f} bits/byte  "
+                  f"{el:.0f} s  eta {rate * (args.steps - done):.0f} s", flush=True)
         if done % args.eval_every == 0 or done == args.steps:
-            hb = evaluate(model, held, T, 16)
-            writer.writerow([done, f"{time.time() - start:.1f}", f"{running:.4f}", f"{hb:.4f}"])
+            hb = evaluate(model, held, cfg.context, 8)
+            pk512 = task_accuracy(model, held, "passkey", 512, 24, 7)
+            pk = task_accuracy(model, held, "passkey", cfg.context, 24, 8)
+            mk = task_accuracy(model, held, "multikey", cfg.context, 24, 9)
+            writer.writerow([done, f"{el:.1f}", kind, L, f"{running:.4f}", f"{hb:.4f}",
+                             f"{pk512:.3f}", f"{pk:.3f}", f"{mk:.3f}"])
             log.flush()
-            print(f"  held-out {hb:.4f} bits/byte (16 windows)", flush=True)
+            print(f"  held-out {hb:.4f} bits/byte (8 windows); passkey@512 {pk512:.2f} "
+                  f"passkey@1024 {pk:.2f} multikey@1024 {mk:.2f}", flush=True)
             write_weights(model, os.path.join(args.out, "kvevict-tiny.kvm"))
+        if done % args.checkpoint_every == 0 or done == args.steps:
+            checkpoint(done)
     log.close()
-    train_seconds = time.time() - start
+    train_seconds = elapsed + time.time() - start
 
-    full_heldout = evaluate(model, held, T, args.final_windows)
+    full_heldout = evaluate(model, held, cfg.context, args.final_windows)
     write_weights(model, os.path.join(args.out, "kvevict-tiny.kvm"))
     model.eval()
     with torch.no_grad():
@@ -332,12 +489,18 @@ def main():
         f.write(REFERENCE_PROMPT)
     with open(os.path.join(args.out, "heldout-sample.txt"), "wb") as f:
         f.write(bytes(held[:16384]))
-    card = {"parameters": params, "steps": args.steps, "phases": args.phases, "lr": args.lr,
+    accuracy = {f"{t}_{n}": task_accuracy(model, held, t, n, args.final_samples, 100 + i)
+                for i, (t, n) in enumerate((t, n) for t in tasks.TASKS for n in (512, 1024))}
+    card = {"parameters": params, "steps": args.steps, "phases": args.phases,
+            "plans": history if history else [args.phases], "lr": args.lr,
+            "min_lr": args.min_lr, "init": os.path.basename(args.init) if args.init else None,
             "seed": args.seed, "threads": args.threads, "train_bytes": int(len(train)),
             "heldout_bytes": int(len(held)), "files": len(files),
             "heldout_files": len(files) // HOLDOUT_EVERY,
+            "heads": cfg.heads, "kv_heads": cfg.kv_heads,
             "train_seconds": round(train_seconds, 1),
             "heldout_bits_per_byte": round(full_heldout, 4),
+            "full_cache_accuracy_teacher_forced": accuracy,
             "torch": torch.__version__}
     with open(os.path.join(args.out, "card.json"), "w") as f:
         json.dump(card, f, indent=2)

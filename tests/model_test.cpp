@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/model/model.h"
@@ -27,12 +28,7 @@ namespace {
 
 using testing::source_dir;
 
-// KVEVICT_MODEL_DIR points the tests at a freshly trained model before it is
-// committed; by default they check the committed one.
-std::filesystem::path model_dir() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : source_dir() / "model";
-}
+using testing::model_dir;
 
 std::shared_ptr<const Model> committed_model() {
   static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
@@ -138,7 +134,7 @@ TEST(Model, ABindingBudgetChangesThePerplexity) {
       perplexity(*committed_model(), text, {{"sliding-window", {}, 8}, {"scissorhands", {}, 64}});
   EXPECT_NE(rows[1].perplexity, rows[0].perplexity);
   EXPECT_GT(rows[1].bits_per_byte, rows[0].bits_per_byte);  // 8 recent bytes lose context
-  EXPECT_EQ(rows[1].evicted, std::uint64_t{16} * (399 - 8));  // 16 heads, one a step once full
+  EXPECT_EQ(rows[1].evicted, std::uint64_t{committed_model()->config().head_count()} * (399 - 8));  // every cache, one a step once full
   EXPECT_GT(rows[2].evicted, 0U);
 }
 
@@ -223,7 +219,7 @@ TEST(Model, AnEvictedPositionIsNeverAttendedAgain) {
         for (const Position p : held) ASSERT_EQ(probes[h]->evicted.count(p), 0U);
       }
     }
-    EXPECT_EQ(decoder.evicted(), std::uint64_t{16} * (200 - kBudget)) << name;
+    EXPECT_EQ(decoder.evicted(), std::uint64_t{model->config().head_count()} * (200 - kBudget)) << name;
   }
 }
 
@@ -232,10 +228,15 @@ TEST(Model, AnEvictedPositionIsNeverAttendedAgain) {
 // attended set from the decoder; the logits must agree, which they would not
 // if the decoder rotated keys by their slot instead of their true position or
 // mixed up which values belong to which position.
+// With grouped-query attention the query heads of a group read one cache, and
+// `mean_weights` receives, per step and cache, the mean of their softmax
+// weights (what the decoder gives the cache's policy).
 std::vector<std::vector<float>> masked_reference(const Model& model, std::span<const std::uint8_t> text,
-                                                 const std::vector<std::vector<std::vector<Position>>>& masks) {
+                                                 const std::vector<std::vector<std::vector<Position>>>& masks,
+                                                 std::vector<std::vector<std::vector<double>>>* mean_weights = nullptr) {
   const ModelConfig& c = model.config();
-  const std::uint32_t d = c.head_dim(), half = d / 2, W = c.width;
+  const std::uint32_t d = c.head_dim(), half = d / 2, W = c.width, G = c.group();
+  const std::uint32_t kv_rows = c.kv_heads * d;
   std::vector<std::vector<float>> keys(c.head_count()), values(c.head_count());
   std::vector<std::vector<float>> logits;
   auto norm = [&](const std::vector<float>& x, const float* w) {
@@ -259,23 +260,29 @@ std::vector<std::vector<float>> masked_reference(const Model& model, std::span<c
     std::vector<float> x(model.embed() + std::size_t{text[t]} * W, model.embed() + (std::size_t{text[t]} + 1) * W);
     for (std::uint32_t l = 0; l < c.layers; ++l) {
       const Model::Layer& w = model.layer(l);
-      std::vector<float> qkv = mat(w.qkv, norm(x, w.attn_norm), 3 * W);
+      std::vector<float> qkv = mat(w.qkv, norm(x, w.attn_norm), W + 2 * kv_rows);
       std::vector<float> out(W, 0.0F);
-      for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
-        const std::uint32_t h = l * c.heads + hd;
-        float* q = &qkv[hd * d];
-        float* k = &qkv[W + hd * d];
+      auto rotate = [&](float* v) {
         for (std::uint32_t i = 0; i < half; ++i) {
           const double ang = t * std::pow(double(c.rope_base), -2.0 * i / d);
           const double cs = std::cos(ang), sn = std::sin(ang);
-          const double qa = q[i], qb = q[i + half], ka = k[i], kb = k[i + half];
-          q[i] = float(qa * cs - qb * sn);
-          q[i + half] = float(qa * sn + qb * cs);
-          k[i] = float(ka * cs - kb * sn);
-          k[i + half] = float(ka * sn + kb * cs);
+          const double a = v[i], b = v[i + half];
+          v[i] = float(a * cs - b * sn);
+          v[i + half] = float(a * sn + b * cs);
         }
+      };
+      if (mean_weights != nullptr && l == 0) mean_weights->emplace_back(c.head_count());
+      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+        const std::uint32_t h = l * c.kv_heads + kv;
+        float* k = &qkv[W + kv * d];
+        rotate(k);
         keys[h].insert(keys[h].end(), k, k + d);
-        values[h].insert(values[h].end(), &qkv[2 * W + hd * d], &qkv[2 * W + hd * d] + d);
+        values[h].insert(values[h].end(), &qkv[W + kv_rows + kv * d], &qkv[W + kv_rows + kv * d] + d);
+      }
+      for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
+        const std::uint32_t h = l * c.kv_heads + hd / G;  // the cache this query head reads
+        float* q = &qkv[hd * d];
+        rotate(q);
         const std::vector<Position>& allowed = masks[t][h];
         std::vector<double> s;
         for (const Position p : allowed) {
@@ -288,6 +295,11 @@ std::vector<std::vector<float>> masked_reference(const Model& model, std::span<c
         for (double& v : s) sum += (v = std::exp(v - top));
         for (std::size_t j = 0; j < allowed.size(); ++j) {
           for (std::uint32_t i = 0; i < d; ++i) out[hd * d + i] += float(s[j] / sum * values[h][allowed[j] * d + i]);
+        }
+        if (mean_weights != nullptr) {
+          std::vector<double>& mw = mean_weights->back()[h];
+          mw.resize(allowed.size(), 0.0);
+          for (std::size_t j = 0; j < allowed.size(); ++j) mw[j] += s[j] / sum / G;
         }
       }
       std::vector<float> y = mat(w.proj, out, W);
@@ -321,12 +333,24 @@ TEST(Model, AnEvictingDecoderMatchesAPlainMaskedForwardPass) {
       }
     }
     ASSERT_LT(masks.back().front().size(), text.size());  // it really evicted
-    const auto want = masked_reference(*model, text, masks);
+    std::vector<std::vector<std::vector<double>>> mean_weights;
+    const auto want = masked_reference(*model, text, masks, &mean_weights);
     double worst = 0.0;
     for (std::size_t t = 0; t < text.size(); ++t) {
       for (std::size_t v = 0; v < 256; ++v) worst = std::max(worst, double(std::abs(got[t][v] - want[t][v])));
     }
     EXPECT_LE(worst, 1e-4) << name;
+    // The last step's weights each cache's policy saw: the mean over the
+    // cache's query heads (one head per cache in a version-1 model).
+    double worst_weight = 0.0;
+    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+      const auto seen = decoder.attention(h);
+      ASSERT_EQ(seen.size(), mean_weights.back()[h].size()) << h;
+      for (std::size_t j = 0; j < seen.size(); ++j) {
+        worst_weight = std::max(worst_weight, std::abs(double(seen[j]) - mean_weights.back()[h][j]));
+      }
+    }
+    EXPECT_LE(worst_weight, 1e-5) << name;
   }
 }
 
@@ -344,7 +368,7 @@ TEST(Model, BudgetOneRunsAndHoldsOnePositionPerHead) {
     }
     const std::vector<PerplexityRow> rows = perplexity(*model, text, {{info->name, {}, 1}});
     EXPECT_TRUE(std::isfinite(rows[1].perplexity)) << info->name;
-    EXPECT_EQ(rows[1].evicted, std::uint64_t{16} * 62) << info->name;  // steps 1 ... 62, every head
+    EXPECT_EQ(rows[1].evicted, std::uint64_t{model->config().head_count()} * 62) << info->name;  // steps 1 ... 62, every head
   }
 }
 
@@ -356,7 +380,7 @@ TEST(Model, RecordedAttentionReplaysAsATrace) {
   EXPECT_EQ(record_attention(*model, text, file, false), 96U);
   EXPECT_THROW(record_attention(*model, text, file, false), InputError);  // never overwritten silently
   const auto heads = open_trace_heads(file.string());
-  ASSERT_EQ(heads.size(), 16U);
+  ASSERT_EQ(heads.size(), committed_model()->config().head_count());
   ASSERT_EQ(heads.front()->length(), 96U);
   // Row t over 0 ... t-1 plus the token's weight on itself make a softmax:
   // every recorded row sums to less than 1 and every weight is positive.
@@ -446,6 +470,39 @@ TEST_F(BadWeights, UnsupportedVersion) {
   std::vector<char> b = good;
   b[8] = 9;
   expect_error(b, "format version 9");
+}
+
+// The configuration words at body offsets 24 (KV heads; reserved in version
+// 1) with the version set and the CRC-32 recomputed, so the header check is
+// what refuses the file.
+std::vector<char> with_header(std::vector<char> b, std::uint32_t version, std::uint32_t kv_word) {
+  auto put = [&](std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  put(8, version);
+  put(20 + 24, kv_word);
+  const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(b.data()), b.size() - 4);
+  put(b.size() - 4, static_cast<std::uint32_t>(crc));
+  return b;
+}
+
+TEST_F(BadWeights, KVHeadsMustDivideTheQueryHeadsAndVersionOneHasNone) {
+  const std::uint32_t heads = committed_model()->config().heads;
+  expect_error(with_header(good, 2, 0), "0 KV heads do not divide");
+  expect_error(with_header(good, 2, heads + 1), fmt::format("{} KV heads do not divide {} query heads", heads + 1, heads));
+  expect_error(with_header(good, 1, 3), "reserved word 3 is not 0 in a version-1 file");
+}
+
+TEST_F(BadWeights, TheQKVShapeFollowsTheKVHeads) {
+  // The same tensors under a header that promises another grouping: the
+  // fused q|k|v matrix no longer has the rows that grouping needs.
+  const ModelConfig& c = committed_model()->config();
+  ASSERT_GT(c.kv_heads, 1U) << "the test shrinks the grouping to one KV head";
+  const std::uint32_t other = 1;
+  expect_error(with_header(good, 2, other),
+               fmt::format("tensor 'blocks.0.qkv' has shape [{}, {}], expected [{}, {}]",
+                           (c.heads + 2 * c.kv_heads) * c.head_dim(), c.width,
+                           (c.heads + 2 * other) * c.head_dim(), c.width));
 }
 
 TEST(Decoder, RefusesToRunPastItsCapacityAndLateOrBadPolicies) {

@@ -1,8 +1,14 @@
 #include "support.h"
 
+#include <cstdlib>
 #include <algorithm>
 
 namespace kvevict::testing {
+
+std::filesystem::path model_dir() {
+  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
+  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : source_dir() / "model";
+}
 
 std::filesystem::path source_dir() { return KVEVICT_SOURCE_DIR; }
 

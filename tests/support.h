@@ -15,6 +15,9 @@
 namespace kvevict::testing {
 
 std::filesystem::path source_dir();
+// The model folder: KVEVICT_MODEL_DIR points the tests at a freshly trained
+// model before it is committed; by default they check the committed one.
+std::filesystem::path model_dir();
 // The peer's conformance folder, or nullopt (the test then skips, saying so).
 std::optional<std::filesystem::path> conformance_dir();
 

@@ -273,8 +273,10 @@ export type Text = Uint8Array;
 export interface ModelConfig {
   vocab: number;
   layers: number;
-  /** Per layer. */
+  /** Query heads per layer. */
   heads: number;
+  /** KV heads per layer (grouped-query attention): layers x kvHeads caches, one policy each. */
+  kvHeads: number;
   width: number;
   ff: number;
   /** Positions the model was trained on: the window length. */
@@ -303,7 +305,7 @@ export class Decoder {
   /** Feeds a byte; the next byte's logits, a new Float32Array of `vocab` values. */
   step(token: number): Float32Array;
   /**
-   * Gives head `head` (= layer * heads + head) a fresh policy held to `budget`
+   * Gives cache `head` (= layer * kvHeads + KV head) a fresh policy held to `budget`
    * (omitted: the policy's own budget parameter); null removes it. Before the
    * first token only. The decoder keeps the policy alive and drives it: one
    * head per policy, and stepping or evicting it by hand meanwhile throws
@@ -399,7 +401,7 @@ export interface AttentionArray {
 /**
  * The full cache's attention over the first `tokens` bytes of `text` (0 or
  * omitted: as many as the context holds): shape [layers * heads, N, N], head
- * index layer * heads + head. Synchronous.
+ * index layer * kvHeads + KV head. Synchronous.
  */
 export function recordAttention(model: Model, text: Text, tokens?: number): AttentionArray;
 
@@ -415,6 +417,24 @@ export interface PersistenceRow {
 }
 /** The persistence of importance (Scissorhands, section 3), one row per lag (each in 1 ... N-1). */
 export function persistence(attention: AttentionArray, lags: readonly number[]): PersistenceRow[];
+
+/**
+ * Prefill compression (docs/prefill.md): the positions, ascending, that `policy`
+ * keeps of a prompt of n positions, at most `budget` of them (all of them when
+ * budget >= n). `window[i]` is the attention of the query at position
+ * n - window.length + i over positions 0 ... n-1 (its own included), 0 after
+ * its diagonal; every row has n weights. `params` are the policy's, without
+ * budget. Throws ParameterError (unknown policy, bad parameter or budget),
+ * InputError (a bad window: shape, a NaN, infinite or negative weight, or a
+ * weight after the diagonal), RangeError (rows of different lengths, a
+ * negative budget) or TypeError.
+ */
+export function prefill(
+  policy: string,
+  window: readonly (Float32Array | readonly number[])[],
+  budget: number,
+  params?: Params,
+): Position[];
 
 /** Base of the errors the core throws on purpose. */
 export class KvevictError extends Error {

@@ -254,6 +254,11 @@ function persistence(attention, lags) {
   return native.persistence(attention, lags);
 }
 
+/** Prefill compression: the positions (ascending) a policy keeps of a prompt, from its last attention rows. */
+function prefill(policyName, window, budget, params) {
+  return native.prefill(policyName, window, budget, params);
+}
+
 module.exports = {
   Policy,
   ...classesByTitle,
@@ -275,6 +280,7 @@ module.exports = {
   compareModel,
   recordAttention,
   persistence,
+  prefill,
   KvevictError,
   ParameterError,
   ContractError,

@@ -7,12 +7,27 @@
 // happened to reuse its address).
 #include "kvevict.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "c_api_internal.h"
+#include "kvevict/core/block_evictor.h"
+#include "kvevict/core/layer_budget.h"
+#include "kvevict/core/prefill.h"
+
+struct kvevict_block_evictor {
+  std::unique_ptr<kvevict::BlockEvictor> impl;
+};
+
+struct kvevict_layer_budget {
+  std::unique_ptr<kvevict::LayerBudget> impl;
+};
 
 using kvevict::c_api::ArgumentError;
 using kvevict::c_api::check_live;
@@ -205,6 +220,196 @@ kvevict_status kvevict_policy_query(const kvevict_policy* policy, const char* qu
     }
     if (arg_count > 0) need(args, "kvevict_policy_query", "args");
     *result = q->call(*policy->impl, std::span<const std::int64_t>(args, arg_count));
+  });
+}
+
+kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, size_t param_count,
+                               int64_t budget, const float* window, size_t rows, size_t length,
+                               uint32_t* kept, size_t capacity, size_t* kept_count) {
+  return guard([&] {
+    constexpr const char* kWhat = "kvevict_prefill";
+    need(policy, kWhat, "policy");
+    need(kept_count, kWhat, "kept_count");
+    const kvevict::ParamMap map = param_map(params, param_count, kWhat);
+    if (rows != 0 && length > SIZE_MAX / sizeof(float) / rows) {
+      throw kvevict::InputError(fmt::format("prefill: a window of {} rows by {} positions is too large", rows, length));
+    }
+    if (rows * length > 0) need(window, kWhat, "window");
+    const std::span<const float> weights(window, rows * length);
+    const auto result = kvevict::prefill(policy, map, budget, {weights, rows, length});
+    if (capacity < result.size()) {
+      throw ArgumentError(fmt::format("{}: capacity ({}) is smaller than the {} positions kept", kWhat,
+                                      capacity, result.size()));
+    }
+    if (!result.empty()) need(kept, kWhat, "kept");
+    std::copy(result.begin(), result.end(), kept);
+    *kept_count = result.size();
+  });
+}
+
+}  // extern "C"
+
+// ---- paged caches (docs/paged.md) ------------------------------------------
+
+namespace {
+
+kvevict::Attention attention_of(const float* attn, size_t len) {
+  if (attn == nullptr) return std::nullopt;
+  return std::span<const float>(attn, len);
+}
+
+// Copies `values` into out[0 .. capacity), refusing a buffer that is too small.
+template <class T>
+void copy_out(std::span<const T> values, uint32_t* out, size_t capacity, size_t* count, const char* what) {
+  need(count, what, "count");
+  *count = 0;
+  if (capacity < values.size()) {
+    throw ArgumentError(fmt::format("{}: the buffer holds {} but {} values are there", what, capacity, values.size()));
+  }
+  if (!values.empty()) need(out, what, "out");
+  std::copy(values.begin(), values.end(), out);
+  *count = values.size();
+}
+
+}  // namespace
+
+extern "C" {
+
+kvevict_status kvevict_block_evictor_create(const char* policy, const kvevict_param* params, size_t param_count,
+                                            const kvevict_block_params* block, kvevict_block_evictor** out) {
+  return guard([&] {
+    need(out, "kvevict_block_evictor_create", "out");
+    *out = nullptr;
+    need(policy, "kvevict_block_evictor_create", "policy");
+    need(block, "kvevict_block_evictor_create", "block");
+    kvevict::BlockParams bp;
+    bp.block_size = block->block_size;
+    bp.start_blocks = block->start_blocks;
+    bp.recent_blocks = block->recent_blocks;
+    bp.block_budget = block->block_budget;
+    if (block->block_score != nullptr) bp.score = kvevict::parse_block_score(block->block_score);
+    auto handle = std::make_unique<kvevict_block_evictor>();
+    handle->impl = std::make_unique<kvevict::BlockEvictor>(
+        policy, param_map(params, param_count, "kvevict_block_evictor_create"), bp);
+    remember(handle.get());
+    *out = handle.release();
+  });
+}
+
+kvevict_status kvevict_block_evictor_destroy(kvevict_block_evictor* evictor) {
+  if (evictor == nullptr) return KVEVICT_OK;
+  return guard([&] {
+    if (!kvevict::c_api::forget(evictor)) {
+      throw ArgumentError("kvevict_block_evictor_destroy: the handle is not a live one (destroyed already?)");
+    }
+    delete evictor;
+  });
+}
+
+kvevict_status kvevict_block_evictor_on_decode_step(kvevict_block_evictor* evictor, int64_t pos, const float* attn,
+                                                    size_t attn_len) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_on_decode_step");
+    evictor->impl->on_decode_step(pos, attention_of(attn, attn_len));
+  });
+}
+
+kvevict_status kvevict_block_evictor_evict(kvevict_block_evictor* evictor, int64_t block_budget, uint32_t* blocks,
+                                           size_t capacity, size_t* count) {
+  return guard([&] {
+    const char* what = "kvevict_block_evictor_evict";
+    check_live(evictor, what);
+    need(count, what, "count");
+    *count = 0;
+    const std::size_t held = evictor->impl->block_count();
+    if (capacity < held) {
+      throw ArgumentError(fmt::format("{}: the block buffer holds {} but up to {} blocks may go; nothing was evicted",
+                                      what, capacity, held));
+    }
+    if (held > 0) need(blocks, what, "blocks");
+    copy_out(evictor->impl->evict_blocks(block_budget), blocks, capacity, count, what);
+  });
+}
+
+kvevict_status kvevict_block_evictor_removed_before(const kvevict_block_evictor* evictor, uint32_t* out,
+                                                    size_t capacity, size_t* count) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_removed_before");
+    copy_out(evictor->impl->removed_before(), out, capacity, count, "kvevict_block_evictor_removed_before");
+  });
+}
+
+kvevict_status kvevict_block_evictor_evicted_positions(const kvevict_block_evictor* evictor, uint32_t* out,
+                                                       size_t capacity, size_t* count) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_evicted_positions");
+    copy_out(evictor->impl->evicted_positions(), out, capacity, count, "kvevict_block_evictor_evicted_positions");
+  });
+}
+
+kvevict_status kvevict_block_evictor_counts(const kvevict_block_evictor* evictor, size_t* positions, size_t* blocks) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_counts");
+    if (positions != nullptr) *positions = evictor->impl->kept_count();
+    if (blocks != nullptr) *blocks = evictor->impl->block_count();
+  });
+}
+
+kvevict_status kvevict_layer_budget_create(const char* policy, const kvevict_param* params, size_t param_count,
+                                           int64_t heads, int64_t layer_budget, int64_t head_floor,
+                                           kvevict_layer_budget** out) {
+  return guard([&] {
+    need(out, "kvevict_layer_budget_create", "out");
+    *out = nullptr;
+    need(policy, "kvevict_layer_budget_create", "policy");
+    auto handle = std::make_unique<kvevict_layer_budget>();
+    handle->impl = std::make_unique<kvevict::LayerBudget>(
+        policy, param_map(params, param_count, "kvevict_layer_budget_create"),
+        kvevict::LayerBudgetParams{heads, layer_budget, head_floor});
+    remember(handle.get());
+    *out = handle.release();
+  });
+}
+
+kvevict_status kvevict_layer_budget_destroy(kvevict_layer_budget* layer) {
+  if (layer == nullptr) return KVEVICT_OK;
+  return guard([&] {
+    if (!kvevict::c_api::forget(layer)) {
+      throw ArgumentError("kvevict_layer_budget_destroy: the handle is not a live one (destroyed already?)");
+    }
+    delete layer;
+  });
+}
+
+kvevict_status kvevict_layer_budget_on_decode_step(kvevict_layer_budget* layer, size_t head, int64_t pos,
+                                                   const float* attn, size_t attn_len) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_on_decode_step");
+    layer->impl->on_decode_step(head, pos, attention_of(attn, attn_len));
+  });
+}
+
+kvevict_status kvevict_layer_budget_evict(kvevict_layer_budget* layer, int64_t layer_budget, size_t* evicted) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_evict");
+    need(evicted, "kvevict_layer_budget_evict", "evicted");
+    *evicted = layer->impl->evict(layer_budget);
+  });
+}
+
+kvevict_status kvevict_layer_budget_victims(const kvevict_layer_budget* layer, size_t head, uint32_t* out,
+                                            size_t capacity, size_t* count) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_victims");
+    copy_out(layer->impl->victims(head), out, capacity, count, "kvevict_layer_budget_victims");
+  });
+}
+
+kvevict_status kvevict_layer_budget_kept_count(const kvevict_layer_budget* layer, size_t head, size_t* count) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_kept_count");
+    need(count, "kvevict_layer_budget_kept_count", "count");
+    *count = layer->impl->kept_count(head);
   });
 }
 

@@ -15,6 +15,8 @@
 namespace kvevict {
 
 std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
+  check_paged(options.paged);
+  if (options.paged.layer_budget) return detail::evaluate_layer(specs, options);
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
   if (options.steps) checked_steps(*heads.front(), *options.steps);
 
@@ -26,7 +28,7 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
     const PolicyInfo& info = find_policy(spec.policy);
     ParamMap params = spec.params;
     set_param(params, "budget", spec.budget);
-    const std::unique_ptr<Policy> probe = info.make(params);
+    const std::unique_ptr<Policy> probe = make_run_policy(info.name, params, spec.budget, options.paged);
     RunRow row;
     row.policy = info.name;
     row.trace = options.trace;
@@ -46,7 +48,7 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
     std::vector<std::unique_ptr<Policy>> built;
     std::vector<RunSlot> slots;
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      built.push_back(find_policy(rows[i].policy).make(params_of[i]));
+      built.push_back(make_run_policy(rows[i].policy, params_of[i], rows[i].budget, options.paged));
       slots.push_back({built.back().get(), rows[i].budget});
     }
     std::vector<double> seconds;

@@ -95,7 +95,8 @@ std::span<const float> DecodeTrace::next() {
       if (is_spike_token(t - k)) out[t - k] += shape_.spike_mass;
     }
     if (shape_.recall_after > 0) {
-      for (std::uint32_t k = 1; k <= shape_.spike_steps; ++k) {
+      const std::uint32_t recall_steps = shape_.recall_steps > 0 ? shape_.recall_steps : shape_.spike_steps;
+      for (std::uint32_t k = 1; k <= recall_steps; ++k) {
         const std::uint32_t back = shape_.recall_after + k;
         if (back <= t && is_spike_token(t - back)) out[t - back] += shape_.spike_mass;
       }
@@ -122,7 +123,7 @@ struct NamedShape {
 const NamedShape kGenerated[] = {
     {"decode-4096", DecodeShape{}},
     {"stale-spike-4096", DecodeShape{4096, 7, 4, 128, 2.0, 2, 0}},
-    {"recalled-fact-4096", DecodeShape{4096, 7, 32, 128, 2.0, 2, 512}},
+    {"recalled-fact-4096", DecodeShape{4096, 7, 32, 128, 2.0, 2, 512, 6}},
 };
 }  // namespace
 

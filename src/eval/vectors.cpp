@@ -11,6 +11,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
+#include "vectors_paged.h"
 
 namespace kvevict {
 
@@ -173,17 +174,26 @@ void run_case(const std::string& file, const PolicyInfo& info, const json& c, st
       if (seed < 0 || seed > std::int64_t{UINT32_MAX}) throw Malformed("seed must fit in 32 bits");
     }
     if (!c.contains("steps") || !c.at("steps").is_array()) throw Malformed("a case needs a 'steps' array");
-    const std::unique_ptr<Policy> policy = info.make(params_of(c));
+    // A case with "blocks" or "layer" replays through a BlockEvictor or a
+    // LayerBudget (docs/paged.md); otherwise through the policy itself.
+    const ParamMap params = params_of(c);
+    const auto paged = detail::paged_subject(info, params, c);
+    const std::unique_ptr<Policy> policy = paged ? nullptr : info.make(params);
     const json& steps = c.at("steps");
     for (std::size_t s = 0; s < steps.size(); ++s) {
       step_index = static_cast<long>(s);
-      const json actual = execute(info, *policy, steps[s]);
+      if (paged && (!steps[s].is_object() || !steps[s].contains("call") || !steps[s].at("call").is_string())) {
+        throw Malformed("a step must be an object with a string 'call'");
+      }
+      const json actual = paged ? paged(steps[s]) : execute(info, *policy, steps[s]);
       if (steps[s].contains("expect") && !equal(steps[s].at("expect"), actual, tolerance)) {
         fail(steps[s].at("expect").dump(), actual.dump(),
              fmt::format("{} did not match", steps[s].at("call").get<std::string>()));
       }
     }
   } catch (const Malformed& e) {
+    fail("", "", fmt::format("malformed: {}", e.what()));
+  } catch (const detail::PagedMalformed& e) {
     fail("", "", fmt::format("malformed: {}", e.what()));
   } catch (const std::exception& e) {
     fail("", e.what(), "threw");

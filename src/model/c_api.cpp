@@ -52,7 +52,7 @@ kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_mode
     check_live(model, "kvevict_model_get_config");
     need(config, "kvevict_model_get_config", "config");
     const kvevict::ModelConfig& c = model->impl->config();
-    *config = {c.vocab, c.layers, c.heads, c.width, c.ff, c.context};
+    *config = {c.vocab, c.layers, c.heads, c.width, c.ff, c.context, c.kv_heads};
   });
 }
 

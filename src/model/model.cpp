@@ -18,7 +18,9 @@ namespace kvevict {
 namespace {
 
 constexpr std::array<char, 8> kMagic = {'K', 'V', 'E', 'V', 'M', 'O', 'D', 'L'};
-constexpr std::uint32_t kFormatVersion = 1;
+// Version 2 put the number of KV heads in the first reserved word (grouped-
+// query attention); version 1 files (reserved = 0) have one per query head.
+constexpr std::uint32_t kFormatVersion = 2;
 constexpr std::size_t kPreamble = 8 + 4 + 8;  // magic, version, body length
 constexpr std::uint32_t kMaxLayers = 256;
 constexpr std::uint32_t kMaxWidth = 1U << 14;
@@ -95,6 +97,9 @@ void check_config(const std::string& file, const ModelConfig& c) {
   if (c.width % c.heads != 0 || c.head_dim() % 2 != 0) {
     bad(fmt::format("width {} is not an even head size times {} heads", c.width, c.heads));
   }
+  if (c.kv_heads < 1 || c.heads % c.kv_heads != 0) {
+    bad(fmt::format("{} KV heads do not divide {} query heads", c.kv_heads, c.heads));
+  }
   if (c.ff < 1 || c.ff > 8 * kMaxWidth) bad(fmt::format("ff {}", c.ff));
   if (c.context < 2 || c.context > kMaxContext) bad(fmt::format("context {} (2 ... {})", c.context, kMaxContext));
   if (!std::isfinite(c.rope_base) || c.rope_base <= 1.0F) bad(fmt::format("rope base {}", c.rope_base));
@@ -138,8 +143,8 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
   }
   if (bytes.size() < kPreamble) fail(file, "truncated: the file ends inside its preamble");
   const std::uint32_t version = read_le32(bytes.data() + 8);
-  if (version != kFormatVersion) {
-    fail(file, fmt::format("format version {} is not supported (this build reads {})", version,
+  if (version < 1 || version > kFormatVersion) {
+    fail(file, fmt::format("format version {} is not supported (this build reads 1 ... {})", version,
                            kFormatVersion));
   }
   const std::uint64_t body = read_le64(bytes.data() + 12);
@@ -170,7 +175,11 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
   c.width = r.u32("the configuration");
   c.ff = r.u32("the configuration");
   c.context = r.u32("the configuration");
-  r.u32("the configuration");  // reserved
+  const std::uint32_t kv_word = r.u32("the configuration");
+  if (version == 1 && kv_word != 0) {
+    fail(file, fmt::format("bad model header: reserved word {} is not 0 in a version-1 file", kv_word));
+  }
+  c.kv_heads = version == 1 ? c.heads : kv_word;
   r.u32("the configuration");  // reserved
   c.rope_base = r.f32("the configuration");
   c.norm_eps = r.f32("the configuration");
@@ -186,7 +195,7 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const std::string p = fmt::format("blocks.{}.", l);
     want.push_back({p + "attn_norm", {c.width}});
-    want.push_back({p + "qkv", {3 * c.width, c.width}});
+    want.push_back({p + "qkv", {(c.heads + 2 * c.kv_heads) * c.head_dim(), c.width}});
     want.push_back({p + "proj", {c.width, c.width}});
     want.push_back({p + "mlp_norm", {c.width}});
     want.push_back({p + "up", {c.ff, c.width}});
@@ -262,19 +271,37 @@ struct Decoder::Impl {
   ModelConfig cfg;
   std::uint32_t capacity = 0;
 
-  // One cache per (layer, head): keys and values of the held positions, in
-  // ascending position order, packed at the front of fixed buffers.
+  // One cache per (layer, KV head): keys and values of the held positions, in
+  // ascending position order, packed at the front of fixed buffers. Its
+  // query heads (config().group() of them) attend over the same positions.
   struct HeadCache {
     std::vector<float> keys;    // [capacity, head_dim]
     std::vector<float> values;  // [capacity, head_dim]
     std::vector<Position> positions;
     std::uint32_t count = 0;
-    std::vector<float> weights;              // last step's softmax, [count at that step]
+    std::vector<float> weights;              // last step's softmax (mean over the query heads), [count at that step]
     std::vector<Position> attended;          // positions those weights were over
     std::uint32_t attended_count = 0;
     Policy* policy = nullptr;
     std::int64_t budget = 0;
     std::vector<std::uint8_t> is_victim;     // [capacity], scratch for compaction
+
+    // Physically removes the first `n` slots marked in is_victim: keys,
+    // values and positions are compacted in order. Returns what is held.
+    std::uint32_t remove_marked(std::uint32_t n, std::uint32_t d) {
+      std::uint32_t out = 0;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (is_victim[i] != 0) continue;
+        if (out != i) {
+          std::copy_n(keys.data() + std::size_t{i} * d, d, keys.data() + std::size_t{out} * d);
+          std::copy_n(values.data() + std::size_t{i} * d, d, values.data() + std::size_t{out} * d);
+          positions[out] = positions[i];
+        }
+        ++out;
+      }
+      count = out;
+      return out;
+    }
   };
   std::vector<HeadCache> heads;
 
@@ -285,7 +312,7 @@ struct Decoder::Impl {
   std::string failed_what;
 
   // Scratch, sized once.
-  std::vector<float> x, h, qkv, attn_out, ff, logits, scores;
+  std::vector<float> x, h, qkv, attn_out, ff, logits, scores, query_weights;
   std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
 };
 
@@ -313,11 +340,12 @@ Decoder::Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity)
   }
   m.x.assign(m.cfg.width, 0.0F);
   m.h.assign(m.cfg.width, 0.0F);
-  m.qkv.assign(3 * std::size_t{m.cfg.width}, 0.0F);
+  m.qkv.assign(std::size_t{m.cfg.heads + 2 * m.cfg.kv_heads} * d, 0.0F);
   m.attn_out.assign(m.cfg.width, 0.0F);
   m.ff.assign(m.cfg.ff, 0.0F);
   m.logits.assign(m.cfg.vocab, 0.0F);
   m.scores.assign(capacity, 0.0F);
+  m.query_weights.assign(capacity, 0.0F);
   // RoPE angles as the trainer makes them: float64 angle, then float32
   // cos/sin. Dimension i pairs with i + head_dim/2 (GPT-NeoX layout).
   const std::uint32_t half = d / 2;
@@ -350,6 +378,31 @@ void Decoder::set_policy(std::uint32_t h, Policy* policy, std::int64_t budget) {
   }
   m.heads[h].policy = policy;
   m.heads[h].budget = budget;
+}
+
+void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
+  Impl& m = *impl_;
+  if (h >= m.heads.size()) {
+    throw ContractError(fmt::format("decoder: cache {} is out of range (the model has {})", h, m.heads.size()));
+  }
+  Impl::HeadCache& hc = m.heads[h];
+  if (hc.policy != nullptr) {
+    throw ContractError(fmt::format("decoder: cache {} has a policy ({}); drop() is for caches without one", h,
+                                    hc.policy->name()));
+  }
+  const std::uint32_t n = hc.count;
+  std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
+  for (const Position p : positions) {
+    const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, p);
+    const auto at = static_cast<std::size_t>(found - hc.positions.data());
+    if (at == n || *found != p || hc.is_victim[at] != 0) {
+      throw ContractError(fmt::format("decoder: cannot drop position {} from cache {}: {}", p, h,
+                                      at == n || *found != p ? "it is not held" : "it is named twice"));
+    }
+    hc.is_victim[at] = 1;
+  }
+  const std::uint32_t out = hc.remove_marked(n, m.cfg.head_dim());
+  evicted_ += n - out;
 }
 
 void Decoder::reset() {
@@ -430,41 +483,64 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const Model::Layer& w = model.layer(l);
     rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
-    matvec(w.qkv, m.h.data(), m.qkv.data(), 3 * width, width);
+    const std::uint32_t group = c.group();
+    matvec(w.qkv, m.h.data(), m.qkv.data(), (c.heads + 2 * c.kv_heads) * d, width);
     for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
+      // Rotate q at this token's true position, then scale it (the trainer
+      // scales q, not the scores).
       float* q = m.qkv.data() + std::size_t{hd} * d;
-      float* k = m.qkv.data() + width + std::size_t{hd} * d;
-      const float* v = m.qkv.data() + 2 * std::size_t{width} + std::size_t{hd} * d;
-      // Rotate q and k at this token's true position; q is then scaled (the
-      // trainer scales q, not the scores).
       for (std::uint32_t i = 0; i < half; ++i) {
-        const float qa = q[i], qb = q[i + half], ka = k[i], kb = k[i + half];
+        const float qa = q[i], qb = q[i + half];
         q[i] = (qa * cos_p[i] - qb * sin_p[i]) * scale;
         q[i + half] = (qa * sin_p[i] + qb * cos_p[i]) * scale;
+      }
+    }
+    const float* k_rows = m.qkv.data() + std::size_t{c.heads} * d;
+    const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
+    for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+      Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
+      const std::uint32_t held = hc.count;  // positions held before this token
+      float* k = hc.keys.data() + std::size_t{held} * d;
+      std::copy_n(k_rows + std::size_t{kv} * d, d, k);
+      for (std::uint32_t i = 0; i < half; ++i) {  // the key is rotated once, where it is stored
+        const float ka = k[i], kb = k[i + half];
         k[i] = ka * cos_p[i] - kb * sin_p[i];
         k[i + half] = ka * sin_p[i] + kb * cos_p[i];
       }
-      Impl::HeadCache& hc = m.heads[std::size_t{l} * c.heads + hd];
-      const std::uint32_t held = hc.count;  // positions held before this token
-      std::copy_n(k, d, hc.keys.data() + std::size_t{held} * d);
-      std::copy_n(v, d, hc.values.data() + std::size_t{held} * d);
+      std::copy_n(v_rows + std::size_t{kv} * d, d, hc.values.data() + std::size_t{held} * d);
       hc.positions[held] = pos;
       const std::uint32_t n = held + 1;
-      // Scores over the held positions and the new token itself; softmax.
-      Eigen::Map<Eigen::VectorXf> scores(m.scores.data(), n);
-      scores.noalias() = MatrixView(hc.keys.data(), n, d) * VecView(q, d);
-      const float top = scores.maxCoeff();
-      float sum = 0.0F;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        const float e = std::exp(m.scores[i] - top);
-        hc.weights[i] = e;
-        sum += e;
+      // Each query head of the group: scores over the held positions and the
+      // new token itself, softmax, output. The policy sees their mean.
+      for (std::uint32_t g = 0; g < group; ++g) {
+        const std::uint32_t hd = kv * group + g;
+        const float* q = m.qkv.data() + std::size_t{hd} * d;
+        float* weights = group == 1 ? hc.weights.data() : m.query_weights.data();
+        Eigen::Map<Eigen::VectorXf> scores(m.scores.data(), n);
+        scores.noalias() = MatrixView(hc.keys.data(), n, d) * VecView(q, d);
+        const float top = scores.maxCoeff();
+        float sum = 0.0F;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const float e = std::exp(m.scores[i] - top);
+          weights[i] = e;
+          sum += e;
+        }
+        for (std::uint32_t i = 0; i < n; ++i) weights[i] /= sum;
+        VecMut(m.attn_out.data() + std::size_t{hd} * d, d).noalias() =
+            MatrixView(hc.values.data(), n, d).transpose() * VecView(weights, n);
+        if (group == 1) continue;
+        if (g == 0) {
+          std::copy_n(weights, n, hc.weights.data());
+        } else {
+          for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] += weights[i];
+        }
       }
-      for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= sum;
+      if (group > 1) {
+        const auto share = static_cast<float>(group);
+        for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= share;
+      }
       std::copy_n(hc.positions.data(), n, hc.attended.data());
       hc.attended_count = n;
-      VecMut(m.attn_out.data() + std::size_t{hd} * d, d).noalias() =
-          MatrixView(hc.values.data(), n, d).transpose() * VecView(hc.weights.data(), n);
       hc.count = n;
 
       // The policy: the weights over the positions held before this token,
@@ -478,28 +554,17 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, victim);
         const auto at = static_cast<std::size_t>(found - hc.positions.data());
         if (at == n || *found != victim || hc.is_victim[at] != 0) {
-          throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, head {}) is not held",
-                                          hc.policy->name(), victim, pos, l, hd));
+          throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is not held",
+                                          hc.policy->name(), victim, pos, l, kv));
         }
         hc.is_victim[at] = 1;
       }
-      // Physically remove the victims: compact keys, values and positions.
-      std::uint32_t out = 0;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        if (hc.is_victim[i] != 0) continue;
-        if (out != i) {
-          std::copy_n(hc.keys.data() + std::size_t{i} * d, d, hc.keys.data() + std::size_t{out} * d);
-          std::copy_n(hc.values.data() + std::size_t{i} * d, d, hc.values.data() + std::size_t{out} * d);
-          hc.positions[out] = hc.positions[i];
-        }
-        ++out;
-      }
+      const std::uint32_t out = hc.remove_marked(n, d);
       evicted_ += n - out;
-      hc.count = out;
       if (static_cast<std::int64_t>(out) > hc.budget) {
         throw ContractError(fmt::format(
-            "{}: left {} positions held against a budget of {} at position {} (layer {}, head {})",
-            hc.policy->name(), out, hc.budget, pos, l, hd));
+            "{}: left {} positions held against a budget of {} at position {} (layer {}, KV head {})",
+            hc.policy->name(), out, hc.budget, pos, l, kv));
       }
     }
     matvec(w.proj, m.attn_out.data(), m.h.data(), width, width);

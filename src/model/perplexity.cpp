@@ -14,6 +14,7 @@
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/files.h"
 #include "kvevict/eval/trace.h"
+#include "eval/parallel_jobs.h"
 #include "eval/ranking.h"
 
 namespace kvevict {
@@ -57,7 +58,7 @@ double run_window(const std::shared_ptr<const Model>& model, std::span<const std
   if (spec != nullptr) {
     const PolicyInfo& info = find_policy(spec->policy);
     for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.heads)));
+      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
       decoder.set_policy(h, policies.back().get(), spec->budget);
     }
   }
@@ -68,42 +69,6 @@ double run_window(const std::shared_ptr<const Model>& model, std::span<const std
   }
   evicted += decoder.evicted();
   return nll;
-}
-
-// Runs `jobs` (index -> work) on every core, in any order, and rethrows the
-// first failure -- the work's or the progress callback's -- after all have
-// stopped. Progress is reported in completion order, one call at a time.
-template <typename Job>
-void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
-  std::exception_ptr failure;
-  std::uint32_t done = 0;
-  const auto total = static_cast<std::uint32_t>(jobs);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::size_t i = 0; i < jobs; ++i) {
-    bool skip = false;
-#pragma omp critical(kvevict_model_jobs)
-    skip = failure != nullptr;
-    if (skip) continue;
-    std::exception_ptr mine;
-    try {
-      job(i);
-    } catch (...) {
-      mine = std::current_exception();
-    }
-#pragma omp critical(kvevict_model_jobs)
-    {
-      if (mine && !failure) failure = mine;
-      ++done;
-      if (progress && !failure) {
-        try {
-          progress(done, total);
-        } catch (...) {
-          failure = std::current_exception();
-        }
-      }
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
 }
 
 PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap params, double nll,
@@ -130,7 +95,7 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
   std::vector<std::unique_ptr<MatrixTrace>> heads;
   for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
     heads.push_back(std::make_unique<MatrixTrace>(
-        fmt::format("model:layer{}.head{}", h / cfg.heads, h % cfg.heads), w.length));
+        fmt::format("model:layer{}.head{}", h / cfg.kv_heads, h % cfg.kv_heads), w.length));
   }
   Decoder decoder(model, w.length);
   for (std::uint32_t t = 0; t < w.length; ++t) {
@@ -201,7 +166,7 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   std::vector<std::uint64_t> evicted(runs * windows.size(), 0);
   std::vector<double> seconds(runs * windows.size(), 0.0);
   const std::shared_ptr<const Model> shared = shared_view(model);
-  parallel_jobs(nll.size(), options.progress, [&](std::size_t job) {
+  detail::parallel_jobs(nll.size(), options.progress, [&](std::size_t job) {
     const std::size_t r = job / windows.size();
     const auto started = std::chrono::steady_clock::now();
     nll[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
@@ -257,8 +222,8 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
     const auto heads = record_window(shared, text, w);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
-    parallel_jobs(cfg.head_count(), {}, [&](std::size_t h) {
-      const auto layer = static_cast<std::uint32_t>(h / cfg.heads);
+    detail::parallel_jobs(cfg.head_count(), {}, [&](std::size_t h) {
+      const auto layer = static_cast<std::uint32_t>(h / cfg.kv_heads);
       std::vector<std::unique_ptr<Policy>> built;
       std::vector<RunSlot> slots;
       for (const RunSpec& spec : specs) {

@@ -191,6 +191,103 @@ static void real_model(void) {
   CHECK(kvevict_model_get_config(model, &config) == KVEVICT_ERROR_ARGUMENT);
 }
 
+/* Prefill compression through C: the hand-worked H2O case of vectors/prefill.json
+ * (a one-off spike at position 0 keeps its large sum), and the boundary errors. */
+static void prefill(void) {
+  const float window[] = {0.75f, 0.125f, 0.0625f, 0.0625f, 0.0f,   0.0f,   /* query 3 */
+                          0.0f,  0.25f,  0.25f,   0.25f,   0.25f,  0.0f,   /* query 4 */
+                          0.0f,  0.25f,  0.25f,   0.125f,  0.125f, 0.25f}; /* query 5 */
+  const kvevict_param params[] = {{"recentWindow", 1}};
+  const kvevict_param with_budget[] = {{"budget", 3}};
+  uint32_t kept[8];
+  size_t n = 0;
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 3 && kept[0] == 0 && kept[1] == 1 && kept[2] == 5);
+  CHECK(kvevict_prefill("scissorhands", params, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 3 && kept[0] == 1 && kept[1] == 2 && kept[2] == 5);
+  CHECK(kvevict_prefill("tova", NULL, 0, 6, window, 3, 6, kept, 8, &n) == KVEVICT_OK);
+  CHECK(n == 6 && kept[0] == 0 && kept[5] == 5);
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 3, 6, kept, 2, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("capacity (2) is smaller than the 3 positions kept"));
+  CHECK(kvevict_prefill("h2o", params, 1, 0, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("prefill: budget (0) must be at least 1"));
+  CHECK(kvevict_prefill("h2o", with_budget, 1, 3, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("pass the budget as prefill's own argument"));
+  /* The same 18 floats read as 2 rows of 9: row 0 is query 7, and column 8 is not 0. */
+  CHECK(kvevict_prefill("h2o", params, 1, 3, window, 2, 9, kept, 8, &n) == KVEVICT_ERROR_INPUT);
+  CHECK(error_contains("row 0 column 8 is 0.25, after the diagonal"));
+  CHECK(kvevict_prefill("h2o", params, 1, 3, NULL, 3, 6, kept, 8, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("kvevict_prefill: window is NULL"));
+  CHECK(kvevict_prefill("lru", NULL, 0, 3, window, 3, 6, kept, 8, &n) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("unknown policy 'lru'"));
+}
+
+/* Block eviction and a shared layer budget, on the worked cases of
+ * docs/paged.md (tests/block_test.cpp works them out). */
+static void paged(void) {
+  kvevict_block_params bp = {2, 1, 1, 4, "sum"};
+  kvevict_param params[] = {{"recentWindow", 0}};
+  kvevict_block_evictor* ev = NULL;
+  uint32_t blocks[8], shift[8], victims[16];
+  size_t n = 0, m = 0, held = 0, nblocks = 0;
+  float w[8] = {0};
+  int64_t pos;
+  CHECK(kvevict_block_evictor_create("h2o", params, 1, &bp, &ev) == KVEVICT_OK);
+  for (pos = 1; pos <= 8; ++pos) {
+    if (pos == 8) {
+      w[2] = 0.125F;
+      w[3] = 0.125F;
+      w[4] = 0.1875F;
+    }
+    CHECK(kvevict_block_evictor_on_decode_step(ev, pos, w, (size_t)pos) == KVEVICT_OK);
+    CHECK(kvevict_block_evictor_evict(ev, 4, blocks, 8, &n) == KVEVICT_OK);
+    if (pos < 8) CHECK(n == 0);
+  }
+  CHECK(n == 1 && blocks[0] == 2);
+  CHECK(kvevict_block_evictor_removed_before(ev, shift, 8, &m) == KVEVICT_OK);
+  CHECK(m == 4 && shift[0] == 0 && shift[1] == 0 && shift[2] == 2 && shift[3] == 2);
+  CHECK(kvevict_block_evictor_evicted_positions(ev, victims, 16, &m) == KVEVICT_OK);
+  CHECK(m == 2 && victims[0] == 4 && victims[1] == 5);
+  CHECK(kvevict_block_evictor_counts(ev, &held, &nblocks) == KVEVICT_OK && held == 7 && nblocks == 4);
+  CHECK(kvevict_block_evictor_evict(ev, 4, blocks, 1, &n) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(error_contains("the block buffer holds 1"));
+  CHECK(kvevict_block_evictor_destroy(ev) == KVEVICT_OK);
+  CHECK(kvevict_block_evictor_on_decode_step(ev, 9, NULL, 0) == KVEVICT_ERROR_ARGUMENT);
+
+  bp.block_size = 0;
+  CHECK(kvevict_block_evictor_create("h2o", params, 1, &bp, &ev) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("blockSize (0) must be at least 1") && ev == NULL);
+  bp.block_size = 2;
+  bp.block_score = "median";
+  CHECK(kvevict_block_evictor_create("h2o", params, 1, &bp, &ev) == KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("blockScore 'median'"));
+
+  {
+    /* Two heads share 6 positions: head 0 looks only at position 0, head 1
+     * spreads; head 0's positions 1 and 2 (score 0) go. */
+    kvevict_layer_budget* layer = NULL;
+    kvevict_param rw[] = {{"recentWindow", 1}};
+    const float h0[3][3] = {{1, 0, 0}, {1, 0, 0}, {1, 0, 0}};
+    const float h1[3][3] = {{1, 0, 0}, {0.5F, 0.5F, 0}, {0.25F, 0.25F, 0.5F}};
+    size_t evicted = 0, kept = 0;
+    CHECK(kvevict_layer_budget_create("h2o", rw, 1, 2, 6, 1, &layer) == KVEVICT_OK);
+    for (pos = 1; pos <= 3; ++pos) {
+      CHECK(kvevict_layer_budget_on_decode_step(layer, 0, pos, h0[pos - 1], (size_t)pos) == KVEVICT_OK);
+      CHECK(kvevict_layer_budget_on_decode_step(layer, 1, pos, h1[pos - 1], (size_t)pos) == KVEVICT_OK);
+    }
+    CHECK(kvevict_layer_budget_evict(layer, 6, &evicted) == KVEVICT_OK && evicted == 2);
+    CHECK(kvevict_layer_budget_victims(layer, 0, victims, 16, &m) == KVEVICT_OK);
+    CHECK(m == 2 && victims[0] == 1 && victims[1] == 2);
+    CHECK(kvevict_layer_budget_victims(layer, 1, victims, 16, &m) == KVEVICT_OK && m == 0);
+    CHECK(kvevict_layer_budget_kept_count(layer, 1, &kept) == KVEVICT_OK && kept == 4);
+    CHECK(kvevict_layer_budget_kept_count(layer, 2, &kept) == KVEVICT_ERROR_CONTRACT);
+    CHECK(error_contains("head 2 is out of range"));
+    CHECK(kvevict_layer_budget_destroy(layer) == KVEVICT_OK);
+    CHECK(kvevict_layer_budget_create("h2o", NULL, 0, 4, 100, 0, &layer) == KVEVICT_ERROR_PARAMETER);
+    CHECK(error_contains("layerBudget (100) cannot be met"));
+  }
+}
+
 int main(int argc, char** argv) {
   size_t vpassed = 0;
   size_t vfailed = 0;
@@ -200,6 +297,8 @@ int main(int argc, char** argv) {
   bad_input();
   trace_and_harness();
   real_model();
+  prefill();
+  paged();
   if (argc > 1) {
     CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
                               &report) == KVEVICT_OK);

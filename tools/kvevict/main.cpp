@@ -22,7 +22,9 @@
 #include "kvevict/eval/json.h"
 #include "kvevict/model/model.h"
 #include "kvevict/eval/npy.h"
+#include "kvevict/eval/paged.h"
 #include "kvevict/model/perplexity.h"
+#include "kvevict/model/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/row_schema.h"
@@ -48,21 +50,34 @@ ProgressFn progress_for(const std::string& what) {
 
 // Progress for the model's work (minutes, not seconds): a live line on a
 // terminal, a line every tenth of the way otherwise (logs, CI).
-ProgressFn model_progress(const std::string& what) {
+ProgressFn model_progress(const std::string& what, const std::string& unit = "windows") {
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto last = std::make_shared<std::uint32_t>(0);
-  return [what, tty, last](std::uint32_t done, std::uint32_t total) {
+  return [what, unit, tty, last](std::uint32_t done, std::uint32_t total) {
     if (tty) {
-      std::fprintf(stderr, "\r%s: %u/%u windows", what.c_str(), done, total);
+      std::fprintf(stderr, "\r%s: %u/%u %s", what.c_str(), done, total, unit.c_str());
       if (done == total) std::fprintf(stderr, "\r\033[K");
       return;
     }
     const std::uint32_t tenth = done * 10 / total;
     if (tenth != *last || done == total) {
       *last = tenth;
-      std::fprintf(stderr, "%s: %u/%u windows\n", what.c_str(), done, total);
+      std::fprintf(stderr, "%s: %u/%u %s\n", what.c_str(), done, total, unit.c_str());
     }
   };
+}
+
+// "a,b,c" -> {a, b, c}; an empty item is an error naming the option.
+std::vector<std::string> split_list(const std::string& text, const std::string& option) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (out.back().empty()) throw ParameterError(fmt::format("{}: empty item in '{}'", option, text));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
 }
 
 ParamMap parse_sets(const std::vector<std::string>& sets) {
@@ -87,6 +102,43 @@ void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int
   cmd->add_option("--trace", trace, "generated trace id or FILE.npy (see `kvevict trace --help`)")
       ->capture_default_str();
   cmd->add_option("--steps", steps, "replay only the first N decode steps");
+}
+
+// --block-size, --start-blocks, --recent-blocks, --block-score, --layer-budget,
+// --head-floor (docs/paged.md); parsed here, checked by the library.
+struct PagedFlags {
+  std::int64_t block_size = 0;
+  std::int64_t start_blocks = 0;
+  std::int64_t recent_blocks = 0;
+  std::string block_score = "sum";
+  bool layer_budget = false;
+  std::int64_t head_floor = -1;
+};
+
+void add_paged_options(CLI::App* cmd, PagedFlags& f) {
+  cmd->add_option("--block-size", f.block_size,
+                  "evict whole blocks of N positions (paged KV cache); the budget must be a whole number of blocks");
+  cmd->add_option("--start-blocks", f.start_blocks, "with --block-size: the first N blocks are never evicted");
+  cmd->add_option("--recent-blocks", f.recent_blocks,
+                  "with --block-size: the last N full blocks are never evicted (the partial block never is)");
+  cmd->add_option("--block-score", f.block_score, "with --block-size: a block's score from its positions' "
+                                                  "scores: sum, mean, max or normsum (each over its steps held)");
+  cmd->add_flag("--layer-budget", f.layer_budget,
+                "the trace's heads share budget x heads positions; the lowest-scoring across heads go");
+  cmd->add_option("--head-floor", f.head_floor,
+                  "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
+}
+
+PagedOptions paged_of(const PagedFlags& f) {
+  PagedOptions p;
+  p.block_size = f.block_size;
+  p.start_blocks = f.start_blocks;
+  p.recent_blocks = f.recent_blocks;
+  p.block_score = parse_block_score(f.block_score);
+  p.layer_budget = f.layer_budget;
+  p.head_floor = f.head_floor;
+  check_paged(p);
+  return p;
 }
 
 int cmd_list(const std::string& format) {
@@ -141,6 +193,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--budget", run_budget, "positions held after each eviction (default: the policy's, 512)");
   run_cmd->add_option("--set", run_sets, "parameter as KEY=VALUE, e.g. recentWindow=64 (repeatable)");
   add_trace_options(run_cmd, run_trace, run_steps);
+  PagedFlags run_paged;
+  add_paged_options(run_cmd, run_paged);
   run_cmd->add_option("--format", run_format, "table, json or csv")
       ->check(CLI::IsMember({"table", "json", "csv"}))->capture_default_str();
 
@@ -156,6 +210,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--policies", cmp_policies, "comma-separated names, or all")->capture_default_str();
   cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  PagedFlags cmp_paged;
+  add_paged_options(cmp, cmp_paged);
   add_trace_options(cmp, cmp_trace, cmp_steps);
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
@@ -191,6 +247,50 @@ int main(int argc, char** argv) {
   ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // tasks
+  std::string task_model;
+  std::string task_text;
+  std::string task_names_arg = "passkey";
+  std::string task_lengths = "1024";
+  std::string task_policies = "all";
+  std::string task_budgets = "128";
+  std::string task_moments = "decode";
+  std::vector<std::string> task_sets;
+  std::uint32_t task_depths = 5;
+  std::uint32_t task_samples = 20;
+  std::uint32_t task_seed = 1;
+  std::uint32_t task_window = 32;
+  std::string task_format = "markdown";
+  auto* tasks_cmd = app.add_subcommand(
+      "tasks",
+      "Retrieval tasks (passkey, multikey, multivalue, vartrack, copy) answered by a model (.kvm) with "
+      "greedy decoding while its cache is compressed: exact-match accuracy by policy, budget, moment, length "
+      "and needle depth");
+  tasks_cmd->add_option("--model", task_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  tasks_cmd->add_option("--text", task_text, "filler text the needles are hidden in, e.g. model/heldout-sample.txt")
+      ->required();
+  tasks_cmd->add_option("--tasks", task_names_arg, "comma-separated: passkey, multikey, multivalue, vartrack, copy, or all")
+      ->capture_default_str();
+  tasks_cmd->add_option("--lengths", task_lengths, "sample lengths in bytes, comma-separated (at most the model's context)")
+      ->capture_default_str();
+  tasks_cmd->add_option("--policies", task_policies, "comma-separated names, all, or none (the full cache only)")
+      ->capture_default_str();
+  tasks_cmd->add_option("--budgets", task_budgets, "comma-separated budgets (positions per cache)")->capture_default_str();
+  tasks_cmd->add_option("--moments", task_moments,
+                        "when the cache is compressed: decode (token by token), prefill (once, before the question), "
+                        "prefill-query (once, after it); comma-separated")
+      ->capture_default_str();
+  tasks_cmd->add_option("--set", task_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  tasks_cmd->add_option("--depths", task_depths, "needle depths per length, spread evenly")
+      ->check(CLI::Range(1U, 100U))->capture_default_str();
+  tasks_cmd->add_option("--samples", task_samples, "samples per task x length x depth")
+      ->check(CLI::Range(1U, 100000U))->capture_default_str();
+  tasks_cmd->add_option("--seed", task_seed, "samples are reproducible from this seed")->capture_default_str();
+  tasks_cmd->add_option("--window", task_window, "prefill moments: attention rows the compression scores from")
+      ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
+  tasks_cmd->add_option("--format", task_format, "markdown, json or csv")
+      ->check(CLI::IsMember({"markdown", "json", "csv"}))->capture_default_str();
 
   // record
   std::string rec_model;
@@ -355,8 +455,9 @@ int main(int argc, char** argv) {
         if (k == "budget") budget = v;
       }
       if (run_budget) budget = *run_budget;
-      const std::vector<RunRow> rows =
-          evaluate({{run_policy, params, budget}}, options_of(run_trace, run_steps, "run"));
+      EvaluateOptions options = options_of(run_trace, run_steps, "run");
+      options.paged = paged_of(run_paged);
+      const std::vector<RunRow> rows = evaluate({{run_policy, params, budget}}, options);
       if (run_format == "json") {
         std::cout << run_json(rows.front()) << '\n';
       } else if (run_format == "csv") {
@@ -368,6 +469,9 @@ int main(int argc, char** argv) {
     }
 
     if (cmp->parsed() && !cmp_model.empty()) {
+      if (paged_of(cmp_paged).active()) {
+        throw ParameterError("--block-size and --layer-budget replay a trace; with --model they are not supported yet");
+      }
       if (cmp->count("--trace") + cmp->count("--steps") > 0) {
         throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
       }
@@ -423,13 +527,54 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (tasks_cmd->parsed()) {
+      const auto model = Model::load(task_model);
+      const std::vector<std::uint8_t> text = read_text(task_text);
+      TaskRequest request;
+      request.tasks.clear();
+      if (task_names_arg == "all") {
+        request.tasks = task_names();
+      } else {
+        for (const std::string& t : split_list(task_names_arg, "--tasks")) request.tasks.push_back(t);
+      }
+      request.lengths.clear();
+      for (const std::int64_t l : parse_integer_list(task_lengths, "--lengths")) {
+        if (l < 1 || l > std::int64_t{1} << 20) throw ParameterError(fmt::format("--lengths: {} is not a length", l));
+        request.lengths.push_back(static_cast<std::uint32_t>(l));
+      }
+      if (task_policies == "none") {
+        request.budgets.clear();
+      } else {
+        request.policies = parse_policy_list(task_policies);
+        request.budgets = parse_integer_list(task_budgets, "--budgets");
+      }
+      request.moments.clear();
+      for (const std::string& m : split_list(task_moments, "--moments")) request.moments.push_back(parse_moment(m));
+      request.overrides = parse_sets(task_sets);
+      request.depths = task_depths;
+      request.samples = task_samples;
+      request.seed = task_seed;
+      request.window = task_window;
+      ModelRunOptions options;
+      options.progress = model_progress("tasks", "answers");
+      const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
+      if (task_format == "json") {
+        std::cout << tasks_json(rows);
+      } else if (task_format == "csv") {
+        std::cout << tasks_csv(rows);
+      } else {
+        std::cout << tasks_markdown(rows);
+      }
+      return 0;
+    }
+
     if (rec->parsed()) {
       const auto model = Model::load(rec_model);
       const std::vector<std::uint8_t> text = read_text(rec_text);
       const std::uint32_t n = record_attention(*model, text, rec_out, rec_force, rec_tokens);
-      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} heads, {} bytes of {})\n",
+      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} bytes of {})\n",
                                rec_out, model->config().head_count(), n, n, model->config().layers,
-                               model->config().heads, n, rec_text);
+                               model->config().kv_heads, n, rec_text);
       return 0;
     }
 
@@ -445,8 +590,8 @@ int main(int argc, char** argv) {
             throw ParameterError(fmt::format("--layer {}: the model has layers 0 ... {}", *per_layer,
                                              model->config().layers - 1));
           }
-          for (std::uint32_t hd = 0; hd < model->config().heads; ++hd) {
-            views.push_back(heads[*per_layer * model->config().heads + hd].get());
+          for (std::uint32_t hd = 0; hd < model->config().kv_heads; ++hd) {
+            views.push_back(heads[*per_layer * model->config().kv_heads + hd].get());
           }
         }
       } else {
@@ -471,8 +616,9 @@ int main(int argc, char** argv) {
       request.policies = parse_policy_list(cmp_policies);
       request.budgets = parse_integer_list(cmp_budgets, "--budgets");
       request.overrides = parse_sets(cmp_sets);
-      const std::vector<RunRow> rows =
-          compare(request, options_of(cmp_trace, cmp_steps, "compare"));
+      EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
+      options.paged = paged_of(cmp_paged);
+      const std::vector<RunRow> rows = compare(request, options);
       if (cmp_format == "json") {
         std::cout << rows_json(rows) << '\n';
         return 0;

@@ -38,6 +38,7 @@
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
+#include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/core/simd.h"
@@ -727,6 +728,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     out.Set("vocab", Napi::Number::New(env, c.vocab));
     out.Set("layers", Napi::Number::New(env, c.layers));
     out.Set("heads", Napi::Number::New(env, c.heads));
+    out.Set("kvHeads", Napi::Number::New(env, c.kv_heads));
     out.Set("width", Napi::Number::New(env, c.width));
     out.Set("ff", Napi::Number::New(env, c.ff));
     out.Set("context", Napi::Number::New(env, c.context));
@@ -1031,6 +1033,59 @@ Napi::Array position_array(Napi::Env env, std::span<const kvevict::Position> pos
   return out;
 }
 
+// prefill(policy, window: (Float32Array | number[])[], budget, params?): the
+// kept positions, ascending (kvevict/core/prefill.h). Every row must have the same
+// length n, the prompt's; number rows are converted to float32.
+Napi::Value Prefill(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const std::string name = to_string(info[0], "prefill: policy");
+    const Napi::Value window_value = info[1];
+    if (!window_value.IsArray()) {
+      throw Napi::TypeError::New(env, "prefill: window must be an array of rows (each a Float32Array or number[]), got " +
+                                          type_name(window_value));
+    }
+    const auto rows_array = window_value.As<Napi::Array>();
+    const std::int64_t budget = to_integer(info[2], "prefill: budget");
+    if (budget < 0) call.negative = true;
+    const kvevict::ParamMap params = to_params(info[3], "prefill: params", call);
+    std::vector<float> flat;
+    std::size_t length = 0;
+    const std::uint32_t rows = rows_array.Length();
+    for (std::uint32_t i = 0; i < rows; ++i) {
+      const Napi::Value row = rows_array.Get(i);
+      const std::string what = "prefill: window[" + std::to_string(i) + "]";
+      std::size_t n = 0;
+      if (row.IsTypedArray() && row.As<Napi::TypedArray>().TypedArrayType() == napi_float32_array) {
+        const auto f = row.As<Napi::Float32Array>();
+        n = f.ElementLength();
+        flat.insert(flat.end(), f.Data(), f.Data() + n);
+      } else if (row.IsArray()) {
+        const auto a = row.As<Napi::Array>();
+        n = a.Length();
+        for (std::uint32_t j = 0; j < n; ++j) {
+          const Napi::Value w = a.Get(j);
+          if (!w.IsNumber()) {
+            throw Napi::TypeError::New(env, what + "[" + std::to_string(j) + "] must be a number, got " + type_name(w));
+          }
+          flat.push_back(static_cast<float>(w.As<Napi::Number>().DoubleValue()));
+        }
+      } else {
+        throw Napi::TypeError::New(env, what + " must be a Float32Array or a number[], got " + type_name(row));
+      }
+      if (i == 0) {
+        length = n;
+      } else if (n != length) {
+        throw Napi::RangeError::New(env, what + " has " + std::to_string(n) + " weights and window[0] " +
+                                             std::to_string(length) + ": every row covers the prompt's n positions");
+      }
+    }
+    const auto kept = kvevict::prefill(name, params, budget, {flat, rows, length});
+    return position_array(env, kept);
+  });
+}
+
+
 Napi::Float32Array float_array(Napi::Env env, std::span<const float> w) {
   Napi::Float32Array out = Napi::Float32Array::New(env, w.size());
   if (!w.empty()) std::memcpy(out.Data(), w.data(), w.size_bytes());
@@ -1077,7 +1132,7 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
     const std::int64_t h = to_integer(v, what + ": head");
     if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
       throw Napi::RangeError::New(v.Env(), what + ": head (" + std::to_string(h) + ") must be in 0 ... " +
-                                               std::to_string(head_count() - 1) + " (layer * heads + head)");
+                                               std::to_string(head_count() - 1) + " (layer * kvHeads + KV head)");
     }
     return static_cast<std::uint32_t>(h);
   }
@@ -1218,6 +1273,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("compareModel", Napi::Function::New<CompareModel>(env, "compareModel"));
   exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
+  exports.Set("prefill", Napi::Function::New<Prefill>(env, "prefill"));
   exports.Set("Trace", TraceWrap::Define(env));
   exports.Set("policies", Napi::Function::New<Policies>(env, "policies"));
   exports.Set("simd", Napi::Function::New<Simd>(env, "simd"));

@@ -81,6 +81,10 @@ kv.compareModel('model/kvevict-tiny.kvm', bytes);
 // @ts-expect-error -- maxWindows is a number
 kv.perplexity(model, bytes, [], { maxWindows: '1' });
 
+const prefilled: kv.Position[] = kv.prefill('snapkv', [new Float32Array([1, 0]), [0.5, 0.5]], 1, { poolKernel: 1 });
+// @ts-expect-error the window is an array of rows, not one flat array
+kv.prefill('tova', new Float32Array([1]), 1);
+
 export const used = [ctx, ppl, rank, baseRate, logits, heldPos, headPolicy, decState,
   victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
-  firstFailure, infos, err, cls, kv.addonPath];
+  firstFailure, infos, err, cls, kv.addonPath, prefilled];

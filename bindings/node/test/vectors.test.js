@@ -19,6 +19,13 @@ function replayFolder(label, dir, counter) {
     describe(`${label}: ${path.relative(repoRoot, file)}`, () => {
       cases.forEach((c, index) => {
         const name = typeof c.name === 'string' ? c.name : `#${index + 1}`;
+        if ('blocks' in c || 'layer' in c) {
+          // Block and layer-budget cases (docs/paged.md): the Node binding has
+          // no BlockEvictor or LayerBudget yet; the C++ runner replays them
+          // ("agree with the C++ runner" below), and so do C and Python.
+          it(name, { skip: 'no BlockEvictor/LayerBudget in the Node binding yet (docs/paged.md)' }, () => {});
+          return;
+        }
         it(name, () => {
           const failures = [
             ...replayCase(policy, c, false).map((f) => `Float32Array: ${f}`),
@@ -36,7 +43,7 @@ function replayFolder(label, dir, counter) {
 const ownFiles = replayFolder('own', ownVectorsDir, 'own');
 describe('own vectors', () => {
   it('cover every registered policy', () => {
-    const covered = ownFiles.map((f) => loadVectorFile(f).policy).sort();
+    const covered = [...new Set(ownFiles.map((f) => loadVectorFile(f).policy))].sort();
     assert.deepEqual(covered, kv.policies().map((p) => p.name).sort());
   });
   it('agree with the C++ runner (runVectors) case for case', () => {

@@ -40,7 +40,9 @@ import inspect
 from typing import Any, Dict, Type
 
 from ._kvevict import (
+    BlockEvictor,
     Decoder,
+    LayerBudget,
     Model,
     Policy,
     TraceIterator,
@@ -50,6 +52,7 @@ from ._kvevict import (
     perplexity,
     persistence,
     policies,
+    prefill,
     pyramid_budget,
     record_attention,
     row_schema,
@@ -64,6 +67,8 @@ from ._kvevict import (
 
 __all__ = [
     "Policy",
+    "BlockEvictor",
+    "LayerBudget",
     "Scissorhands",
     "H2O",
     "StreamingLLM",
@@ -90,6 +95,7 @@ __all__ = [
     "compare_model",
     "record_attention",
     "persistence",
+    "prefill",
     "__version__",
 ]
 

@@ -38,11 +38,13 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/core/layer_budget.h"
 #include "kvevict/model/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
+#include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/core/simd.h"
@@ -530,6 +532,7 @@ py::dict config_dict(const kvevict::ModelConfig& c) {
   d["vocab"] = py::int_(c.vocab);
   d["layers"] = py::int_(c.layers);
   d["heads"] = py::int_(c.heads);
+  d["kv_heads"] = py::int_(c.kv_heads);
   d["width"] = py::int_(c.width);
   d["ff"] = py::int_(c.ff);
   d["context"] = py::int_(c.context);
@@ -586,7 +589,7 @@ class PyDecoder {
     const std::int64_t h = to_int(head, "head");
     if (h < 0 || h >= static_cast<std::int64_t>(head_count())) {
       throw py::value_error("head (" + std::to_string(h) + ") must be in 0 ... " +
-                            std::to_string(head_count() - 1) + " (layer * heads + head)");
+                            std::to_string(head_count() - 1) + " (layer * kv_heads + KV head)");
     }
     return static_cast<std::uint32_t>(h);
   }
@@ -1117,6 +1120,46 @@ py::array_t<float> model_record(const ModelArg& model_arg, const Text& text_arg,
   return out;
 }
 
+// Prefill compression (kvevict/core/prefill.h): `window` is [rows, n], converted
+// to float32 C order if it is not already. A bad window raises ValueError (the
+// core's InputError message unchanged), like a bad parameter.
+py::list prefill_positions(const Str& policy_arg, const AttentionStack& window_arg, const Int& budget_arg,
+                           const py::kwargs& kwargs) {
+  using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  const std::string name = to_str(policy_arg.obj, "policy");
+  const kvevict::PolicyInfo& info = kvevict::find_policy(name);
+  const kvevict::ParamMap params = params_of(info, kwargs);
+  const std::int64_t budget = to_int(budget_arg.obj, "budget");
+  const py::handle obj = window_arg.obj;
+  const py::array arr = py::array::ensure(obj);
+  if (!arr || arr.ndim() == 0) {
+    throw py::type_error("window must be a [rows, n] array of attention weights, got " + type_name(obj) +
+                         " (" + short_repr(obj) + ")");
+  }
+  check_numeric(arr, obj);
+  if (arr.ndim() != 2) {
+    std::string shape = "(";
+    for (py::ssize_t d = 0; d < arr.ndim(); ++d) shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
+    shape += arr.ndim() == 1 ? ",)" : ")";
+    throw py::value_error("window must be 2-D, [rows, n]: row i is the attention of query n - rows + i "
+                          "over the prompt's n positions; got shape " + shape);
+  }
+  const Convert weights = Convert::ensure(arr);
+  if (!weights) throw py::type_error("window could not be converted to float32");
+  const auto rows = static_cast<std::size_t>(arr.shape(0));
+  const auto n = static_cast<std::size_t>(arr.shape(1));
+  const kvevict::PrefillWindow window{{weights.data(), rows * n}, rows, n};
+  std::vector<kvevict::Position> kept;
+  try {
+    kept = without_gil([&] { return kvevict::prefill(info.name, params, budget, window); });
+  } catch (const kvevict::InputError& e) {
+    throw py::value_error(e.what());
+  }
+  py::list out;
+  for (const kvevict::Position p : kept) out.append(p);
+  return out;
+}
+
 py::list attention_persistence(const AttentionStack& attention, const IntList& lags_arg) {
   using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
   const py::handle obj = attention.obj;
@@ -1178,11 +1221,162 @@ py::list attention_persistence(const AttentionStack& attention, const IntList& l
 
 }  // namespace
 
+// ---- paged caches (docs/paged.md) ------------------------------------------------
+
+template <class T>
+py::list list_of(std::span<const T> values) {
+  py::list out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = py::int_(values[i]);
+  return out;
+}
+
+// A registry query ("votesOf" or "votes_of") on a policy an adapter drives.
+py::float_ adapter_query(const kvevict::Policy& policy, const std::string& name, const py::args& args,
+                         std::size_t first) {
+  const kvevict::PolicyInfo& info = kvevict::find_policy(policy.name());
+  const kvevict::QueryInfo* q = info.find_query(name);
+  if (q == nullptr) q = info.find_query(camel_case(name));
+  if (q == nullptr) throw py::value_error(info.name + " has no query '" + name + "'");
+  if (args.size() != q->arity + first) {
+    throw py::type_error(name + " takes " + std::to_string(q->arity) + " argument(s)");
+  }
+  std::vector<std::int64_t> ints;
+  for (std::size_t i = first; i < args.size(); ++i) ints.push_back(to_int(args[i], "argument"));
+  return py::float_(q->call(policy, ints));
+}
+
+class PyBlockEvictor {
+ public:
+  PyBlockEvictor(py::handle policy, py::handle block_budget, py::handle block_size, py::handle start_blocks,
+                 py::handle recent_blocks, py::handle block_score, const py::kwargs& kwargs) {
+    const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(policy, "policy name"));
+    kvevict::BlockParams bp;
+    bp.block_budget = to_int(block_budget, "block_budget");
+    bp.block_size = to_int(block_size, "block_size");
+    bp.start_blocks = to_int(start_blocks, "start_blocks");
+    bp.recent_blocks = to_int(recent_blocks, "recent_blocks");
+    bp.score = kvevict::parse_block_score(to_str(block_score, "block_score"));
+    impl_ = std::make_unique<kvevict::BlockEvictor>(info.name, params_of(info, kwargs), bp);
+  }
+  void on_decode_step(py::handle pos, py::handle attn) {
+    const std::int64_t p = to_int(pos, "pos");
+    if (attn.is_none()) {
+      impl_->on_decode_step(p, std::nullopt);
+      return;
+    }
+    const AttentionView view = attention_of(attn);
+    impl_->on_decode_step(p, view.weights);
+  }
+  py::list evict_blocks(py::handle budget) { return list_of(impl_->evict_blocks(to_int(budget, "block_budget"))); }
+  py::list evicted_positions() const { return list_of(impl_->evicted_positions()); }
+  py::list removed_before() const { return list_of(impl_->removed_before()); }
+  py::list positions() const { return list_of(impl_->positions()); }
+  std::size_t kept_count() const { return impl_->kept_count(); }
+  std::size_t block_count() const { return impl_->block_count(); }
+  py::object block_score_of(py::handle block) {
+    const double s = impl_->block_score_of(to_int(block, "block"));
+    if (std::isinf(s)) return py::str("protected");
+    return py::float_(s);
+  }
+  py::float_ query(const std::string& name, const py::args& args) const {
+    return adapter_query(impl_->policy(), name, args, 0);
+  }
+
+ private:
+  std::unique_ptr<kvevict::BlockEvictor> impl_;
+};
+
+class PyLayerBudget {
+ public:
+  PyLayerBudget(py::handle policy, py::handle heads, py::handle layer_budget, py::handle head_floor,
+                const py::kwargs& kwargs) {
+    const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(policy, "policy name"));
+    impl_ = std::make_unique<kvevict::LayerBudget>(
+        info.name, params_of(info, kwargs),
+        kvevict::LayerBudgetParams{to_int(heads, "heads"), to_int(layer_budget, "layer_budget"),
+                                   to_int(head_floor, "head_floor")});
+  }
+  void on_decode_step(py::handle head, py::handle pos, py::handle attn) {
+    const auto h = static_cast<std::size_t>(to_int(head, "head"));
+    const std::int64_t p = to_int(pos, "pos");
+    if (attn.is_none()) {
+      impl_->on_decode_step(h, p, std::nullopt);
+      return;
+    }
+    const AttentionView view = attention_of(attn);
+    impl_->on_decode_step(h, p, view.weights);
+  }
+  std::size_t evict(py::handle budget) { return impl_->evict(to_int(budget, "layer_budget")); }
+  py::list victims(py::handle head) const { return list_of(impl_->victims(static_cast<std::size_t>(to_int(head, "head")))); }
+  std::size_t kept_count(py::handle head) const { return impl_->kept_count(static_cast<std::size_t>(to_int(head, "head"))); }
+  kvevict::LayerBudget& core() { return *impl_; }
+  py::float_ query(py::handle head, const std::string& name, const py::args& args) const {
+    return adapter_query(impl_->head(static_cast<std::size_t>(to_int(head, "head"))), name, args, 0);
+  }
+
+ private:
+  std::unique_ptr<kvevict::LayerBudget> impl_;
+};
+
+void bind_paged(py::module_& m) {
+  py::class_<PyBlockEvictor>(m, "BlockEvictor", R"doc(
+Whole-block eviction over any policy, for a paged KV cache (docs/paged.md).
+
+BlockEvictor(policy, block_budget, block_size=16, start_blocks=0,
+recent_blocks=0, block_score="sum", **params): the policy's budget is
+block_budget * block_size. Each step call on_decode_step(pos, attention), then
+evict_blocks(block_budget): the evicted logical block indices, ascending.
+removed_before() gives, for each surviving block, the positions removed before
+it (for key re-rotation); evicted_positions() the positions.
+)doc")
+      .def(py::init([](py::handle policy, py::handle block_budget, py::handle block_size, py::handle start_blocks,
+                       py::handle recent_blocks, py::handle block_score, const py::kwargs& kwargs) {
+             return std::make_unique<PyBlockEvictor>(policy, block_budget, block_size, start_blocks, recent_blocks,
+                                                     block_score, kwargs);
+           }),
+           py::arg("policy"), py::arg("block_budget"), py::arg("block_size") = 16, py::arg("start_blocks") = 0,
+           py::arg("recent_blocks") = 0, py::arg("block_score") = "sum")
+      .def("on_decode_step", &PyBlockEvictor::on_decode_step, py::arg("pos"), py::arg("attention"))
+      .def("evict_blocks", &PyBlockEvictor::evict_blocks, py::arg("block_budget"))
+      .def("evicted_positions", &PyBlockEvictor::evicted_positions)
+      .def("removed_before", &PyBlockEvictor::removed_before)
+      .def("positions", &PyBlockEvictor::positions)
+      .def("block_score_of", &PyBlockEvictor::block_score_of, py::arg("block"))
+      .def_property_readonly("kept_count", &PyBlockEvictor::kept_count)
+      .def_property_readonly("block_count", &PyBlockEvictor::block_count)
+      .def("query", &PyBlockEvictor::query, py::arg("name"),
+           "The policy's query by name (votesOf or votes_of), with its integer arguments.");
+
+  py::class_<PyLayerBudget>(m, "LayerBudget", R"doc(
+One budget per layer shared by its KV heads, AdaKV-style (docs/paged.md).
+
+LayerBudget(policy, heads, layer_budget, head_floor=-1, **params): step each
+head with on_decode_step(head, pos, attention); evict(layer_budget) takes the
+lowest scores across heads (ties: lower position, then lower head), each head
+keeping at least head_floor (-1: layer_budget // (5 * heads)); victims(head).
+)doc")
+      .def(py::init([](py::handle policy, py::handle heads, py::handle layer_budget, py::handle head_floor,
+                       const py::kwargs& kwargs) {
+             return std::make_unique<PyLayerBudget>(policy, heads, layer_budget, head_floor, kwargs);
+           }),
+           py::arg("policy"), py::arg("heads"), py::arg("layer_budget"), py::arg("head_floor") = -1)
+      .def("on_decode_step", &PyLayerBudget::on_decode_step, py::arg("head"), py::arg("pos"), py::arg("attention"))
+      .def("evict", &PyLayerBudget::evict, py::arg("layer_budget"))
+      .def("victims", &PyLayerBudget::victims, py::arg("head"))
+      .def("kept_count", &PyLayerBudget::kept_count, py::arg("head"))
+      .def_property_readonly("heads", [](PyLayerBudget& l) { return l.core().heads(); })
+      .def_property_readonly("head_floor", [](PyLayerBudget& l) { return l.core().head_floor(); })
+      .def_property_readonly("head_budget", [](PyLayerBudget& l) { return l.core().head_budget(); })
+      .def("query", &PyLayerBudget::query, py::arg("head"), py::arg("name"),
+           "One head's policy query by name (scoreOf or score_of), with its integer arguments.");
+}
+
 PYBIND11_MODULE(_kvevict, m) {
   m.doc() =
       "The compiled core of the kvevict Python package: KV-cache eviction policies built "
       "through the C++ registry. Import `kvevict`, not this module.";
   m.attr("__version__") = KVEVICT_VERSION;
+  bind_paged(m);
 
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
@@ -1511,14 +1705,15 @@ number of Decoders and evaluations.
             const kvevict::ModelConfig& c = model.config();
             return "<Model " + py::repr(py::str(model.path())).cast<std::string>() +
                    ": layers=" + std::to_string(c.layers) + ", heads=" + std::to_string(c.heads) +
+                   ", kv_heads=" + std::to_string(c.kv_heads) +
                    ", width=" + std::to_string(c.width) + ", context=" + std::to_string(c.context) +
                    ", " + std::to_string(model.parameter_count()) + " parameters>";
           },
-          "<Model 'path': layers=..., heads=..., width=..., context=..., N parameters>.");
+          "<Model 'path': layers=..., heads=..., kv_heads=..., width=..., context=..., N parameters>.");
 
   py::class_<PyDecoder>(m, "Decoder", R"doc(
 One sequence through a Model, token by token, with a real KV cache per
-(layer, head). Head h = layer * heads + head has its own cache; give it a
+(layer, head). Head h = layer * kv_heads + KV head has its own cache; give it a
 policy with set_policy() and it holds at most `budget` positions: the
 positions the policy names are physically removed from that head's keys and
 values. Positions stay absolute (RoPE at each token's true position).
@@ -1547,7 +1742,7 @@ policy breaks the contract, RuntimeError.
           [](const DecoderSelf& self, const Int& head, const OptionalPolicy& policy,
              const OptionalInt& budget) { self.get().set_policy(head.obj, policy.obj, budget.obj); },
           py::arg("head"), py::arg("policy"), py::arg("budget") = py::none(), R"doc(
-Gives head `head` (= layer * heads + head) a policy held to `budget` (None:
+Gives head `head` (= layer * kv_heads + KV head) a policy held to `budget` (None:
 the policy's own `budget` parameter); None removes it. Only before the first
 token (RuntimeError after). The policy must be fresh and serve this head
 alone: the decoder keeps it alive and drives it, and stepping it by hand
@@ -1632,9 +1827,20 @@ policies, budgets, overrides: as for compare().
         R"doc(
 The model's full-cache attention over the first `tokens` bytes of `text` (0 =
 as many as the context holds): a new float32 array [layers * heads, N, N],
-head index layer * heads + head, row t the weights token t gave positions
+head index layer * kv_heads + KV head, row t the weights token t gave positions
 0 ... t-1 (its weight on itself left out) and zeros elsewhere. Row 0 is all
 zeros.
+)doc");
+
+  m.def("prefill", &prefill_positions, py::arg("policy"), py::arg("window"), py::arg("budget"), R"doc(
+Prefill compression (docs/prefill.md): the positions, ascending, that
+`policy` keeps of a prompt of n positions, at most `budget` of them (all of
+them when budget >= n). `window` is [rows, n]: row i is the attention of the
+query at position n - rows + i over positions 0 ... n-1 (its own position
+included), 0 after its diagonal. Parameters are keywords, snake_case or
+camelCase, without budget. Raises ValueError for an unknown policy, a bad
+parameter or budget, or a bad window (shape, a NaN, infinite or negative
+weight, or a weight after the diagonal).
 )doc");
 
   m.def("persistence", &attention_persistence, py::arg("attention"), py::arg("lags"), R"doc(

@@ -52,7 +52,7 @@ def text(heldout) -> bytes:
 
 
 def heads_of(model: kvevict.Model) -> int:
-    return model.config["layers"] * model.config["heads"]
+    return model.config["layers"] * model.config["kv_heads"]
 
 
 def nll(logits: np.ndarray, nxt: int) -> float:
@@ -73,7 +73,7 @@ def decoder_perplexity(decoder: kvevict.Decoder, text: bytes) -> float:
 
 def test_model_loads_with_the_documented_shape(model):
     c = model.config
-    assert set(c) == {"vocab", "layers", "heads", "width", "ff", "context", "rope_base", "norm_eps"}
+    assert set(c) == {"vocab", "layers", "heads", "kv_heads", "width", "ff", "context", "rope_base", "norm_eps"}
     assert (c["vocab"], c["layers"], c["heads"], c["width"], c["ff"]) == (256, 4, 4, 128, 512)
     assert c["context"] >= 1024
     assert isinstance(c["rope_base"], float) and c["norm_eps"] > 0

@@ -112,7 +112,7 @@ def test_trace_iterator_matches():
                     n in ("__iter__", "__next__", "__length_hint__")}
 
 
-@pytest.mark.parametrize("name", ["Model", "Decoder"])
+@pytest.mark.parametrize("name", ["Model", "Decoder", "BlockEvictor", "LayerBudget"])
 def test_model_classes_match(name):
     cls = getattr(kvevict, name)
     stub = members(CLASSES[name])

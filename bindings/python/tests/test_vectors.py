@@ -37,6 +37,8 @@ def cases_in(folder: Path, group: str) -> List[Tuple[str, str, dict]]:
 OWN_CASES = cases_in(OWN_VECTORS, "own")
 PEER_DIR = conformance_dir()
 PEER_CASES = cases_in(PEER_DIR, "peer") if PEER_DIR else []
+# The first plain case (not a block or layer case, docs/paged.md).
+FIRST_PLAIN = next(c for c in OWN_CASES if "blocks" not in c[2] and "layer" not in c[2])
 REPLAYED_CASES["own"] = len(OWN_CASES)
 REPLAYED_CASES["peer"] = len(PEER_CASES)
 
@@ -90,14 +92,14 @@ def test_cpp_runner_agrees_file_by_file(folder):
 def test_replay_detects_a_wrong_expectation():
     """The Python replay is not vacuous: a tampered expectation fails, the
     case goes on, and a missing method ends it."""
-    policy, case = OWN_CASES[0][1], copy.deepcopy(OWN_CASES[0][2])
+    policy, case = FIRST_PLAIN[1], copy.deepcopy(FIRST_PLAIN[2])
     evicts = [s for s in case["steps"] if s["call"] == "evict" and "expect" in s]
     assert evicts, "the first case should end in an eviction"
     evicts[-1]["expect"] = evicts[-1]["expect"] + [10**6]
     result = replay_case(policy, case)
     assert len(result.failures) == 1 and "expected" in result.failures[0]
 
-    case = copy.deepcopy(OWN_CASES[0][2])
+    case = copy.deepcopy(FIRST_PLAIN[2])
     case["steps"].insert(0, {"call": "noSuchQuery", "args": [], "expect": 0})
     result = replay_case(policy, case)
     assert len(result.failures) == 1 and "AttributeError" in result.failures[0]
@@ -113,3 +115,14 @@ def test_the_cpp_runner_reports_failures(tmp_path):
     report = kvevict.run_vectors([bad])
     assert report["passed"] == 0 and report["failed"] == 1
     assert len(report["failures"]) == 1 and "wrong on purpose" in report["failures"][0]
+
+
+def test_paged_replay_detects_a_wrong_expectation():
+    """The block and layer replays (docs/paged.md) are not vacuous either."""
+    for key, call in (("blocks", "evictBlocks"), ("layer", "evictLayer")):
+        policy, case = next((c[1], copy.deepcopy(c[2])) for c in OWN_CASES if key in c[2])
+        steps = [s for s in case["steps"] if s["call"] == call and "expect" in s]
+        assert steps, f"a {key} case should evict"
+        steps[-1]["expect"] = [[10**6]]
+        result = replay_case(policy, case)
+        assert len(result.failures) == 1 and "expected" in result.failures[0], key

@@ -88,6 +88,59 @@ def execute(policy: kvevict.Policy, call: str, args: list, mode: str) -> Any:
     return getattr(policy, snake_case(call))(*args)
 
 
+def weights_of(weights: Any, mode: str) -> Any:
+    if weights is None:
+        return None
+    return np.asarray(weights, dtype=np.float32) if mode == "numpy" else list(weights)
+
+
+def block_subject(policy_name: str, case: dict, mode: str):
+    """A case with "blocks" (docs/paged.md): its steps through kvevict.BlockEvictor."""
+    b = case["blocks"]
+    ev = kvevict.BlockEvictor(policy_name, b.get("blockBudget", 32), b.get("blockSize", 16),
+                              b.get("startBlocks", 0), b.get("recentBlocks", 0), b.get("blockScore", "sum"),
+                              **case.get("params", {}))
+
+    def run(call: str, args: list) -> Any:
+        if call == "onDecodeStep":
+            pos, weights = args
+            return ev.on_decode_step(pos, weights_of(weights, mode))
+        if call == "evictBlocks":
+            return ev.evict_blocks(*args)
+        if call in ("keptCount", "blockCount"):
+            return getattr(ev, snake_case(call))
+        if call in ("evictedPositions", "removedBefore", "positions", "blockScoreOf"):
+            return getattr(ev, snake_case(call))(*args)
+        return ev.query(call, *args)
+    return run
+
+
+def layer_subject(policy_name: str, case: dict, mode: str):
+    """A case with "layer" (docs/paged.md): its steps through kvevict.LayerBudget."""
+    l = case["layer"]
+    heads = l.get("heads", 8)
+    layer = kvevict.LayerBudget(policy_name, heads, l.get("layerBudget", 4096), l.get("headFloor", -1),
+                                **case.get("params", {}))
+
+    def run(call: str, args: list) -> Any:
+        if call == "onDecodeStep":
+            pos, per_head = args
+            for h in range(heads):
+                layer.on_decode_step(h, pos, weights_of(per_head[h], mode))
+            return None
+        if call == "evictLayer":
+            layer.evict(*args)
+            return [layer.victims(h) for h in range(heads)]
+        if call == "keptCount":
+            return [layer.kept_count(h) for h in range(heads)]
+        if call == "totalKept":
+            return sum(layer.kept_count(h) for h in range(heads))
+        if call in ("headFloor", "headBudget"):
+            return getattr(layer, snake_case(call))
+        return layer.query(args[0], call, *args[1:])
+    return run
+
+
 def replay_case(policy_name: str, case: dict, mode: str = "numpy") -> CaseResult:
     """Replays one case; a failed expectation is recorded and the case goes on,
     a step that throws ends it."""
@@ -95,9 +148,15 @@ def replay_case(policy_name: str, case: dict, mode: str = "numpy") -> CaseResult
     tolerance = case.get("tolerance", 1e-9)
     step_index = -1
     try:
-        policy = kvevict.policy(policy_name, **case.get("params", {}))
+        if "blocks" in case:
+            subject = block_subject(policy_name, case, mode)
+        elif "layer" in case:
+            subject = layer_subject(policy_name, case, mode)
+        else:
+            policy = kvevict.policy(policy_name, **case.get("params", {}))
+            subject = lambda call, args: execute(policy, call, args, mode)  # noqa: E731
         for step_index, step in enumerate(case["steps"]):
-            actual = execute(policy, step["call"], step.get("args", []), mode)
+            actual = subject(step["call"], step.get("args", []))
             if "expect" in step and not equal(step["expect"], actual, tolerance):
                 result.failures.append(
                     f"step {step_index} {step['call']}{step.get('args', [])}: "

@@ -5,11 +5,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
 
 namespace kvevict {
+
+// How a policy's per-position scores decide, for an evictor that chooses on
+// its behalf (BlockEvictor, LayerBudget; docs/paged.md).
+struct ScoreRules {
+  // An eviction that is due removes at least this many positions
+  // (Scissorhands' dropAmount; 1 for the others).
+  std::size_t min_victims = 1;
+  // evict(b) brings the kept set to min(b, budget_cap) (PyramidKV's share).
+  std::int64_t budget_cap = std::numeric_limits<std::int64_t>::max();
+  // Newest held positions the policy never evicts (its recent window; TOVA 1:
+  // the unobserved newest) and positions below `protected_below` (sinks).
+  // Only for checking at construction that a budget can be met.
+  std::int64_t protected_newest = 0;
+  std::int64_t protected_below = 0;
+};
 
 // Absolute token index (0, 1, 2, ...), never an offset into the kept set.
 using Position = std::uint32_t;
@@ -44,6 +60,23 @@ class Policy {
   // construction: the hot path never allocates. The victim buffer returned by
   // evict() is not counted, as in the spec's per-slot figures.
   virtual std::size_t memory_bytes() const noexcept = 0;
+
+  // ---- Scores for an evictor that chooses for the policy (docs/paged.md) ----
+  // None of these is on the decode path; a policy without them (a test double)
+  // keeps the defaults, which refuse with a ContractError naming the policy.
+  //
+  // Writes each held position, ascending, and its eviction score into
+  // positions[i] and scores[i] for i < kept_count() (both spans at least that
+  // long) and returns kept_count(). The policy's own evict() is exactly: the
+  // lowest score goes first, ties to the lower position, +infinity never
+  // (a protected position). Computed on demand from the policy's state;
+  // changes nothing a query or a later step can see.
+  virtual std::size_t scores(std::span<Position> positions, std::span<double> scores);
+  // Removes the given held positions (ascending, each held, none protected),
+  // as if the policy's own evict() had chosen them. Refuses, before changing
+  // anything, a position that is not held, out of order or protected (a sink).
+  virtual void remove(std::span<const Position> victims);
+  virtual ScoreRules score_rules() const;
 };
 
 }  // namespace kvevict

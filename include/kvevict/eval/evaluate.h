@@ -10,6 +10,7 @@
 
 #include "kvevict/eval/harness.h"
 #include "kvevict/eval/metrics.h"
+#include "kvevict/eval/paged.h"
 #include "kvevict/core/params.h"
 
 namespace kvevict {
@@ -47,6 +48,8 @@ struct EvaluateOptions {
   // Sees every step of every run (StepView::run indexes the specs given to
   // evaluate(); StepView::head the trace head). Empty: no cost.
   StepObserver observe;
+  // Block or layer-budget eviction for every run (docs/paged.md); off by default.
+  PagedOptions paged;
 };
 
 // Builds every policy first (so a bad parameter fails before any work), then

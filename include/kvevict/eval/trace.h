@@ -48,8 +48,9 @@ struct DecodeShape {
   double spike_mass = 0.0;
   std::uint32_t spike_steps = 2;
   // Recall (0 = none): recall_after steps after its spike, every spike token
-  // receives spike_mass again for spike_steps steps -- a fact that matters later.
+  // receives spike_mass again for recall_steps steps -- a fact that matters later.
   std::uint32_t recall_after = 0;
+  std::uint32_t recall_steps = 0;  // 0 = spike_steps
 };
 
 class DecodeTrace final : public Trace {

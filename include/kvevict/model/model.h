@@ -1,8 +1,10 @@
 // A small byte-level transformer (model/FORMAT.md) run token by token with a
-// real KV cache per layer and head. When a head has a policy, the policy sees
-// exactly what the harness would give it -- that head's softmax weights over
-// the positions it still holds, ascending -- and the positions it names are
-// physically removed from that head's keys and values. Positions stay
+// real KV cache per layer and KV head. When a KV head has a policy, the policy
+// sees exactly what the harness would give it -- the softmax weights over the
+// positions that cache still holds, ascending (with grouped-query attention,
+// the mean of its query heads' weights: one decision per cache, as an engine
+// must make it) -- and the positions it names are physically removed from
+// that cache's keys and values. Positions stay
 // absolute: a key is rotated (RoPE) at its token's true position when it is
 // stored and never moved again.
 #pragma once
@@ -21,7 +23,8 @@ namespace kvevict {
 struct ModelConfig {
   std::uint32_t vocab = 256;
   std::uint32_t layers = 0;
-  std::uint32_t heads = 0;  // per layer
+  std::uint32_t heads = 0;     // query heads per layer
+  std::uint32_t kv_heads = 0;  // KV heads per layer (grouped-query attention); = heads in version-1 files
   std::uint32_t width = 0;
   std::uint32_t ff = 0;
   std::uint32_t context = 0;  // positions the model was trained on
@@ -29,8 +32,11 @@ struct ModelConfig {
   float norm_eps = 1e-5F;
 
   std::uint32_t head_dim() const noexcept { return width / heads; }
-  // Layers x heads: the number of policy instances a decoder runs.
-  std::uint32_t head_count() const noexcept { return layers * heads; }
+  // Query heads that share one KV head.
+  std::uint32_t group() const noexcept { return heads / kv_heads; }
+  // Layers x KV heads: the number of caches, and so of policy instances, a
+  // decoder runs. "Head h" in the decoder's API is cache h = layer * kv_heads + kv_head.
+  std::uint32_t head_count() const noexcept { return layers * kv_heads; }
 };
 
 // Weights read from a .kvm file. Immutable once loaded; one Model may serve
@@ -50,7 +56,7 @@ class Model {
 
   struct Layer {
     const float* attn_norm;  // [width]
-    const float* qkv;        // [3 * width, width], rows q | k | v
+    const float* qkv;        // [(heads + 2 * kv_heads) * head_dim, width], rows q | k | v
     const float* proj;       // [width, width]
     const float* mlp_norm;   // [width]
     const float* up;         // [ff, width]
@@ -80,7 +86,7 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
-  // Gives head `h` (= layer * heads + head) a policy and the budget it is
+  // Gives cache `h` (= layer * kv_heads + kv_head) a policy and the budget it is
   // held to; null removes it. Only before the first step.
   void set_policy(std::uint32_t h, Policy* policy, std::int64_t budget);
 
@@ -94,6 +100,12 @@ class Decoder {
   // throws ContractError, naming the failed one, until reset().
   std::span<const float> step(std::uint8_t token);
 
+  // Removes `positions` (each held, no repeats, any order) from cache `h`'s
+  // keys and values at once: compression after a prefill. Only for a cache
+  // without a policy (a policy's state would no longer match what is held);
+  // throws ContractError naming the first bad position, changing nothing.
+  void drop(std::uint32_t h, std::span<const Position> positions);
+
   // Back to an empty cache, usable again after a failed step (policies are
   // not reset: give new ones).
   void reset();
@@ -101,10 +113,11 @@ class Decoder {
   std::uint32_t position() const noexcept { return fed_; }  // tokens fed so far
   const ModelConfig& config() const noexcept;
 
-  // Positions head `h` holds now, ascending (after this step's eviction).
+  // Positions cache `h` holds now, ascending (after this step's eviction).
   std::span<const Position> held(std::uint32_t h) const noexcept;
-  // The positions head `h` attended over on the last step (ascending, the
-  // newest token last) and the softmax weights it gave them.
+  // The positions cache `h` was attended over on the last step (ascending,
+  // the newest token last) and the softmax weights given to them (the mean
+  // over the cache's query heads).
   std::span<const Position> attended(std::uint32_t h) const noexcept;
   std::span<const float> attention(std::uint32_t h) const noexcept;
   // Positions removed from all heads so far.

@@ -72,7 +72,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
 
 // The model's full-cache attention over the first `tokens` bytes of `text`
 // (0 = as many as the context holds): [layers x heads, N, N] float32, head
-// index = layer * heads + head, row t the weights token t gave positions
+// index = layer * kv_heads + KV head, row t the weights token t gave positions
 // 0 ... t-1 (its weight on itself left out, as in every trace). Refuses to
 // replace an existing file unless `overwrite`. Returns N.
 // The same attention in memory, one trace per head (head index as above).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/describe.h"
 #include "policies/kernels.h"
 
@@ -98,5 +99,39 @@ const PolicyInfo& h2o_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// The score interface: the cumulative score; the sinks and the recent window
+// are protected (+infinity), exactly the range evict() searches.
+std::size_t H2O::scores(std::span<Position> positions, std::span<double> scores) {
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), kept_);
+  const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+  for (std::size_t i = 0; i < kept_; ++i) {
+    positions[i] = positions_[i];
+    scores[i] = i >= first && i < end ? scores_[i] : detail::kProtectedScore;
+  }
+  return kept_;
+}
+
+void H2O::remove(std::span<const Position> victims) {
+  const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+  detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
+                       [&](std::size_t slot) { return slot >= first && slot < end; });
+  hint_.valid = false;
+  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
+                  [this](std::size_t to, std::size_t from) { scores_[to] = scores_[from]; });
+}
+
+ScoreRules H2O::score_rules() const {
+  ScoreRules rules;
+  rules.protected_newest = params_.recent_window;
+  rules.protected_below = params_.sinks;
+  return rules;
+}
 
 }  // namespace kvevict

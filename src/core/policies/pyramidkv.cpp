@@ -86,3 +86,18 @@ const PolicyInfo& pyramidkv_info() {
 }  // namespace detail
 
 }  // namespace kvevict
+
+namespace kvevict {
+
+std::size_t PyramidKV::scores(std::span<Position> positions, std::span<double> scores) {
+  return core_.scores(positions, scores);
+}
+void PyramidKV::remove(std::span<const Position> victims) { core_.remove(victims); }
+ScoreRules PyramidKV::score_rules() const {
+  ScoreRules rules;
+  rules.budget_cap = effective_;
+  rules.protected_newest = params_.recent_window;
+  return rules;
+}
+
+}  // namespace kvevict

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/describe.h"
 #include "policies/kernels.h"
 
@@ -151,5 +152,43 @@ const PolicyInfo& scissorhands_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// The score interface: the votes (within the history window); the sinks and
+// the recent window are protected, exactly the range evict() searches.
+std::size_t Scissorhands::scores(std::span<Position> positions, std::span<double> scores) {
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), kept_);
+  const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+  for (std::size_t i = 0; i < kept_; ++i) {
+    positions[i] = positions_[i];
+    scores[i] = i >= first && i < end ? static_cast<double>(votes_[i]) : detail::kProtectedScore;
+  }
+  return kept_;
+}
+
+void Scissorhands::remove(std::span<const Position> victims) {
+  const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
+  detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
+                       [&](std::size_t slot) { return slot >= first && slot < end; });
+  hint_.valid = false;
+  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
+    votes_[to] = votes_[from];
+    std::copy_n(history_.begin() + static_cast<std::ptrdiff_t>(from * history_words_), history_words_,
+                history_.begin() + static_cast<std::ptrdiff_t>(to * history_words_));
+  });
+}
+
+ScoreRules Scissorhands::score_rules() const {
+  ScoreRules rules;
+  rules.min_victims = static_cast<std::size_t>(params_.drop_amount);
+  rules.protected_newest = params_.recent_window;
+  rules.protected_below = params_.sinks;
+  return rules;
+}
 
 }  // namespace kvevict

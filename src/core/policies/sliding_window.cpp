@@ -1,6 +1,7 @@
 #include "kvevict/core/policies/sliding_window.h"
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/describe.h"
 
 namespace kvevict {
@@ -52,5 +53,45 @@ const PolicyInfo& sliding_window_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// The score interface: recency -- the position itself, so the oldest goes
+// first, as evict() does. Nothing is protected.
+std::size_t SlidingWindow::scores(std::span<Position> positions, std::span<double> scores) {
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), size_);
+  for (std::size_t i = 0; i < size_; ++i) {
+    positions[i] = ring_[wrap(head_ + i, capacity_)];
+    scores[i] = static_cast<double>(positions[i]);
+  }
+  return size_;
+}
+
+void SlidingWindow::remove(std::span<const Position> victims) {
+  // Check every victim first (held, ascending), then close the gaps in place:
+  // survivors slide toward the head, keeping their order.
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < victims.size(); ++k) {
+    if (k > 0 && victims[k] <= victims[k - 1]) detail::fail_removal(kTitle, victims[k], "is not above the victim before it");
+    while (at < size_ && ring_[wrap(head_ + at, capacity_)] < victims[k]) ++at;
+    if (at == size_ || ring_[wrap(head_ + at, capacity_)] != victims[k]) detail::fail_removal(kTitle, victims[k], "is not held");
+  }
+  std::size_t write = 0;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < size_; ++i) {
+    const Position p = ring_[wrap(head_ + i, capacity_)];
+    if (next < victims.size() && victims[next] == p) {
+      ++next;
+      continue;
+    }
+    ring_[wrap(head_ + write, capacity_)] = p;
+    ++write;
+  }
+  size_ = write;
+}
+
+ScoreRules SlidingWindow::score_rules() const { return {}; }
 
 }  // namespace kvevict

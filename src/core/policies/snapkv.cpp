@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/kernels.h"
 #include "policies/describe.h"
 
@@ -118,6 +119,10 @@ std::span<const Position> SnapKVCore::evict_to(std::size_t target) {
     return {victims_.data(), 1};
   }
   mark_argmin_victims(score, marked_.data(), 0, end, needed);
+  return compact_marked();
+}
+
+std::span<const Position> SnapKVCore::compact_marked() {
   std::size_t freed = 0;
   for (std::size_t i = 0; i < kept_; ++i) {
     if (marked_[i] != 0) freed_[freed++] = ring_slot_[i];
@@ -163,5 +168,45 @@ const PolicyInfo& snapkv_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+namespace detail {
+
+// The pooled window sum, computed as evict_to() computes it (once, over every
+// held position); the recent window is protected.
+std::size_t SnapKVCore::scores(std::span<Position> positions, std::span<double> scores) {
+  check_score_spans(title_, positions.size(), scores.size(), kept_);
+  ring_sums(history_.data(), obs_window_, capacity_, capacity_, sums_.data());
+  for (std::size_t i = 0; i < kept_; ++i) pooled_[i] = sums_[ring_slot_[i]];
+  pool_max(pooled_.data(), kept_, pool_radius_, scores.data());
+  const std::size_t end = kept_ - std::min(recent_window_, kept_);
+  for (std::size_t i = 0; i < kept_; ++i) {
+    positions[i] = positions_[i];
+    if (i >= end) scores[i] = kProtectedScore;
+  }
+  return kept_;
+}
+
+void SnapKVCore::remove(std::span<const Position> victims) {
+  const std::size_t end = kept_ - std::min(recent_window_, kept_);
+  mark_removal(title_, {positions_.data(), kept_}, victims, marked_.data(),
+               [end](std::size_t slot) { return slot < end; });
+  compact_marked();
+}
+
+}  // namespace detail
+
+std::size_t SnapKV::scores(std::span<Position> positions, std::span<double> scores) {
+  return core_.scores(positions, scores);
+}
+void SnapKV::remove(std::span<const Position> victims) { core_.remove(victims); }
+ScoreRules SnapKV::score_rules() const {
+  ScoreRules rules;
+  rules.protected_newest = params_.recent_window;
+  return rules;
+}
 
 }  // namespace kvevict

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/describe.h"
 
 namespace kvevict {
@@ -17,8 +18,10 @@ StreamingLLM::StreamingLLM(const StreamingLLMParams& params) : params_(params) {
   window_capacity_ = static_cast<std::size_t>(params.budget - params.sinks) + 1;
   window_.resize(window_capacity_);
   victims_.resize(window_capacity_);
+  sink_positions_.resize(static_cast<std::size_t>(params.sinks));
   // Position 0 is a held sink when there are sinks, else the first window entry.
   if (params.sinks > 0) {
+    sink_positions_[0] = 0;
     sinks_held_ = 1;
   } else {
     push_window(0);
@@ -43,6 +46,7 @@ void StreamingLLM::on_decode_step(std::int64_t pos, Attention /*never read*/) {
       sink ? kept_count() + 1 : sinks_held_ + window_capacity_;
   detail::check_admission(kTitle, pos, newest_, kept_count() + 1, capacity, params_.budget);
   if (sink) {
+    sink_positions_[sinks_held_] = static_cast<Position>(pos);
     ++sinks_held_;
   } else {
     push_window(static_cast<Position>(pos));
@@ -75,5 +79,55 @@ const PolicyInfo& streaming_llm_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// The score interface: recency (the position itself), the sinks protected.
+std::size_t StreamingLLM::scores(std::span<Position> positions, std::span<double> scores) {
+  const std::size_t kept = kept_count();
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), kept);
+  for (std::size_t i = 0; i < sinks_held_; ++i) {
+    positions[i] = sink_positions_[i];
+    scores[i] = detail::kProtectedScore;
+  }
+  for (std::size_t i = 0; i < window_size_; ++i) {
+    const Position p = window_[wrap(head_ + i, window_capacity_)];
+    positions[sinks_held_ + i] = p;
+    scores[sinks_held_ + i] = static_cast<double>(p);
+  }
+  return kept;
+}
+
+void StreamingLLM::remove(std::span<const Position> victims) {
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < victims.size(); ++k) {
+    if (k > 0 && victims[k] <= victims[k - 1]) detail::fail_removal(kTitle, victims[k], "is not above the victim before it");
+    if (std::int64_t{victims[k]} < params_.sinks) detail::fail_removal(kTitle, victims[k], "is protected (a sink)");
+    while (at < window_size_ && window_[wrap(head_ + at, window_capacity_)] < victims[k]) ++at;
+    if (at == window_size_ || window_[wrap(head_ + at, window_capacity_)] != victims[k]) {
+      detail::fail_removal(kTitle, victims[k], "is not held");
+    }
+  }
+  std::size_t write = 0;
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < window_size_; ++i) {
+    const Position p = window_[wrap(head_ + i, window_capacity_)];
+    if (next < victims.size() && victims[next] == p) {
+      ++next;
+      continue;
+    }
+    window_[wrap(head_ + write, window_capacity_)] = p;
+    ++write;
+  }
+  window_size_ = write;
+}
+
+ScoreRules StreamingLLM::score_rules() const {
+  ScoreRules rules;
+  rules.protected_below = params_.sinks;
+  return rules;
+}
 
 }  // namespace kvevict

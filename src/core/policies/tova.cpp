@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "policies/common.h"
+#include "policies/removal.h"
 #include "policies/describe.h"
 #include "policies/kernels.h"
 
@@ -124,5 +125,39 @@ const PolicyInfo& tova_info() {
   return info;
 }
 }  // namespace detail
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// The score interface: the last observed weight; an unobserved position is
+// protected (evict() skips it).
+std::size_t TOVA::scores(std::span<Position> positions, std::span<double> scores) {
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), kept_);
+  const float* last = last_[current_].data();
+  for (std::size_t i = 0; i < kept_; ++i) {
+    positions[i] = positions_[i];
+    const float w = last[storage(i)];
+    scores[i] = std::isnan(w) ? detail::kProtectedScore : static_cast<double>(w);
+  }
+  return kept_;
+}
+
+void TOVA::remove(std::span<const Position> victims) {
+  const float* records = last_[current_].data();
+  detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
+                       [&](std::size_t slot) { return !std::isnan(records[storage(slot)]); });
+  hint_.valid = false;
+  close_hole();
+  float* last = last_[current_].data();
+  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
+                  [last](std::size_t to, std::size_t from) { last[to] = last[from]; });
+}
+
+ScoreRules TOVA::score_rules() const {
+  ScoreRules rules;
+  rules.protected_newest = 1;  // the token just admitted, until a step observes it
+  return rules;
+}
 
 }  // namespace kvevict

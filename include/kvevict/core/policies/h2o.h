@@ -34,6 +34,11 @@ class H2O final : public Policy {
   double score_of(std::int64_t pos) const noexcept;
   const H2OParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   H2OParams params_;
   std::size_t capacity_;

@@ -41,6 +41,11 @@ class PyramidKV final : public Policy {
   double window_score_of(std::int64_t pos) const noexcept { return core_.window_score_of(pos); }
   const PyramidKVParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   PyramidKVParams params_;
   std::int64_t effective_;

@@ -44,6 +44,11 @@ class Scissorhands final : public Policy {
   std::int64_t votes_of(std::int64_t pos) const noexcept;
   const ScissorhandsParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   ScissorhandsParams params_;
   std::size_t capacity_;

@@ -26,6 +26,11 @@ class SlidingWindow final : public Policy {
   std::size_t memory_bytes() const noexcept override { return capacity_ * kBytesPerSlot; }
   const SlidingWindowParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   SlidingWindowParams params_;
   std::size_t capacity_;

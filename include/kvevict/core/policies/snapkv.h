@@ -34,8 +34,13 @@ class SnapKVCore {
   std::size_t capacity() const noexcept { return capacity_; }
   std::size_t memory_bytes() const noexcept;
   double window_score_of(std::int64_t pos) const noexcept;
+  // The score interface (policy.h): the pooled window sum; the recent window protected.
+  std::size_t scores(std::span<Position> positions, std::span<double> scores);
+  void remove(std::span<const Position> victims);
 
  private:
+  // Removes the marked slots, keeping their rings for the next positions.
+  std::span<const Position> compact_marked();
   double window_sum(std::size_t slot) const noexcept;
 
   const char* title_;
@@ -77,6 +82,11 @@ class SnapKV final : public Policy {
   // Unpooled sum of the position's remembered weights, -1 when not held.
   double window_score_of(std::int64_t pos) const noexcept { return core_.window_score_of(pos); }
   const SnapKVParams& params() const noexcept { return params_; }
+
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
 
  private:
   SnapKVParams params_;

@@ -31,6 +31,11 @@ class StreamingLLM final : public Policy {
   std::int64_t sink_count() const noexcept { return static_cast<std::int64_t>(sinks_held_); }
   const StreamingLLMParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   void push_window(Position pos) noexcept;
 
@@ -43,6 +48,7 @@ class StreamingLLM final : public Policy {
   std::size_t head_ = 0;
   std::size_t window_size_ = 0;
   std::vector<Position> victims_;
+  std::vector<Position> sink_positions_;  // the held sinks (for scores(); `sinks` entries, not per slot)
 };
 
 }  // namespace kvevict

@@ -34,6 +34,11 @@ class TOVA final : public Policy {
   double last_attention_of(std::int64_t pos) const noexcept;
   const TOVAParams& params() const noexcept { return params_; }
 
+  // The score interface (policy.h, docs/paged.md).
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
  private:
   TOVAParams params_;
   std::size_t capacity_;

@@ -1,0 +1,54 @@
+// Paged evaluation (docs/paged.md): the tool's and the bindings' --block-size,
+// --start-blocks, --recent-blocks, --block-score and --layer-budget, applied
+// to every run of an evaluation (run, compare, sweep).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvevict/core/block_evictor.h"
+#include "kvevict/core/params.h"
+#include "kvevict/core/policy.h"
+
+namespace kvevict {
+
+struct RunSpec;
+struct RunRow;
+struct EvaluateOptions;
+
+struct PagedOptions {
+  // Block mode when >= 1: each run's policy is driven by a BlockEvictor with
+  // budget / block_size blocks (the budget must be a whole number of blocks).
+  std::int64_t block_size = 0;
+  std::int64_t start_blocks = 0;
+  std::int64_t recent_blocks = 0;
+  BlockScore block_score = BlockScore::kSum;
+  // Layer mode: the trace's heads share budget x heads positions (LayerBudget),
+  // each head keeping at least head_floor (-1: the default floor).
+  bool layer_budget = false;
+  std::int64_t head_floor = -1;
+
+  bool blocks() const noexcept { return block_size != 0; }
+  bool active() const noexcept { return blocks() || layer_budget; }
+};
+
+// Throws ParameterError naming the option when the options break a rule
+// (block size below 1 with another block option given, both modes at once).
+void check_paged(const PagedOptions& paged);
+
+// The policy a run steps: `info`'s policy itself, or, in block mode, a
+// Policy whose evict(budget) evicts whole blocks through a BlockEvictor
+// (budget / block_size blocks). Throws ParameterError for a budget that is
+// not a whole number of blocks.
+std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMap& params, std::int64_t budget,
+                                        const PagedOptions& paged);
+
+namespace detail {
+// evaluate() in layer mode: every head of the trace stepped in lock step and
+// evicted together (rows as evaluate() makes them).
+std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const EvaluateOptions& options);
+}  // namespace detail
+
+}  // namespace kvevict

@@ -1,0 +1,106 @@
+// Retrieval tasks through the real model: what a policy costs when the answer
+// sits in one distant place. A task sample is natural filler text with one or
+// more needles in it, then a question whose answer only a needle holds; the
+// model answers by greedy decoding and is scored by exact match. The formats
+// are model/tasks.py's (the model was trained on them) and docs/tasks.md's.
+//
+// Three moments of compression, as the field evaluates them:
+//   decode         every cache evicts token by token from the first byte on
+//                  (what `compare --model` measures);
+//   prefill        the context is read with the full cache, then compressed
+//                  once to the budget before the question is seen
+//                  (query-agnostic), and the question and answer run
+//                  without further eviction;
+//   prefill-query  the same, compressed after the question has been read
+//                  (query-aware: SnapKV's observation window covers it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvevict/model/model.h"
+#include "kvevict/core/params.h"
+#include "kvevict/model/perplexity.h"
+#include "kvevict/eval/rng.h"
+
+namespace kvevict {
+
+// passkey, multikey, multivalue, vartrack, copy.
+const std::vector<std::string>& task_names();
+
+struct TaskSample {
+  std::string task;
+  std::vector<std::uint8_t> prompt;  // filler with the needles, then the question
+  std::string answer;                // what greedy decoding must produce next
+  double depth = 0.0;                // where the asked needle was put, 0 (start) ... 1 (end)
+  std::uint32_t needle = 0;          // its byte offset in the prompt
+  std::uint32_t question = 0;        // where the question starts (the context ends)
+};
+
+// One sample of exactly `length` bytes (prompt, answer and the closing bytes
+// the trainer saw after it), filler cut at random from `filler`. Throws
+// InputError for an unknown task, a length too short to hold it, or filler
+// shorter than the sample.
+TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
+                     std::span<const std::uint8_t> filler);
+
+enum class Moment { full, decode, prefill, prefill_query };
+std::string_view moment_name(Moment m);    // "full", "decode", "prefill", "prefill-query"
+Moment parse_moment(std::string_view name);  // InputError naming the choices
+
+struct TaskRequest {
+  std::vector<std::string> tasks{"passkey"};
+  std::vector<std::uint32_t> lengths{1024};  // sample lengths in bytes (at most the model's context)
+  std::uint32_t depths = 5;                  // needle depths (i + 0.5) / depths, i = 0 ... depths-1
+  std::uint32_t samples = 20;                // per task x length x depth
+  std::uint32_t seed = 1;
+  std::vector<std::string> policies;         // empty: every registered policy
+  std::vector<std::int64_t> budgets{128};
+  ParamMap overrides;                        // "policy.param" or "param", as compare takes them
+  std::vector<Moment> moments{Moment::decode};
+  // Prefill moments: attention rows of the last `window` prompt bytes that
+  // the compression scores from (SnapKV's observation window).
+  std::uint32_t window = 32;
+};
+
+struct TaskRow {
+  std::string task;
+  std::string policy;  // empty for the full cache
+  std::int64_t budget = 0;
+  Moment moment = Moment::full;
+  std::uint32_t length = 0;
+  double depth = 0.0;
+  std::uint32_t samples = 0;
+  std::uint32_t correct = 0;
+  double accuracy = 0.0;
+  double low = 0.0;   // Wilson 95 % interval
+  double high = 0.0;
+  std::uint64_t evicted = 0;  // positions removed over the cell's samples, every cache
+};
+
+// The Wilson score interval (95 %) for `correct` of `n`.
+std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n);
+
+// Greedy exact match of one sample with the given policy (null spec: the
+// full cache). `evicted` receives the positions removed.
+bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr);
+
+// Every task x length x depth: the full cache, then each policy x budget x
+// moment, in that order. Every policy is built (its parameters checked) and
+// every sample generated before any work; work runs on every core.
+std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
+                               const TaskRequest& request, const ModelRunOptions& options = {});
+
+// The rows as JSON (an array of objects), CSV (a header line, then one line
+// a row) and a markdown table of accuracy by depth, one line per
+// task x length x policy x budget x moment.
+std::string tasks_json(const std::vector<TaskRow>& rows);
+std::string tasks_csv(const std::vector<TaskRow>& rows);
+std::string tasks_markdown(const std::vector<TaskRow>& rows);
+
+}  // namespace kvevict

@@ -1,0 +1,218 @@
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/evaluate.h"
+#include "kvevict/core/layer_budget.h"
+#include "kvevict/eval/npy.h"
+#include "kvevict/eval/paged.h"
+#include "kvevict/core/registry.h"
+
+namespace kvevict {
+
+namespace {
+
+// A BlockEvictor seen as a Policy, for the harness: evict(budget) evicts
+// whole blocks down to budget / block_size blocks.
+class BlockPolicy final : public Policy {
+ public:
+  BlockPolicy(const std::string& policy, const ParamMap& params, const BlockParams& block)
+      : evictor_(policy, params, block), name_(evictor_.policy().name()) {}
+
+  std::string_view name() const noexcept override { return name_; }
+  void on_decode_step(std::int64_t pos, Attention attn) override { evictor_.on_decode_step(pos, attn); }
+  std::span<const Position> evict(std::int64_t budget) override {
+    evictor_.evict_blocks(budget < 0 ? budget : budget / static_cast<std::int64_t>(evictor_.block_size()));
+    return evictor_.evicted_positions();
+  }
+  std::size_t kept_count() const noexcept override { return evictor_.kept_count(); }
+  std::size_t memory_bytes() const noexcept override { return evictor_.memory_bytes(); }
+
+ private:
+  BlockEvictor evictor_;
+  std::string name_;
+};
+
+constexpr std::uint32_t kTopK = 32;
+
+// The step's top-32 set (spec/domain.md 2, step 5), as the harness makes it.
+void top_set(std::span<const float> w, std::vector<float>& scratch, std::vector<std::uint32_t>& top) {
+  const std::size_t k = std::min<std::size_t>(kTopK, w.size());
+  scratch.assign(w.begin(), w.end());
+  std::nth_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch.end(),
+                   std::greater<>());
+  const float threshold = scratch[k - 1];
+  std::size_t above = 0;
+  for (const float x : w) above += x > threshold ? 1 : 0;
+  std::size_t tie_slots = k - above;
+  top.clear();
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] > threshold) {
+      top.push_back(static_cast<std::uint32_t>(i));
+    } else if (w[i] == threshold && tie_slots > 0) {
+      --tie_slots;
+      top.push_back(static_cast<std::uint32_t>(i));
+    }
+  }
+}
+
+}  // namespace
+
+void check_paged(const PagedOptions& p) {
+  if (p.block_size < 0 || (p.block_size == 0 && (p.start_blocks != 0 || p.recent_blocks != 0 ||
+                                                  p.block_score != BlockScore::kSum))) {
+    throw ParameterError(fmt::format(
+        "--block-size ({}) must be at least 1 (--start-blocks, --recent-blocks and --block-score need it)", p.block_size));
+  }
+  if (p.blocks() && p.layer_budget) {
+    throw ParameterError("--layer-budget and --block-size: a layer budget shared by heads is per position; "
+                         "blocks are evicted per head (give one or the other)");
+  }
+  if (!p.layer_budget && p.head_floor != -1) throw ParameterError("--head-floor needs --layer-budget");
+}
+
+std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMap& params, std::int64_t budget,
+                                        const PagedOptions& paged) {
+  if (!paged.blocks()) return find_policy(policy).make(params);
+  if (budget % paged.block_size != 0) {
+    throw ParameterError(fmt::format("budget ({}) must be a whole number of blocks (--block-size {})", budget,
+                                     paged.block_size));
+  }
+  BlockParams block;
+  block.block_size = paged.block_size;
+  block.start_blocks = paged.start_blocks;
+  block.recent_blocks = paged.recent_blocks;
+  block.block_budget = budget / paged.block_size;
+  block.score = paged.block_score;
+  return std::make_unique<BlockPolicy>(policy, params, block);
+}
+
+namespace detail {
+
+std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
+  std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
+  const std::uint32_t steps = options.steps ? checked_steps(*heads.front(), *options.steps) : heads.front()->steps();
+  const std::size_t n = heads.size();
+  const std::uint32_t length = heads.front()->length();
+  LayerBudgetParams layer;
+  layer.heads = static_cast<std::int64_t>(n);
+  layer.head_floor = options.paged.head_floor;
+
+  // Every layer built first, so a bad parameter fails before any work.
+  std::vector<RunRow> rows;
+  std::vector<std::unique_ptr<LayerBudget>> built;
+  for (const RunSpec& spec : specs) {
+    const PolicyInfo& info = find_policy(spec.policy);
+    if (spec.budget < 1) throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
+    layer.layer_budget = spec.budget * layer.heads;
+    ParamMap params = spec.params;
+    params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
+                 params.end());
+    built.push_back(std::make_unique<LayerBudget>(info.name, params, layer));
+    RunRow row;
+    row.policy = info.name;
+    row.trace = options.trace;
+    row.budget = spec.budget;
+    ParamMap shown = params;
+    set_param(shown, "budget", spec.budget);
+    row.params = info.effective(shown);
+    row.memory_bytes = built.back()->memory_bytes();
+    row.heads = n;
+    rows.push_back(std::move(row));
+  }
+
+  std::vector<float> scratch;
+  std::vector<std::uint32_t> top;
+  for (std::size_t r = 0; r < specs.size(); ++r) {
+    LayerBudget& lb = *built[r];
+    const auto started = std::chrono::steady_clock::now();
+    const std::int64_t budget = specs[r].budget * layer.heads;
+    std::vector<RunTotals> totals(n);
+    std::vector<std::vector<Position>> kept(n, std::vector<Position>{0});
+    std::vector<std::vector<std::uint8_t>> is_kept(n, std::vector<std::uint8_t>(length, 0));
+    std::vector<float> attn;
+    for (auto& head : heads) head->rewind();
+    for (std::size_t h = 0; h < n; ++h) {
+      is_kept[h][0] = 1;
+      totals[h].budget = specs[r].budget;
+    }
+    for (std::uint32_t t = 1; t <= steps; ++t) {
+      std::size_t held = 0;
+      for (std::size_t h = 0; h < n; ++h) {
+        const std::span<const float> w = heads[h]->next();
+        top_set(w, scratch, top);
+        RunTotals& tot = totals[h];
+        ++tot.steps;
+        attn.resize(kept[h].size());
+        double retained = 0.0;
+        for (std::size_t i = 0; i < kept[h].size(); ++i) {
+          attn[i] = w[kept[h][i]];
+          retained += static_cast<double>(attn[i]);
+        }
+        tot.total_retained_mass += retained;
+        tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
+        for (const std::uint32_t p : top) tot.total_heavy_hits += is_kept[h][p];
+        lb.on_decode_step(h, t, std::span<const float>(attn));
+        kept[h].push_back(t);
+        is_kept[h][t] = 1;
+        held += kept[h].size();
+      }
+      if (options.progress) options.progress(t, steps);
+      if (static_cast<std::int64_t>(held) <= budget) continue;
+      lb.evict(budget);
+      held = 0;
+      for (std::size_t h = 0; h < n; ++h) {
+        ++totals[h].eviction_calls;
+        for (const Position v : lb.victims(h)) {
+          if (v >= length || is_kept[h][v] == 0) {
+            throw ContractError(fmt::format("{}: head {}'s victim {} at step {} is not held", rows[r].policy, h, v, t));
+          }
+          is_kept[h][v] = 0;
+        }
+        totals[h].evicted += static_cast<std::int64_t>(lb.victims(h).size());
+        std::erase_if(kept[h], [&](Position p) { return is_kept[h][p] == 0; });
+        held += kept[h].size();
+      }
+      if (static_cast<std::int64_t>(held) > budget) {
+        throw ContractError(fmt::format("{}: the layer holds {} positions at step {} against a layer budget of {}",
+                                        rows[r].policy, held, t, budget));
+      }
+    }
+    RunRow& row = rows[r];
+    double mass = 0.0;
+    double recall = 0.0;
+    for (std::size_t h = 0; h < n; ++h) {
+      const RunTotals& tt = totals[h];
+      row.totals.steps += tt.steps;
+      row.totals.budget = tt.budget;
+      row.totals.total_retained_mass += tt.total_retained_mass;
+      row.totals.total_heavy_hits += tt.total_heavy_hits;
+      row.totals.total_heavy_possible += tt.total_heavy_possible;
+      row.totals.evicted += tt.evicted;
+      row.head_metrics.push_back(metrics_of(tt));
+      mass += tt.steps == 0 ? 0.0 : tt.total_retained_mass / static_cast<double>(tt.steps);
+      recall += tt.total_heavy_possible == 0 ? 0.0
+                                             : static_cast<double>(tt.total_heavy_hits) /
+                                                   static_cast<double>(tt.total_heavy_possible);
+    }
+    // Eviction calls are the layer's (one call evicts for every head).
+    row.totals.eviction_calls = totals.front().eviction_calls;
+    if (n == 1) {
+      row.metrics = row.head_metrics.front();
+      row.head_metrics.clear();
+    } else {
+      row.metrics.retained_attention_mass = round6(mass / static_cast<double>(n));
+      row.metrics.heavy_hitter_recall = round6(recall / static_cast<double>(n));
+      row.metrics.eviction_calls = row.totals.eviction_calls;
+    }
+    row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+  return rows;
+}
+
+}  // namespace detail
+
+}  // namespace kvevict

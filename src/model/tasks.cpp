@@ -1,0 +1,450 @@
+#include "kvevict/model/tasks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/core/prefill.h"
+#include "kvevict/core/registry.h"
+#include "eval/parallel_jobs.h"
+
+namespace kvevict {
+
+namespace {
+
+constexpr std::string_view kDigits = "0123456789";
+constexpr std::string_view kLower = "abcdefghijklmnopqrstuvwxyz";
+constexpr std::string_view kUpper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+constexpr std::string_view kAlnum = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+std::string rand_text(Rng& rng, std::string_view alphabet, std::uint32_t n) {
+  std::string out;
+  for (std::uint32_t i = 0; i < n; ++i) out += alphabet[rng.next_int(static_cast<std::uint32_t>(alphabet.size()))];
+  return out;
+}
+
+std::uint32_t between(Rng& rng, std::uint32_t lo, std::uint32_t hi) { return lo + rng.next_int(hi - lo + 1); }
+
+// A number of lo ... hi digits without a leading zero.
+std::string number(Rng& rng, std::uint32_t lo, std::uint32_t hi) {
+  const std::uint32_t n = between(rng, lo, hi);
+  return rand_text(rng, kDigits.substr(1), 1) + rand_text(rng, kDigits, n - 1);
+}
+
+template <typename Make>
+std::vector<std::string> distinct(std::uint32_t count, Make make) {
+  std::vector<std::string> out;
+  while (out.size() < count) {
+    std::string v = make();
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Puts each needle (then a space) at fraction depths[i] of the filler, moved
+// forward to just after the next space (within 24 bytes) so words stay whole.
+// Returns each needle's offset in the result.
+std::vector<std::uint32_t> insert_needles(std::string& text, const std::string& filler,
+                                          const std::vector<std::string>& needles,
+                                          const std::vector<double>& depths) {
+  std::vector<std::size_t> cuts;
+  for (const double d : depths) {
+    const auto at = static_cast<std::size_t>(std::nearbyint(d * static_cast<double>(filler.size())));
+    const std::size_t next = filler.find(' ', at);
+    cuts.push_back(next == std::string::npos || next - at > 24 ? filler.size() : next + 1);
+  }
+  std::vector<std::size_t> order(needles.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cuts[a] < cuts[b]; });
+  std::vector<std::uint32_t> offsets(needles.size());
+  std::size_t last = 0;
+  for (const std::size_t i : order) {
+    text += filler.substr(last, cuts[i] - last);
+    offsets[i] = static_cast<std::uint32_t>(text.size());
+    text += needles[i] + " ";
+    last = cuts[i];
+  }
+  text += filler.substr(last);
+  return offsets;
+}
+
+std::size_t argmax(std::span<const float> logits) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = i;  // ties: the lowest byte
+  }
+  return best;
+}
+
+}  // namespace
+
+const std::vector<std::string>& task_names() {
+  static const std::vector<std::string> names{"passkey", "multikey", "multivalue", "vartrack", "copy"};
+  return names;
+}
+
+TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
+                     std::span<const std::uint8_t> filler) {
+  std::vector<std::string> needles;
+  std::vector<double> depths;
+  std::string question, answer, closing = ".\n";
+  if (task == "passkey") {
+    const std::string key = number(rng, 5, 7);
+    needles = {"The pass key is " + key + ". Remember it. " + key + " is the pass key."};
+    depths = {depth};
+    question = "\nWhat is the pass key? The pass key is ";
+    answer = key;
+  } else if (task == "multikey") {
+    const std::uint32_t k = between(rng, 2, 4);
+    const auto keys = distinct(k, [&] { return rand_text(rng, kLower, 6); });
+    const auto values = distinct(k, [&] { return number(rng, 6, 7); });
+    for (std::uint32_t i = 0; i < k; ++i) {
+      needles.push_back("One of the special magic numbers for " + keys[i] + " is: " + values[i] + ".");
+    }
+    depths = {depth};
+    for (std::uint32_t i = 1; i < k; ++i) depths.push_back(rng.next_float());
+    question = "\nWhat is the special magic number for " + keys[0] + "? The special magic number for " + keys[0] +
+               " is: ";
+    answer = values[0];
+  } else if (task == "multivalue") {
+    const std::uint32_t k = between(rng, 2, 3);
+    const std::string key = rand_text(rng, kLower, 6);
+    const auto values = distinct(k, [&] { return number(rng, 6, 7); });
+    for (const std::string& v : values) needles.push_back("One of the special magic numbers for " + key + " is: " + v + ".");
+    depths = {depth};
+    for (std::uint32_t i = 1; i < k; ++i) depths.push_back(rng.next_float());
+    std::sort(depths.begin(), depths.end());  // the values appear in the order listed
+    question = "\nWhat are all the special magic numbers for " + key + "? The special magic numbers for " + key +
+               " are: ";
+    for (std::uint32_t i = 0; i < k; ++i) answer += (i > 0 ? ", " : "") + values[i];
+  } else if (task == "vartrack") {
+    const std::uint32_t hops = between(rng, 1, 3);
+    const auto names = distinct(hops + 3, [&] { return rand_text(rng, kUpper, 5); });
+    const auto values = distinct(2, [&] { return number(rng, 5, 5); });
+    needles.push_back("VAR " + names[0] + " = " + values[0] + ".");
+    for (std::uint32_t i = 0; i < hops; ++i) needles.push_back("VAR " + names[i + 1] + " = VAR " + names[i] + ".");
+    needles.push_back("VAR " + names[hops + 1] + " = " + values[1] + ".");
+    needles.push_back("VAR " + names[hops + 2] + " = VAR " + names[hops + 1] + ".");
+    const double first = std::min(depth, 0.7);
+    std::vector<double> chain{first};
+    for (std::uint32_t i = 0; i < hops; ++i) chain.push_back(first + (1.0 - first) * rng.next_float());
+    std::sort(chain.begin(), chain.end());
+    std::vector<double> decoy{rng.next_float(), rng.next_float()};
+    std::sort(decoy.begin(), decoy.end());
+    depths = chain;
+    depths.insert(depths.end(), decoy.begin(), decoy.end());
+    question = "\nWhich variables hold the value " + values[0] + "? They are: ";
+    for (std::uint32_t i = 0; i <= hops; ++i) answer += (i > 0 ? " " : "") + names[i];
+  } else if (task == "copy") {
+    const std::string code = rand_text(rng, kAlnum, between(rng, 16, 48));
+    needles = {"Code: <<" + code + ">>"};
+    depths = {depth};
+    question = "\nRepeat the code: <<";
+    answer = code;
+    closing = ">>\n";
+  } else {
+    throw InputError(fmt::format("unknown task '{}' (known: {})", task, fmt::join(task_names(), ", ")));
+  }
+  std::size_t fixed = question.size() + answer.size() + closing.size();
+  for (const std::string& n : needles) fixed += n.size() + 1;
+  if (fixed + 16 > length) {
+    throw InputError(fmt::format("task {}: {} bytes cannot hold its needles and question (it needs at least {})",
+                                 task, length, fixed + 16));
+  }
+  const std::size_t room = length - fixed;
+  if (filler.size() < room + 1) {
+    throw InputError(fmt::format("task {}: the filler text has {} bytes, a {}-byte sample needs more than {}", task,
+                                 filler.size(), length, room));
+  }
+  const std::size_t start = rng.next_int(static_cast<std::uint32_t>(filler.size() - room));
+  const std::string fill(filler.begin() + static_cast<std::ptrdiff_t>(start),
+                         filler.begin() + static_cast<std::ptrdiff_t>(start + room));
+  std::string text;
+  const std::vector<std::uint32_t> offsets = insert_needles(text, fill, needles, depths);
+  TaskSample s;
+  s.task = std::string(task);
+  s.question = static_cast<std::uint32_t>(text.size());
+  text += question;
+  s.prompt.assign(text.begin(), text.end());
+  s.answer = answer;
+  s.depth = depth;
+  s.needle = offsets.front();
+  return s;
+}
+
+std::string_view moment_name(Moment m) {
+  switch (m) {
+    case Moment::full: return "full";
+    case Moment::decode: return "decode";
+    case Moment::prefill: return "prefill";
+    case Moment::prefill_query: return "prefill-query";
+  }
+  return "?";
+}
+
+Moment parse_moment(std::string_view name) {
+  for (const Moment m : {Moment::decode, Moment::prefill, Moment::prefill_query}) {
+    if (name == moment_name(m)) return m;
+  }
+  throw InputError(fmt::format("unknown moment '{}' (known: decode, prefill, prefill-query)", name));
+}
+
+std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n) {
+  if (n == 0) return {0.0, 1.0};
+  constexpr double z = 1.959963984540054;
+  const double nn = n;
+  const double p = correct / nn;
+  const double denom = 1.0 + z * z / nn;
+  const double centre = (p + z * z / (2.0 * nn)) / denom;
+  const double half = z * std::sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom;
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted) {
+  const ModelConfig& cfg = model->config();
+  const std::size_t needed = sample.prompt.size() + sample.answer.size();
+  if (needed > cfg.context) {
+    throw InputError(fmt::format("task {}: {} bytes are more than the model's context of {}", sample.task, needed,
+                                 cfg.context));
+  }
+  Decoder decoder(model, static_cast<std::uint32_t>(needed));
+  std::vector<std::unique_ptr<Policy>> policies;
+  const bool at_decode = spec != nullptr && moment == Moment::decode;
+  if (at_decode) {
+    const PolicyInfo& info = find_policy(spec->policy);
+    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
+      decoder.set_policy(h, policies.back().get(), spec->budget);
+    }
+  }
+  const bool compress = spec != nullptr && (moment == Moment::prefill || moment == Moment::prefill_query);
+  const std::size_t compress_after = moment == Moment::prefill ? sample.question : sample.prompt.size();
+  std::vector<std::vector<float>> rows;  // per cache: the last `window` rows before compression
+  std::span<const float> logits;
+  for (std::size_t i = 0; i < sample.prompt.size(); ++i) {
+    logits = decoder.step(sample.prompt[i]);
+    if (compress && i + window >= compress_after && i < compress_after) {
+      // Row for query i: its weights over positions 0 ... i (itself
+      // included; the cache is still full), zero after it (the window
+      // layout of kvevict::prefill).
+      if (rows.empty()) rows.resize(cfg.head_count());
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        const std::span<const float> w = decoder.attention(h);
+        std::vector<float>& out = rows[h];
+        const std::size_t begin = out.size();
+        out.resize(begin + compress_after, 0.0F);
+        std::copy(w.begin(), w.end(), out.begin() + static_cast<std::ptrdiff_t>(begin));
+      }
+    }
+    if (compress && i + 1 == compress_after) {
+      const std::size_t w = std::min<std::size_t>(window, compress_after);
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        ParamMap params = head_params(*spec, cfg, h / cfg.kv_heads);
+        params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
+                     params.end());
+        const std::vector<Position> kept =
+            prefill(spec->policy, params, spec->budget, PrefillWindow{rows[h], w, compress_after});
+        std::vector<Position> drop;
+        for (const Position p : decoder.held(h)) {
+          if (!std::binary_search(kept.begin(), kept.end(), p)) drop.push_back(p);
+        }
+        decoder.drop(h, drop);
+      }
+    }
+  }
+  bool right = true;
+  for (std::size_t j = 0; j < sample.answer.size(); ++j) {
+    const std::size_t guess = argmax(logits);
+    if (guess != static_cast<unsigned char>(sample.answer[j])) {
+      right = false;
+      break;
+    }
+    if (j + 1 < sample.answer.size()) logits = decoder.step(static_cast<std::uint8_t>(guess));
+  }
+  if (evicted != nullptr) *evicted += decoder.evicted();
+  return right;
+}
+
+std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
+                               const TaskRequest& request, const ModelRunOptions& options) {
+  const ModelConfig& cfg = model->config();
+  if (request.tasks.empty()) throw InputError("tasks: no task given");
+  for (const std::string& t : request.tasks) {
+    if (std::find(task_names().begin(), task_names().end(), t) == task_names().end()) {
+      throw InputError(fmt::format("unknown task '{}' (known: {})", t, fmt::join(task_names(), ", ")));
+    }
+  }
+  if (request.lengths.empty()) throw InputError("tasks: no length given");
+  for (const std::uint32_t len : request.lengths) {
+    if (len > cfg.context) {
+      throw InputError(fmt::format("tasks: length {} is longer than the model's context of {} bytes", len,
+                                   cfg.context));
+    }
+  }
+  if (request.depths < 1) throw InputError("tasks: depths must be at least 1");
+  if (request.samples < 1) throw InputError("tasks: samples must be at least 1");
+  if (request.window < 1) throw InputError("tasks: the observation window must be at least 1 byte");
+  const std::uint32_t shortest = *std::min_element(request.lengths.begin(), request.lengths.end());
+  for (const std::int64_t b : request.budgets) {
+    if (b < 1) throw InputError(fmt::format("tasks: budget {} must be at least 1", b));
+    if (b > shortest) {
+      throw InputError(fmt::format("tasks: budget {} is above the context length {}: nothing could be evicted", b,
+                                   shortest));
+    }
+  }
+  // The configurations: the full cache, then policy x budget x moment.
+  struct Config {
+    RunSpec spec;
+    Moment moment;
+  };
+  std::vector<Config> configs;
+  CompareRequest compare;
+  compare.policies = request.policies;
+  compare.budgets = request.budgets;
+  compare.overrides = request.overrides;
+  if (!request.budgets.empty()) {
+    for (const RunSpec& spec : compare_specs(compare)) {
+      for (std::uint32_t l = 0; l < cfg.layers; ++l) find_policy(spec.policy).make(head_params(spec, cfg, l));
+      for (const Moment m : request.moments) configs.push_back({spec, m});
+    }
+  }
+  // Every sample first, each from its own generator: a cell's samples do not
+  // depend on which other cells were asked for.
+  std::vector<TaskSample> samples;
+  struct Cell {
+    std::size_t task, length, depth;
+  };
+  std::vector<Cell> cells;
+  for (std::size_t t = 0; t < request.tasks.size(); ++t) {
+    const auto task_index = static_cast<std::uint32_t>(
+        std::find(task_names().begin(), task_names().end(), request.tasks[t]) - task_names().begin());
+    for (std::size_t l = 0; l < request.lengths.size(); ++l) {
+      for (std::uint32_t d = 0; d < request.depths; ++d) {
+        cells.push_back({t, l, d});
+        const double depth = (d + 0.5) / request.depths;
+        for (std::uint32_t i = 0; i < request.samples; ++i) {
+          Rng rng(request.seed * 0x9E3779B1U ^ (task_index << 24) ^ (request.lengths[l] << 8) ^
+                  (static_cast<std::uint32_t>(std::lround(depth * 1000.0)) << 20) ^ (i * 0x85EBCA6BU));
+          samples.push_back(make_task(request.tasks[t], request.lengths[l], depth, rng, filler));
+        }
+      }
+    }
+  }
+  const std::size_t per_sample = 1 + configs.size();
+  std::vector<std::uint8_t> right(samples.size() * per_sample, 0);
+  std::vector<std::uint64_t> evicted(samples.size() * per_sample, 0);
+  detail::parallel_jobs(right.size(), options.progress, [&](std::size_t job) {
+    const std::size_t s = job / per_sample, c = job % per_sample;
+    const RunSpec* spec = c == 0 ? nullptr : &configs[c - 1].spec;
+    const Moment m = c == 0 ? Moment::full : configs[c - 1].moment;
+    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job]) ? 1 : 0;
+  });
+  std::vector<TaskRow> rows;
+  for (std::size_t cell = 0; cell < cells.size(); ++cell) {
+    for (std::size_t c = 0; c < per_sample; ++c) {
+      TaskRow row;
+      row.task = request.tasks[cells[cell].task];
+      row.length = request.lengths[cells[cell].length];
+      row.depth = (cells[cell].depth + 0.5) / request.depths;
+      if (c > 0) {
+        row.policy = configs[c - 1].spec.policy;
+        row.budget = configs[c - 1].spec.budget;
+        row.moment = configs[c - 1].moment;
+      }
+      row.samples = request.samples;
+      for (std::uint32_t i = 0; i < request.samples; ++i) {
+        const std::size_t job = (cell * request.samples + i) * per_sample + c;
+        row.correct += right[job];
+        row.evicted += evicted[job];
+      }
+      row.accuracy = static_cast<double>(row.correct) / row.samples;
+      std::tie(row.low, row.high) = wilson_interval(row.correct, row.samples);
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+namespace {
+
+std::string label(const TaskRow& r) { return r.policy.empty() ? std::string("full") : r.policy; }
+
+}  // namespace
+
+std::string tasks_json(const std::vector<TaskRow>& rows) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const TaskRow& r : rows) {
+    out.push_back({{"task", r.task},
+                   {"policy", label(r)},
+                   {"budget", r.budget},
+                   {"moment", moment_name(r.moment)},
+                   {"length", r.length},
+                   {"depth", r.depth},
+                   {"samples", r.samples},
+                   {"correct", r.correct},
+                   {"accuracy", r.accuracy},
+                   {"accuracy_low", r.low},
+                   {"accuracy_high", r.high},
+                   {"evicted", r.evicted}});
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string tasks_csv(const std::vector<TaskRow>& rows) {
+  std::string out = "task,policy,budget,moment,length,depth,samples,correct,accuracy,accuracy_low,accuracy_high,evicted\n";
+  for (const TaskRow& r : rows) {
+    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{}\n", r.task, label(r), r.budget,
+                       moment_name(r.moment), r.length, r.depth, r.samples, r.correct, r.accuracy, r.low, r.high,
+                       r.evicted);
+  }
+  return out;
+}
+
+std::string tasks_markdown(const std::vector<TaskRow>& rows) {
+  // One line per task x length x policy x budget x moment, a column per depth.
+  std::vector<double> depths;
+  for (const TaskRow& r : rows) {
+    if (std::find(depths.begin(), depths.end(), r.depth) == depths.end()) depths.push_back(r.depth);
+  }
+  std::sort(depths.begin(), depths.end());
+  using Key = std::tuple<std::string, std::uint32_t, std::string, std::int64_t, std::string>;
+  std::vector<Key> order;
+  std::map<Key, std::map<double, const TaskRow*>> grid;
+  for (const TaskRow& r : rows) {
+    const Key k{r.task, r.length, label(r), r.budget, std::string(moment_name(r.moment))};
+    if (grid.find(k) == grid.end()) order.push_back(k);
+    grid[k][r.depth] = &r;
+  }
+  std::string out = "| task | length | policy | budget | moment |";
+  for (const double d : depths) out += fmt::format(" depth {:.0f} % |", d * 100.0);
+  out += " mean | 95 % interval |\n|---|---:|---|---:|---|";
+  for (std::size_t i = 0; i < depths.size(); ++i) out += "---:|";
+  out += "---:|---|\n";
+  for (const Key& k : order) {
+    const auto& cells = grid[k];
+    std::uint32_t correct = 0, n = 0;
+    out += fmt::format("| {} | {} | {} | {} | {} |", std::get<0>(k), std::get<1>(k), std::get<2>(k),
+                       std::get<3>(k) == 0 ? std::string("—") : std::to_string(std::get<3>(k)), std::get<4>(k));
+    for (const double d : depths) {
+      const auto it = cells.find(d);
+      if (it == cells.end()) {
+        out += " |";
+        continue;
+      }
+      out += fmt::format(" {:.2f} |", it->second->accuracy);
+      correct += it->second->correct;
+      n += it->second->samples;
+    }
+    const auto [low, high] = wilson_interval(correct, n);
+    out += fmt::format(" **{:.2f}** | {:.2f} … {:.2f} |\n", n == 0 ? 0.0 : static_cast<double>(correct) / n, low, high);
+  }
+  return out;
+}
+
+}  // namespace kvevict
