@@ -62,7 +62,7 @@ ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow
 ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
 ok  "schema"           '"name": "memoryBytes"' -- schema
 ok  "help"             "compare" -- --help
-for cmd in list run compare sweep trace vectors report perplexity record persistence schema; do ok "help $cmd" "--help" -- "$cmd" --help; done
+for cmd in list run compare sweep trace vectors report perplexity record persistence schema tasks; do ok "help $cmd" "--help" -- "$cmd" --help; done
 
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
@@ -156,7 +156,8 @@ ok  "perplexity json"  '"bitsPerByte"' -- perplexity --model "$model" --text "$t
 if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 9 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
 ok  "compare model"    "ranked by perplexity at budget 64" -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64,128 --policies sliding-window,tova
 ok  "record"           "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 200
-ok  "record replays"   "16 head(s)" -- trace --trace "$tmp/rec.npy"
+caches=$(python3 -c "import struct,sys; b=open(sys.argv[1],'rb').read(); w=struct.unpack_from('<8I',b,20); print(w[1]*(w[6] or w[2]))" "$model")
+ok  "record replays"   "$caches head(s)" -- trace --trace "$tmp/rec.npy"
 ok  "record compare"   "tova" -- compare --trace "$tmp/rec.npy" --budgets 48,64 --policies tova,h2o
 ok  "persistence"      "share persisting" -- persistence --trace "$tmp/rec.npy" --lags 1,8,32
 bad "record exists"    "rec.npy: already exists (pass --force to replace it)" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy"
@@ -174,6 +175,16 @@ bad "model budget"     "Scissorhands: recentWindow (32) must be smaller than bud
 bad "model and trace"  "--trace and --steps replay a trace; --model runs the model" -- compare --model "$model" --text "$tmp/text.txt" --trace decode-4096
 bad "model no text"    "--text" -- compare --model "$model"
 bad "persistence lag"  "lags must be in 1 ... 48" -- persistence --trace "$tmp/rec.npy" --lags 49
+# Retrieval tasks: the table, JSON rows, and each bad request one line.
+heldout=$model_dir/heldout-sample.txt
+ok  "tasks table"      "| passkey | 300 | sliding-window | 32 | decode |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 2 --policies sliding-window --budgets 32
+ok  "tasks json"       '"moment": "prefill-query"' -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies tova --budgets 32 --moments prefill-query --format json
+ok  "tasks csv"        "task,policy,budget,moment,length,depth" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies none --format csv
+bad "tasks unknown"    "unknown task 'haystack' (known: passkey, multikey, multivalue, vartrack, copy)" -- tasks --model "$model" --text "$heldout" --tasks haystack
+bad "tasks too long"   "length 5000 is longer than the model's context" -- tasks --model "$model" --text "$heldout" --lengths 5000
+bad "tasks budget"     "budget 400 is above the context length 300" -- tasks --model "$model" --text "$heldout" --lengths 300 --budgets 400
+bad "tasks moment"     "unknown moment 'later'" -- tasks --model "$model" --text "$heldout" --moments later
+bad "tasks filler"     "the filler text has 400 bytes" -- tasks --model "$model" --text "$tmp/text.txt" --lengths 600
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
