@@ -35,7 +35,15 @@ function text(n) {
   assert.ok(sample.length >= n, `heldout-sample.txt has ${sample.length} bytes, the test needs ${n}`);
   return sample.subarray(0, n);
 }
-const HEADS = 16;  // 4 layers x 4 heads
+// Caches (policy instances) per sequence: layers x KV heads, read from the
+// file's header (model/FORMAT.md: words at bytes 20 ... 51; a version-1 file
+// has 0 in the KV-heads word and one KV head per query head).
+function cachesInFile() {
+  const header = fs.readFileSync(kvm).subarray(20, 52);
+  const layers = header.readUInt32LE(4), heads = header.readUInt32LE(8), kvWord = header.readUInt32LE(24);
+  return layers * (kvWord === 0 ? heads : kvWord);
+}
+const HEADS = skip ? 0 : cachesInFile();
 
 // A little-endian float32 .npy file: {shape, data}.
 function readNpy(file) {
@@ -60,11 +68,13 @@ test.describe('real model', { skip }, () => {
     assert.ok(m instanceof kv.Model);
     assert.equal(m.path, kvm);
     const c = m.config;
-    assert.deepEqual(Object.keys(c), ['vocab', 'layers', 'heads', 'width', 'ff', 'context', 'ropeBase', 'normEps']);
+    assert.deepEqual(Object.keys(c), ['vocab', 'layers', 'heads', 'kvHeads', 'width', 'ff', 'context', 'ropeBase', 'normEps']);
     assert.equal(c.vocab, 256);
-    assert.equal(c.layers * c.heads, HEADS);
-    // Tied embedding + per layer (2 norms, qkv, proj, up, down) + the final norm.
-    const perLayer = 2 * c.width + 3 * c.width * c.width + c.width * c.width + 2 * c.ff * c.width;
+    assert.equal(c.layers * c.kvHeads, HEADS);
+    assert.equal(c.heads % c.kvHeads, 0);
+    // Tied embedding + per layer (2 norms, q|k|v, proj, up, down) + the final norm.
+    const qkvRows = (c.heads + 2 * c.kvHeads) * (c.width / c.heads);
+    const perLayer = 2 * c.width + qkvRows * c.width + c.width * c.width + 2 * c.ff * c.width;
     assert.equal(m.parameterCount, c.vocab * c.width + c.layers * perLayer + c.width);
   });
 

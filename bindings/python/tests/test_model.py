@@ -80,7 +80,8 @@ def test_model_loads_with_the_documented_shape(model):
     # FORMAT.md's tensors: the tied embedding, per layer two norms, qkv, proj,
     # up and down, and the final norm.
     w, ff, v = c["width"], c["ff"], c["vocab"]
-    per_layer = w + 3 * w * w + w * w + w + ff * w + w * ff
+    qkv_rows = (c["heads"] + 2 * c["kv_heads"]) * (w // c["heads"])
+    per_layer = w + qkv_rows * w + w * w + w + ff * w + w * ff
     assert model.parameter_count == v * w + c["layers"] * per_layer + w
     assert model.path == str(KVM)
     assert str(KVM) in repr(model) and "layers=4" in repr(model)
@@ -285,8 +286,9 @@ def test_a_budget_that_never_binds_is_exactly_the_full_cache(model, text):
 def test_sliding_window_evicts_one_position_per_head_per_step(model, heldout, n):
     """Tokens 0 ... n-2 are fed; from position 8 on each step evicts one per head."""
     rows = kvevict.perplexity(model, heldout[:n], [("sliding-window", 8)])
-    assert heads_of(model) == 16
-    assert rows[1]["evicted"] == 16 * (n - 1 - 8)
+    caches = model.config["layers"] * model.config["kv_heads"]
+    assert heads_of(model) == caches
+    assert rows[1]["evicted"] == caches * (n - 1 - 8)
     assert rows[1]["predictions"] == rows[0]["predictions"] == n - 1
     assert rows[1]["perplexity"] != rows[0]["perplexity"]
 
