@@ -239,7 +239,7 @@ std::string colour_of(std::string_view policy) {
   static const std::map<std::string, std::string, std::less<>> known{
       {"scissorhands", "#e69f00"}, {"h2o", "#0072b2"},  {"streaming-llm", "#009e73"},
       {"sliding-window", "#555555"}, {"tova", "#cc79a7"}, {"snapkv", "#d55e00"},
-      {"pyramidkv", "#56b4e9"}};
+      {"pyramidkv", "#56b4e9"}, {"full", "#222222"}};
   if (const auto it = known.find(policy); it != known.end()) return it->second;
   static const char* extra[] = {"#7f3c8d", "#11a579", "#3969ac", "#f2b701", "#e73f74", "#80ba5a"};
   std::size_t h = 0;
@@ -623,6 +623,196 @@ Chart strip_chart(const ReportData& data, const Strip& s, bool standalone) {
 
 }  // namespace
 
+namespace {
+
+// Accuracy to colour: red (0) through yellow to green (1).
+std::string accuracy_colour(double a) {
+  const double t = std::clamp(a, 0.0, 1.0);
+  const auto mix = [](double x, double y, double u) { return static_cast<int>(std::lround(x + (y - x) * u)); };
+  int r = 0, g = 0, b = 0;
+  if (t < 0.5) {
+    r = mix(215, 254, t * 2);
+    g = mix(48, 224, t * 2);
+    b = mix(39, 139, t * 2);
+  } else {
+    r = mix(254, 26, (t - 0.5) * 2);
+    g = mix(224, 152, (t - 0.5) * 2);
+    b = mix(139, 80, (t - 0.5) * 2);
+  }
+  return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
+}
+
+std::string task_label(const TaskRow& r) {
+  return r.policy.empty() ? std::string("full cache")
+                          : fmt::format("{} · {} · budget {}", r.policy, moment_name(r.moment), r.budget);
+}
+
+Chart heatmap_chart(const std::vector<const TaskRow*>& rows, const std::vector<std::uint32_t>& lengths,
+                    const std::vector<double>& depths, bool standalone) {
+  const TaskRow& first = *rows.front();
+  const double cell_w = 70, cell_h = 34;
+  const Rect f{92, 64, cell_w * static_cast<double>(lengths.size()), cell_h * static_cast<double>(depths.size())};
+  const double W = std::max(f.x + f.w + 30, 400.0), H = f.y + f.h + 64;
+  Chart c;
+  c.name = first.policy.empty() ? "needles-full"
+                                : fmt::format("needles-{}-{}-{}", first.policy, moment_name(first.moment), first.budget);
+  c.title = "Needle accuracy: " + task_label(first);
+  c.svg = svg_open(c.name, "heatmap", W, H, standalone, c.title);
+  heading(c.svg, 14, 22, task_label(first), "exact match by needle depth and sample length");
+  c.svg += "<g class=\"data\" font-size=\"12\">\n";
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    for (std::size_t j = 0; j < depths.size(); ++j) {
+      std::uint32_t correct = 0, n = 0;
+      for (const TaskRow* r : rows) {
+        if (r->length == lengths[i] && r->depth == depths[j]) {
+          correct += r->correct;
+          n += r->samples;
+        }
+      }
+      const double x = f.x + cell_w * static_cast<double>(i), y = f.y + cell_h * static_cast<double>(j);
+      if (n == 0) continue;
+      const double a = static_cast<double>(correct) / n;
+      c.svg += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>length {}, "
+          "depth {:.0f} %: {} of {} correct</title></rect>\n<text x=\"{}\" y=\"{}\" dy=\"0.32em\" "
+          "text-anchor=\"middle\">{:.2f}</text>\n",
+          num(x), num(y), num(cell_w), num(cell_h), accuracy_colour(a), lengths[i], depths[j] * 100, correct, n,
+          num(x + cell_w / 2), num(y + cell_h / 2), a);
+    }
+  }
+  c.svg += "</g>\n<g class=\"axes\" font-size=\"12\">\n";
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    c.svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                         num(f.x + cell_w * (static_cast<double>(i) + 0.5)), num(f.y + f.h + 18), lengths[i]);
+  }
+  for (std::size_t j = 0; j < depths.size(); ++j) {
+    c.svg += fmt::format("<text x=\"{}\" y=\"{}\" dy=\"0.32em\" text-anchor=\"end\">{:.0f} %</text>\n",
+                         num(f.x - 8), num(f.y + cell_h * (static_cast<double>(j) + 0.5)), depths[j] * 100);
+  }
+  c.svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\">sample length (bytes)</text>\n",
+                       num(f.x + f.w / 2), num(f.y + f.h + 40));
+  c.svg += fmt::format(
+      "<text transform=\"translate({} {}) rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">needle depth</text>\n",
+      num(f.x - 62), num(f.y + f.h / 2));
+  c.svg += "</g>\n</svg>\n";
+  return c;
+}
+
+Chart task_budget_chart(const std::vector<TaskRow>& rows, Moment moment, bool standalone) {
+  constexpr double W = 600;
+  constexpr double H = 420;
+  const Rect f{78, 58, 320, 290};
+  std::vector<std::int64_t> budgets;
+  std::vector<std::string> policies;
+  std::uint32_t full_correct = 0, full_n = 0;
+  for (const TaskRow& r : rows) {
+    if (r.policy.empty()) {
+      full_correct += r.correct;
+      full_n += r.samples;
+      continue;
+    }
+    if (r.moment != moment) continue;
+    if (std::find(budgets.begin(), budgets.end(), r.budget) == budgets.end()) budgets.push_back(r.budget);
+    if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) policies.push_back(r.policy);
+  }
+  std::sort(budgets.begin(), budgets.end());
+  const double b0 = std::log2(static_cast<double>(budgets.front()));
+  const double b1 = std::log2(static_cast<double>(budgets.back()));
+  const double pad = b1 > b0 ? (b1 - b0) * 0.08 : 1.0;
+  const double x0 = b0 - pad, x1 = b1 + pad;
+  auto xmap = [&](double v) { return f.x + (v - x0) / (x1 - x0) * f.w; };
+  auto ymap = [&](double v) { return f.y + f.h - v * f.h; };
+  std::vector<Line> lines;
+  if (full_n > 0) {
+    const double a = static_cast<double>(full_correct) / full_n;
+    Line l;
+    l.policy = "full";
+    l.label = "full cache";
+    l.dashed = true;
+    l.points = {{x0, a}, {x1, a}};
+    lines.push_back(std::move(l));
+  }
+  for (const std::string& policy : policies) {
+    Line l;
+    l.policy = policy;
+    l.label = policy;
+    for (const std::int64_t b : budgets) {
+      std::uint32_t correct = 0, n = 0;
+      for (const TaskRow& r : rows) {
+        if (r.policy == policy && r.budget == b && r.moment == moment) {
+          correct += r.correct;
+          n += r.samples;
+        }
+      }
+      if (n == 0) continue;
+      const double a = static_cast<double>(correct) / n;
+      const auto [lo, hi] = wilson_interval(correct, n);
+      l.points.emplace_back(std::log2(static_cast<double>(b)), a);
+      l.point_titles.push_back(
+          fmt::format("{} at budget {}: {} of {} correct ({:.2f}, 95 % {:.2f} … {:.2f})", policy, b, correct, n, a, lo, hi));
+    }
+    lines.push_back(std::move(l));
+  }
+  std::vector<Tick> xt;
+  for (const std::int64_t b : budgets) xt.push_back({std::log2(static_cast<double>(b)), std::to_string(b)});
+  Chart c;
+  c.name = fmt::format("task-accuracy-vs-budget-{}", moment_name(moment));
+  c.title = fmt::format("Task accuracy against the budget ({})", moment_name(moment));
+  c.svg = svg_open(c.name, "line-chart", W, H, standalone, c.title);
+  heading(c.svg, 14, 22, c.title, "exact match, pooled over tasks, lengths and depths");
+  axes(c.svg, f, xt, nice_ticks(0.0, 1.0, 5), xmap, ymap, "budget (positions per cache, log scale)",
+       "accuracy (exact match, 0–1)", true);
+  draw_lines(c.svg, lines, xmap, ymap);
+  legend(c.svg, f.x + f.w + 22, f.y + 8, lines);
+  c.svg += "</svg>\n";
+  return c;
+}
+
+}  // namespace
+
+std::vector<Chart> render_task_charts(const std::vector<TaskRow>& rows, bool standalone) {
+  std::vector<Chart> charts;
+  if (rows.empty()) return charts;
+  std::vector<std::uint32_t> lengths;
+  std::vector<double> depths;
+  std::vector<std::int64_t> budgets;
+  std::vector<Moment> moments;
+  for (const TaskRow& r : rows) {
+    if (std::find(lengths.begin(), lengths.end(), r.length) == lengths.end()) lengths.push_back(r.length);
+    if (std::find(depths.begin(), depths.end(), r.depth) == depths.end()) depths.push_back(r.depth);
+    if (r.policy.empty()) continue;
+    if (std::find(budgets.begin(), budgets.end(), r.budget) == budgets.end()) budgets.push_back(r.budget);
+    if (std::find(moments.begin(), moments.end(), r.moment) == moments.end()) moments.push_back(r.moment);
+  }
+  std::sort(lengths.begin(), lengths.end());
+  std::sort(depths.begin(), depths.end());
+  std::sort(moments.begin(), moments.end());
+  // The heatmaps: the full cache, then each policy x moment at the smallest budget.
+  std::vector<std::vector<const TaskRow*>> maps(1);
+  for (const TaskRow& r : rows) {
+    if (r.policy.empty()) maps.front().push_back(&r);
+  }
+  const std::int64_t smallest = budgets.empty() ? 0 : *std::min_element(budgets.begin(), budgets.end());
+  for (const TaskRow& r : rows) {
+    if (r.policy.empty() || r.budget != smallest) continue;
+    auto it = std::find_if(maps.begin() + 1, maps.end(), [&](const auto& m) {
+      return m.front()->policy == r.policy && m.front()->moment == r.moment;
+    });
+    if (it == maps.end()) {
+      maps.emplace_back();
+      it = maps.end() - 1;
+    }
+    it->push_back(&r);
+  }
+  for (const auto& m : maps) {
+    if (!m.empty()) charts.push_back(heatmap_chart(m, lengths, depths, standalone));
+  }
+  if (!budgets.empty()) {
+    for (const Moment moment : moments) charts.push_back(task_budget_chart(rows, moment, standalone));
+  }
+  return charts;
+}
+
 std::vector<Chart> render_charts(const ReportData& data, bool standalone) {
   std::vector<Chart> charts;
   charts.push_back(mass_chart(data, standalone));
@@ -851,7 +1041,29 @@ std::string render_html(const ReportData& data) {
        "snapkv”).</p>\n<div class=\"grid pair\">\n";
   h += "<div>" + charts[charts.size() - 2].svg + "</div>\n<div>" + charts.back().svg + "</div>\n</div>\n</section>\n";
 
-  // 5. About.
+  // 5. Retrieval tasks, when given.
+  if (!data.tasks.empty()) {
+    const std::vector<Chart> task_charts = render_task_charts(data.tasks, false);
+    h += "<section id=\"tasks\">\n<h2>Retrieval tasks on a real model</h2>\n";
+    h += fmt::format(
+        "<p class=\"caption\">From <code>{}</code> (<code>kvevict tasks --format json</code>): greedy exact match "
+        "of the answer, the model's caches compressed by each policy. The heatmaps show accuracy by needle depth "
+        "(rows) and sample length (columns) — the full cache's first, then each policy and moment at the smallest "
+        "budget; the curves pool tasks, lengths and depths against the budget, the full cache dashed. Point at "
+        "a cell or marker for its counts. See docs/tasks.md for the tasks and the moments.</p>\n",
+        esc(data.tasks_source));
+    h += "<div class=\"grid strips\">\n";
+    for (const Chart& c : task_charts) {
+      if (c.name.rfind("needles-", 0) == 0) h += "<div>" + c.svg + "</div>\n";
+    }
+    h += "</div>\n<div class=\"grid pair\">\n";
+    for (const Chart& c : task_charts) {
+      if (c.name.rfind("task-accuracy", 0) == 0) h += "<div>" + c.svg + "</div>\n";
+    }
+    h += "</div>\n</section>\n";
+  }
+
+  // 6. About.
   std::size_t cells = 0;
   for (const Strip& s : data.strips) cells += std::size_t{s.rows} * s.cols;
   const Strip* first = data.strips.empty() ? nullptr : &data.strips.front();
@@ -906,7 +1118,9 @@ std::vector<std::pair<std::filesystem::path, std::uintmax_t>> write_report(const
     if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
       refuse(dir, "is not a folder (--svg names the folder for the SVG files)");
     }
-    for (Chart& c : render_charts(data, true)) {
+    std::vector<Chart> charts = render_charts(data, true);
+    for (Chart& c : render_task_charts(data.tasks, true)) charts.push_back(std::move(c));
+    for (Chart& c : charts) {
       files.emplace_back(dir / (c.name + ".svg"), "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + std::move(c.svg));
     }
     if (!std::filesystem::exists(dir, ec)) {

@@ -185,6 +185,12 @@ bad "tasks too long"   "length 5000 is longer than the model's context" -- tasks
 bad "tasks budget"     "budget 400 is above the context length 300" -- tasks --model "$model" --text "$heldout" --lengths 300 --budgets 400
 bad "tasks moment"     "unknown moment 'later'" -- tasks --model "$model" --text "$heldout" --moments later
 bad "tasks filler"     "the filler text has 400 bytes" -- tasks --model "$model" --text "$tmp/text.txt" --lengths 600
+"$tool" tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 1 --policies tova --budgets 32,64 --format json >"$tmp/tasks.json" 2>/dev/null
+ok  "report tasks"     "" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/t.html" --svg "$tmp/tsvg" --tasks "$tmp/tasks.json"
+if [[ -s "$tmp/tsvg/needles-full.svg" && -s "$tmp/tsvg/needles-tova-decode-32.svg" && -s "$tmp/tsvg/task-accuracy-vs-budget-decode.svg" ]] && grep -q 'id="tasks"' "$tmp/t.html"; then pass; else fail "report --tasks: charts missing: $(ls "$tmp/tsvg" | tr '\n' ' ')"; fi
+printf '[{"task": 1}]' >"$tmp/bad.json"
+bad "report bad tasks" "bad.json: row 0:" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/t2.html" --tasks "$tmp/bad.json"
+if [[ ! -e "$tmp/t2.html" ]]; then pass; else fail "report wrote a page despite a bad --tasks file"; fi
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -406,6 +406,10 @@ int main(int argc, char** argv) {
   rep->add_option("--out", rep_out, "the HTML file to write")->required();
   rep->add_option("--svg", rep_svg, "also write each chart as its own SVG file into this folder");
   rep->add_flag("--force", rep_force, "replace existing files");
+  std::string rep_tasks;
+  rep->add_option("--tasks", rep_tasks,
+                  "also chart retrieval-task results: a file written by kvevict tasks --format json "
+                  "(needle heatmaps, accuracy against the budget)");
 
   // simd
   std::string simd_format = "table";
@@ -702,7 +706,11 @@ int main(int argc, char** argv) {
       if (!rep_svg.empty()) output.svg_dir = rep_svg;
       output.overwrite = rep_force;
       check_output_file(output.html, output.overwrite);  // before the work, not after
-      const ReportData data = build_report(request, options_of(rep_trace, rep_steps, "report"));
+      std::vector<TaskRow> task_rows;
+      if (!rep_tasks.empty()) task_rows = read_task_rows_file(rep_tasks);  // before the work too
+      ReportData data = build_report(request, options_of(rep_trace, rep_steps, "report"));
+      data.tasks = std::move(task_rows);
+      data.tasks_source = rep_tasks;
       for (const auto& [file, bytes] : write_report(data, output)) {
         std::cerr << fmt::format("wrote {} ({} bytes)\n", file.string(), bytes);
       }

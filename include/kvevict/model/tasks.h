@@ -26,6 +26,7 @@
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/rng.h"
+#include "kvevict/eval/task_rows.h"
 
 namespace kvevict {
 
@@ -48,10 +49,6 @@ struct TaskSample {
 TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
                      std::span<const std::uint8_t> filler);
 
-enum class Moment { full, decode, prefill, prefill_query };
-std::string_view moment_name(Moment m);    // "full", "decode", "prefill", "prefill-query"
-Moment parse_moment(std::string_view name);  // InputError naming the choices
-
 struct TaskRequest {
   std::vector<std::string> tasks{"passkey"};
   std::vector<std::uint32_t> lengths{1024};  // sample lengths in bytes (at most the model's context)
@@ -67,24 +64,6 @@ struct TaskRequest {
   std::uint32_t window = 32;
 };
 
-struct TaskRow {
-  std::string task;
-  std::string policy;  // empty for the full cache
-  std::int64_t budget = 0;
-  Moment moment = Moment::full;
-  std::uint32_t length = 0;
-  double depth = 0.0;
-  std::uint32_t samples = 0;
-  std::uint32_t correct = 0;
-  double accuracy = 0.0;
-  double low = 0.0;   // Wilson 95 % interval
-  double high = 0.0;
-  std::uint64_t evicted = 0;  // positions removed over the cell's samples, every cache
-};
-
-// The Wilson score interval (95 %) for `correct` of `n`.
-std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n);
-
 // Greedy exact match of one sample with the given policy (null spec: the
 // full cache). `evicted` receives the positions removed.
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
@@ -95,12 +74,5 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
 // every sample generated before any work; work runs on every core.
 std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
                                const TaskRequest& request, const ModelRunOptions& options = {});
-
-// The rows as JSON (an array of objects), CSV (a header line, then one line
-// a row) and a markdown table of accuracy by depth, one line per
-// task x length x policy x budget x moment.
-std::string tasks_json(const std::vector<TaskRow>& rows);
-std::string tasks_csv(const std::vector<TaskRow>& rows);
-std::string tasks_markdown(const std::vector<TaskRow>& rows);
 
 }  // namespace kvevict

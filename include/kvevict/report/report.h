@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/task_rows.h"
 #include "kvevict/eval/files.h"
 
 namespace kvevict {
@@ -90,6 +91,10 @@ struct ReportData {
   std::vector<MassSeries> mass;        // per policy at strip_budget, then the baseline if added
   std::vector<Strip> strips;           // per policy at strip_budget (head 0)
   std::string command;                 // the kvevict command line that makes this report
+  // Retrieval-task results to chart beside the trace (kvevict tasks --format
+  // json, read with read_task_rows); empty: no task section.
+  std::vector<TaskRow> tasks;
+  std::string tasks_source;            // where they came from, named on the page
 };
 
 // One pass over the trace. Throws as compare() does (unknown policy or trace,
@@ -106,6 +111,12 @@ struct Chart {
 // recall against the budget. `standalone` adds the XML namespace so the SVG
 // stands alone as a file.
 std::vector<Chart> render_charts(const ReportData& data, bool standalone);
+
+// The task charts: a needle heatmap (depth x length, accuracy over the
+// tasks) per policy and moment at the smallest budget, after the full
+// cache's, then accuracy against the budget per moment (mean over tasks,
+// lengths and depths; the full cache a dashed level). Empty without rows.
+std::vector<Chart> render_task_charts(const std::vector<TaskRow>& rows, bool standalone);
 
 // The whole page.
 std::string render_html(const ReportData& data);

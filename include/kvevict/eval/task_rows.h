@@ -1,0 +1,52 @@
+// Results of retrieval tasks (kvevict tasks, docs/tasks.md): one row per
+// task x length x needle depth x policy x budget x moment, with exact-match
+// accuracy and its Wilson interval. The rows live in the evaluation layer so
+// that the report can chart them without the model; the model layer
+// (kvevict/model/tasks.h) produces them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvevict {
+
+enum class Moment { full, decode, prefill, prefill_query };
+std::string_view moment_name(Moment m);    // "full", "decode", "prefill", "prefill-query"
+Moment parse_moment(std::string_view name);  // InputError naming the choices
+
+struct TaskRow {
+  std::string task;
+  std::string policy;  // empty for the full cache
+  std::int64_t budget = 0;
+  Moment moment = Moment::full;
+  std::uint32_t length = 0;
+  double depth = 0.0;
+  std::uint32_t samples = 0;
+  std::uint32_t correct = 0;
+  double accuracy = 0.0;
+  double low = 0.0;   // Wilson 95 % interval
+  double high = 0.0;
+  std::uint64_t evicted = 0;  // positions removed over the cell's samples, every cache
+};
+
+// The Wilson score interval (95 %) for `correct` of `n`.
+std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n);
+
+// The rows as JSON (an array of objects), CSV (a header line, then one line
+// a row) and a markdown table of accuracy by depth, one line per
+// task x length x policy x budget x moment.
+std::string tasks_json(const std::vector<TaskRow>& rows);
+std::string tasks_csv(const std::vector<TaskRow>& rows);
+std::string tasks_markdown(const std::vector<TaskRow>& rows);
+
+// The rows back from tasks_json's output; `source` names the input in the
+// InputError a malformed document gets (one line, naming the row and field).
+std::vector<TaskRow> read_task_rows(std::string_view json, const std::string& source);
+// The same from a file (InputError naming it when it cannot be read).
+std::vector<TaskRow> read_task_rows_file(const std::filesystem::path& file);
+
+}  // namespace kvevict

@@ -1,0 +1,99 @@
+// Task rows (the evaluation layer): JSON out and back, clear errors for a bad
+// file, and the report's charts of them -- a heatmap cell per length and
+// depth coloured by accuracy, accuracy against the budget per moment.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/task_rows.h"
+#include "kvevict/report/report.h"
+
+namespace kvevict {
+namespace {
+
+TaskRow row(std::string policy, std::int64_t budget, Moment m, std::uint32_t length, double depth,
+            std::uint32_t correct, std::uint32_t samples) {
+  TaskRow r;
+  r.task = "passkey";
+  r.policy = std::move(policy);
+  r.budget = budget;
+  r.moment = m;
+  r.length = length;
+  r.depth = depth;
+  r.correct = correct;
+  r.samples = samples;
+  r.accuracy = static_cast<double>(correct) / samples;
+  std::tie(r.low, r.high) = wilson_interval(correct, samples);
+  return r;
+}
+
+std::vector<TaskRow> sample_rows() {
+  return {row("", 0, Moment::full, 512, 0.25, 4, 4),          row("", 0, Moment::full, 512, 0.75, 2, 4),
+          row("tova", 64, Moment::decode, 512, 0.25, 0, 4),    row("tova", 64, Moment::decode, 512, 0.75, 1, 4),
+          row("tova", 128, Moment::decode, 512, 0.25, 3, 4),   row("tova", 128, Moment::decode, 512, 0.75, 3, 4),
+          row("tova", 64, Moment::prefill, 512, 0.25, 2, 4),   row("tova", 64, Moment::prefill, 512, 0.75, 2, 4)};
+}
+
+TEST(TaskRows, JsonRoundTripsEveryField) {
+  const std::vector<TaskRow> rows = sample_rows();
+  const std::vector<TaskRow> back = read_task_rows(tasks_json(rows), "rows.json");
+  ASSERT_EQ(back.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(back[i].policy, rows[i].policy);
+    EXPECT_EQ(back[i].moment, rows[i].moment);
+    EXPECT_EQ(back[i].budget, rows[i].budget);
+    EXPECT_EQ(back[i].length, rows[i].length);
+    EXPECT_EQ(back[i].depth, rows[i].depth);
+    EXPECT_EQ(back[i].correct, rows[i].correct);
+    EXPECT_EQ(back[i].accuracy, rows[i].accuracy);
+  }
+  EXPECT_NE(tasks_csv(rows).find("passkey,full,0,full,512,0.2500,4,4,1.0000"), std::string::npos);
+  // markdown: one line per policy x budget x moment, a column per depth.
+  const std::string md = tasks_markdown(rows);
+  EXPECT_NE(md.find("| passkey | 512 | tova | 64 | decode | 0.00 | 0.25 | **0.12** |"), std::string::npos) << md;
+}
+
+TEST(TaskRows, BadDocumentsAreOneLineErrors) {
+  auto expect = [](const std::string& json, const std::string& phrase) {
+    try {
+      read_task_rows(json, "t.json");
+      ADD_FAILURE() << "accepted " << json;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  };
+  expect("{", "t.json: not JSON");
+  expect("{}", "t.json: expected an array of task rows");
+  expect(R"([{"task": "passkey"}])", "t.json: row 0: no 'policy'");
+  expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"soon","length":512,"depth":0.5,"samples":4,"correct":1,"evicted":0}])",
+         "t.json: row 0: unknown moment 'soon'");
+  expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"decode","length":512,"depth":0.5,"samples":4,"correct":5,"evicted":0}])",
+         "t.json: row 0: 5 correct of 4 samples");
+  EXPECT_THROW(read_task_rows_file("/nonexistent/rows.json"), InputError);
+}
+
+TEST(TaskRows, TheReportDrawsAHeatmapPerPolicyAndMomentAndCurvesPerMoment) {
+  const std::vector<Chart> charts = render_task_charts(sample_rows(), true);
+  std::vector<std::string> names;
+  for (const Chart& c : charts) names.push_back(c.name);
+  // The full cache, then each policy x moment at the smallest budget (64),
+  // then one accuracy curve per moment.
+  EXPECT_EQ(names, (std::vector<std::string>{"needles-full", "needles-tova-decode-64", "needles-tova-prefill-64",
+                                             "task-accuracy-vs-budget-decode", "task-accuracy-vs-budget-prefill"}));
+  // Full cache: 4/4 at 25 % (green), 2/4 at 75 %.
+  const std::string& full = charts[0].svg;
+  EXPECT_NE(full.find("fill=\"#1a9850\" stroke=\"#fff\"><title>length 512, depth 25 %: 4 of 4 correct"), std::string::npos) << full;
+  EXPECT_NE(full.find("depth 75 %: 2 of 4 correct"), std::string::npos);
+  // tova decode at 64: 0/4 at 25 % (red).
+  EXPECT_NE(charts[1].svg.find("fill=\"#d73027\" stroke=\"#fff\"><title>length 512, depth 25 %: 0 of 4 correct"),
+            std::string::npos) << charts[1].svg;
+  // The decode curve pools depths: 1/8 at 64, 6/8 at 128.
+  EXPECT_NE(charts[3].svg.find("tova at budget 64: 1 of 8 correct (0.12"), std::string::npos) << charts[3].svg;
+  EXPECT_NE(charts[3].svg.find("tova at budget 128: 6 of 8 correct (0.75"), std::string::npos);
+  EXPECT_TRUE(render_task_charts({}, true).empty());
+}
+
+}  // namespace
+}  // namespace kvevict
