@@ -368,6 +368,9 @@ def main():
                     help="steps between checkpoints (OUT/checkpoint.pt); a rerun resumes from it")
     ap.add_argument("--final-windows", type=int, default=10 ** 9,
                     help="held-out windows in the final evaluation (default: all)")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="checkpoint and stop after this step (0: run the plan to its end); with a later run "
+                         "under another plan this replays a plan that changed mid-way (model/README.md)")
     ap.add_argument("--final-samples", type=int, default=96,
                     help="task samples per task and length in the final full-cache accuracy")
     args = ap.parse_args()
@@ -474,8 +477,11 @@ def main():
             print(f"  held-out {hb:.4f} bits/byte (8 windows); passkey@512 {pk512:.2f} "
                   f"passkey@1024 {pk:.2f} multikey@1024 {mk:.2f}", flush=True)
             write_weights(model, os.path.join(args.out, "kvevict-tiny.kvm"))
-        if done % args.checkpoint_every == 0 or done == args.steps:
+        if done % args.checkpoint_every == 0 or done == args.steps or done == args.stop_at:
             checkpoint(done)
+        if done == args.stop_at:
+            print(f"stopped at step {done} (--stop-at); rerun to continue", flush=True)
+            return
     log.close()
     train_seconds = elapsed + time.time() - start
 
