@@ -138,13 +138,7 @@ kvevict_status kvevict_policy_create(const char* name, const kvevict_param* para
 }
 
 kvevict_status kvevict_policy_destroy(kvevict_policy* policy) {
-  if (policy == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!kvevict::c_api::forget(policy)) {
-      throw ArgumentError("kvevict_policy_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete policy;
-  });
+  return kvevict::c_api::destroy_handle(policy, "kvevict_policy_destroy");
 }
 
 kvevict_status kvevict_policy_on_decode_step(kvevict_policy* policy, int64_t pos,
@@ -297,13 +291,7 @@ kvevict_status kvevict_block_evictor_create(const char* policy, const kvevict_pa
 }
 
 kvevict_status kvevict_block_evictor_destroy(kvevict_block_evictor* evictor) {
-  if (evictor == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!kvevict::c_api::forget(evictor)) {
-      throw ArgumentError("kvevict_block_evictor_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete evictor;
-  });
+  return kvevict::c_api::destroy_handle(evictor, "kvevict_block_evictor_destroy");
 }
 
 kvevict_status kvevict_block_evictor_on_decode_step(kvevict_block_evictor* evictor, int64_t pos, const float* attn,
@@ -372,13 +360,7 @@ kvevict_status kvevict_layer_budget_create(const char* policy, const kvevict_par
 }
 
 kvevict_status kvevict_layer_budget_destroy(kvevict_layer_budget* layer) {
-  if (layer == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!kvevict::c_api::forget(layer)) {
-      throw ArgumentError("kvevict_layer_budget_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete layer;
-  });
+  return kvevict::c_api::destroy_handle(layer, "kvevict_layer_budget_destroy");
 }
 
 kvevict_status kvevict_layer_budget_on_decode_step(kvevict_layer_budget* layer, size_t head, int64_t pos,

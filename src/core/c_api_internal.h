@@ -74,4 +74,17 @@ kvevict_status guard(F&& body) noexcept {
   }
 }
 
+// The body of every kvevict_X_destroy: NULL is a no-op, a handle that is not
+// live (destroyed already, or never made) an ArgumentError naming `function`.
+template <typename Handle>
+kvevict_status destroy_handle(Handle* handle, const char* function) noexcept {
+  if (handle == nullptr) return KVEVICT_OK;
+  return guard([&] {
+    if (!forget(handle)) {
+      throw ArgumentError(std::string(function) + ": the handle is not a live one (destroyed already?)");
+    }
+    delete handle;
+  });
+}
+
 }  // namespace kvevict::c_api

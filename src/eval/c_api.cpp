@@ -57,13 +57,7 @@ kvevict_status kvevict_trace_open(const char* id, kvevict_trace** out) {
 }
 
 kvevict_status kvevict_trace_destroy(kvevict_trace* trace) {
-  if (trace == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!kvevict::c_api::forget(trace)) {
-      throw ArgumentError("kvevict_trace_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete trace;
-  });
+  return kvevict::c_api::destroy_handle(trace, "kvevict_trace_destroy");
 }
 
 kvevict_status kvevict_trace_length(const kvevict_trace* trace, uint32_t* length) {

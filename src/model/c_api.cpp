@@ -38,13 +38,7 @@ kvevict_status kvevict_model_load(const char* path, kvevict_model** out) {
 }
 
 kvevict_status kvevict_model_destroy(kvevict_model* model) {
-  if (model == nullptr) return KVEVICT_OK;
-  return guard([&] {
-    if (!kvevict::c_api::forget(model)) {
-      throw ArgumentError("kvevict_model_destroy: the handle is not a live one (destroyed already?)");
-    }
-    delete model;
-  });
+  return kvevict::c_api::destroy_handle(model, "kvevict_model_destroy");
 }
 
 kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_model_config* config) {
