@@ -328,7 +328,12 @@ struct Decoder::Impl {
     return pool_values.data() + (std::size_t{hc.table[slot / block_size]} * block_size + slot % block_size) * d;
   }
 
-  void take_block(HeadCache& hc, std::uint32_t logical) noexcept {  // the step checked one is free
+  void take_block(HeadCache& hc, std::uint32_t logical, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
+    if (free_count == 0) {
+      throw InputError(fmt::format("decoder: the block pool is exhausted at position {} (layer {}, KV head {}): "
+                                   "all {} blocks are in use",
+                                   pos, l, kv, free_list.size()));
+    }
     hc.table[logical] = free_list[--free_count];
     ++stats.blocks_in_use;
     stats.peak_blocks = std::max(stats.peak_blocks, stats.blocks_in_use);
@@ -339,8 +344,8 @@ struct Decoder::Impl {
   }
 
   // Makes room for slot `slot` (= hc.count) and counts the position held.
-  void admit(HeadCache& hc, std::uint32_t slot) noexcept {
-    if (paged() && slot % block_size == 0) take_block(hc, slot / block_size);
+  void admit(HeadCache& hc, std::uint32_t slot, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
+    if (paged() && slot % block_size == 0) take_block(hc, slot / block_size, pos, l, kv);
     ++stats.positions_held;
     stats.peak_positions = std::max(stats.peak_positions, stats.positions_held);
   }
@@ -634,15 +639,6 @@ std::span<const float> Decoder::step(std::uint8_t token) {
     throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions", pos,
                                  m.capacity));
   }
-  if (m.paged()) {  // every cache whose last block is full takes one (evictions may free more; not counted)
-    std::uint64_t need = 0;
-    for (const Impl::HeadCache& hc : m.heads) need += hc.count % m.block_size == 0 ? 1 : 0;
-    if (need > m.free_count) {
-      throw InputError(fmt::format("decoder: the block pool is exhausted at position {}: {} caches need a new "
-                                   "block, {} of the pool's {} are free",
-                                   pos, need, m.free_count, m.free_list.size()));
-    }
-  }
   // The strong guarantee would need every policy's state rolled back, which
   // the Policy interface has no way to do: a throw on head h comes after
   // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
@@ -699,7 +695,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
       Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
       const std::uint32_t held = hc.count;  // positions held before this token
-      m.admit(hc, held);
+      m.admit(hc, held, pos, l, kv);
       float* k = m.key_row(hc, held);
       std::copy_n(k_rows + std::size_t{kv} * d, d, k);
       for (std::uint32_t i = 0; i < half; ++i) {  // the key is rotated once, where it is stored

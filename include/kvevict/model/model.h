@@ -89,8 +89,10 @@ struct DecoderOptions {
   // is taken from the free list when a cache's last block is full and given
   // back when eviction empties it.
   std::uint32_t block_size = 0;
-  // Paged: blocks in the pool (0: enough for every cache at capacity). A step
-  // that would need more than are free throws InputError, changing nothing.
+  // Paged: blocks in the pool (0: enough for every cache at capacity). A
+  // cache that needs a block when none is free throws InputError from step(),
+  // which (as any step that fails part-way) leaves the decoder refusing
+  // further steps until reset().
   std::uint32_t pool_blocks = 0;
 };
 
