@@ -197,7 +197,23 @@ export interface CompareResult {
   rows: RunResult[];
 }
 
-export interface RunOptions {
+/**
+ * Paged evaluation (docs/paged.md), as the tool's --block-size ... --head-floor:
+ * block mode (blockSize >= 1: each policy driven by a BlockEvictor, budgets a
+ * whole number of blocks; with a model, the decoder on a paged store) or layer
+ * mode (layerBudget: a layer's heads share budget x heads). Not both.
+ */
+export interface PagedOptions {
+  blockSize?: number;
+  startBlocks?: number;
+  recentBlocks?: number;
+  blockScore?: BlockScore;
+  layerBudget?: boolean;
+  /** With layerBudget; default -1: a fifth of the fair share. */
+  headFloor?: number;
+}
+
+export interface RunOptions extends PagedOptions {
   policy: string;
   /** Default: params.budget, else the policy's default (512). */
   budget?: number;
@@ -209,7 +225,7 @@ export interface RunOptions {
 }
 export function run(options: RunOptions): RunResult;
 
-export interface CompareOptions {
+export interface CompareOptions extends PagedOptions {
   /** Names, or "all" / "a,b" (default: every policy). */
   policies?: readonly string[] | string;
   /** Default [256, 512, 1024]; rows are ranked by retained mass at the middle one. */
@@ -262,6 +278,58 @@ export interface VectorReport {
 }
 /** Replays vector files, or every *.vectors.json under folders, through the C++ runner. */
 export function runVectors(paths: string | readonly string[]): VectorReport;
+
+// ---- paged caches (docs/paged.md) ------------------------------------------------
+
+export type BlockScore = 'sum' | 'mean' | 'max' | 'normsum';
+
+export interface BlockEvictorOptions {
+  /** Default 16. */
+  blockSize?: number;
+  /** The first blocks, never evicted. Default 0. */
+  startBlocks?: number;
+  /** The last full blocks, never evicted (the partial block never is). Default 0. */
+  recentBlocks?: number;
+  /** Default "sum". */
+  blockScore?: BlockScore;
+}
+
+/** Whole-block eviction over any policy; the policy's budget is blockBudget x blockSize. */
+export class BlockEvictor {
+  constructor(policy: string, blockBudget: number, options?: BlockEvictorOptions | null, params?: Params | null);
+  readonly policy: string;
+  readonly blockSize: number;
+  onDecodeStep(pos: number, attn: Attention): void;
+  /** The evicted logical block indices (numbered before the call), ascending. */
+  evictBlocks(blockBudget: number): number[];
+  evictedPositions(): number[];
+  /** For each surviving block, the positions removed before it in the last call. */
+  removedBefore(): number[];
+  positions(): number[];
+  /** The reduced score; "protected" for a full block that is not a candidate; -1 for no such full block. */
+  blockScoreOf(block: number): number | 'protected';
+  keptCount(): number;
+  blockCount(): number;
+  memoryBytes(): number;
+  /** The policy's registry queries, e.g. query("scoreOf", [pos]). */
+  query(name: string, args?: readonly number[]): number;
+}
+
+/** One budget per layer shared by its KV heads (AdaKV-style). */
+export class LayerBudget {
+  constructor(policy: string, heads: number, layerBudget: number, headFloor?: number | null, params?: Params | null);
+  readonly heads: number;
+  readonly headFloor: number;
+  readonly headBudget: number;
+  onDecodeStep(head: number, pos: number, attn: Attention): void;
+  /** How many positions went, all heads together. */
+  evict(layerBudget: number): number;
+  victims(head: number): number[];
+  keptCount(head: number): number;
+  totalKept(): number;
+  memoryBytes(): number;
+  query(head: number, name: string, args?: readonly number[]): number;
+}
 
 // ---- the real model -------------------------------------------------------------
 // Every call below is synchronous: it blocks the calling thread until done
@@ -342,7 +410,7 @@ export type ModelRun =
   | readonly [string | Policy, number?, Params?]
   | { policy: string | Policy; budget?: number; params?: Params };
 
-export interface ModelRunOptions {
+export interface ModelRunOptions extends PagedOptions {
   /** Windows of the text to use (0 or omitted: all); samples a long text. */
   maxWindows?: number;
 }
@@ -365,6 +433,12 @@ export interface PerplexityRow {
   predictions: number;
   /** Positions removed, all heads and windows together. */
   evicted: number;
+  /** With paged options only: the store's block size (0: contiguous). */
+  blockSize?: number;
+  /** With paged options only: the most blocks in use at once over every cache (measured; 0 when contiguous). */
+  peakBlocks?: number;
+  /** With paged options only: the most positions held at once over every cache (measured). */
+  peakPositions?: number;
   seconds: number;
 }
 /** A compareModel() row: the proxies measured on the model's own full-cache attention; null for the full cache. */

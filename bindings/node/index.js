@@ -234,6 +234,46 @@ Object.defineProperty(Decoder.prototype, Symbol.for('nodejs.util.inspect.custom'
   configurable: true,
 });
 
+/**
+ * Whole-block eviction over any policy, for a paged KV cache (docs/paged.md):
+ * new BlockEvictor(policy, blockBudget, {blockSize = 16, startBlocks = 0,
+ * recentBlocks = 0, blockScore = 'sum'}?, params?). The policy's budget is
+ * blockBudget x blockSize. Each step onDecodeStep(pos, attn), then
+ * evictBlocks(blockBudget): the evicted logical block indices, ascending;
+ * evictedPositions(), removedBefore(), positions(), blockScoreOf(block),
+ * keptCount(), blockCount(), query(name, args) for the policy's queries.
+ */
+class BlockEvictor extends native.BlockEvictor {
+  constructor(policyName, blockBudget, options, params) {
+    super(policyName, blockBudget, options, params);
+  }
+}
+Object.defineProperty(BlockEvictor.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    return `BlockEvictor ${this.policy} (blocks of ${this.blockSize}, ${this.keptCount()} held in ${this.blockCount()} blocks)`;
+  },
+  configurable: true,
+});
+
+/**
+ * One budget per layer shared by its KV heads, AdaKV-style (docs/paged.md):
+ * new LayerBudget(policy, heads, layerBudget, headFloor = -1, params?). Step
+ * each head with onDecodeStep(head, pos, attn), then evict(layerBudget) (how
+ * many went) and victims(head); keptCount(head), totalKept(), headFloor,
+ * headBudget, query(head, name, args).
+ */
+class LayerBudget extends native.LayerBudget {
+  constructor(policyName, heads, layerBudget, headFloor, params) {
+    super(policyName, heads, layerBudget, headFloor, params);
+  }
+}
+Object.defineProperty(LayerBudget.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    return `LayerBudget (${this.heads} heads, ${this.totalKept()} held, floor ${this.headFloor})`;
+  },
+  configurable: true,
+});
+
 /** Perplexity of the full cache, then of each run; synchronous (blocks the thread). */
 function perplexity(model, text, runs, options) {
   return native.perplexity(model, text, runs, options);
@@ -276,6 +316,8 @@ module.exports = {
   runVectors,
   Model,
   Decoder,
+  BlockEvictor,
+  LayerBudget,
   perplexity,
   compareModel,
   recordAttention,

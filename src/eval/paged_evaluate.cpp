@@ -90,13 +90,76 @@ std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMa
   return std::make_unique<BlockPolicy>(policy, params, block);
 }
 
+std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
+                                 std::uint32_t steps, const ProgressFn& progress) {
+  const std::size_t n = heads.size();
+  if (n != lb.heads()) {
+    throw ContractError(fmt::format("run_layer: {} traces for a layer budget of {} heads", n, lb.heads()));
+  }
+  const std::string name(lb.head(0).name());
+  const std::uint32_t length = heads.front()->length();
+  std::vector<float> scratch;
+  std::vector<std::uint32_t> top;
+  std::vector<RunTotals> totals(n);
+  std::vector<std::vector<Position>> kept(n, std::vector<Position>{0});
+  std::vector<std::vector<std::uint8_t>> is_kept(n, std::vector<std::uint8_t>(length, 0));
+  std::vector<float> attn;
+  for (Trace* head : heads) head->rewind();
+  for (std::size_t h = 0; h < n; ++h) {
+    is_kept[h][0] = 1;
+    totals[h].budget = layer_budget / static_cast<std::int64_t>(n);
+  }
+  for (std::uint32_t t = 1; t <= steps; ++t) {
+    std::size_t held = 0;
+    for (std::size_t h = 0; h < n; ++h) {
+      const std::span<const float> w = heads[h]->next();
+      top_set(w, scratch, top);
+      RunTotals& tot = totals[h];
+      ++tot.steps;
+      attn.resize(kept[h].size());
+      double retained = 0.0;
+      for (std::size_t i = 0; i < kept[h].size(); ++i) {
+        attn[i] = w[kept[h][i]];
+        retained += static_cast<double>(attn[i]);
+      }
+      tot.total_retained_mass += retained;
+      tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
+      for (const std::uint32_t p : top) tot.total_heavy_hits += is_kept[h][p];
+      lb.on_decode_step(h, t, std::span<const float>(attn));
+      kept[h].push_back(t);
+      is_kept[h][t] = 1;
+      held += kept[h].size();
+    }
+    if (progress) progress(t, steps);
+    if (static_cast<std::int64_t>(held) <= layer_budget) continue;
+    lb.evict(layer_budget);
+    held = 0;
+    for (std::size_t h = 0; h < n; ++h) {
+      ++totals[h].eviction_calls;
+      for (const Position v : lb.victims(h)) {
+        if (v >= length || is_kept[h][v] == 0) {
+          throw ContractError(fmt::format("{}: head {}'s victim {} at step {} is not held", name, h, v, t));
+        }
+        is_kept[h][v] = 0;
+      }
+      totals[h].evicted += static_cast<std::int64_t>(lb.victims(h).size());
+      std::erase_if(kept[h], [&](Position p) { return is_kept[h][p] == 0; });
+      held += kept[h].size();
+    }
+    if (static_cast<std::int64_t>(held) > layer_budget) {
+      throw ContractError(fmt::format("{}: the layer holds {} positions at step {} against a layer budget of {}",
+                                      name, held, t, layer_budget));
+    }
+  }
+  return totals;
+}
+
 namespace detail {
 
 std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
   const std::uint32_t steps = options.steps ? checked_steps(*heads.front(), *options.steps) : heads.front()->steps();
   const std::size_t n = heads.size();
-  const std::uint32_t length = heads.front()->length();
   LayerBudgetParams layer;
   layer.heads = static_cast<std::int64_t>(n);
   layer.head_floor = options.paged.head_floor;
@@ -124,63 +187,12 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
     rows.push_back(std::move(row));
   }
 
-  std::vector<float> scratch;
-  std::vector<std::uint32_t> top;
+  std::vector<Trace*> views;
+  for (auto& head : heads) views.push_back(head.get());
   for (std::size_t r = 0; r < specs.size(); ++r) {
-    LayerBudget& lb = *built[r];
     const auto started = std::chrono::steady_clock::now();
-    const std::int64_t budget = specs[r].budget * layer.heads;
-    std::vector<RunTotals> totals(n);
-    std::vector<std::vector<Position>> kept(n, std::vector<Position>{0});
-    std::vector<std::vector<std::uint8_t>> is_kept(n, std::vector<std::uint8_t>(length, 0));
-    std::vector<float> attn;
-    for (auto& head : heads) head->rewind();
-    for (std::size_t h = 0; h < n; ++h) {
-      is_kept[h][0] = 1;
-      totals[h].budget = specs[r].budget;
-    }
-    for (std::uint32_t t = 1; t <= steps; ++t) {
-      std::size_t held = 0;
-      for (std::size_t h = 0; h < n; ++h) {
-        const std::span<const float> w = heads[h]->next();
-        top_set(w, scratch, top);
-        RunTotals& tot = totals[h];
-        ++tot.steps;
-        attn.resize(kept[h].size());
-        double retained = 0.0;
-        for (std::size_t i = 0; i < kept[h].size(); ++i) {
-          attn[i] = w[kept[h][i]];
-          retained += static_cast<double>(attn[i]);
-        }
-        tot.total_retained_mass += retained;
-        tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
-        for (const std::uint32_t p : top) tot.total_heavy_hits += is_kept[h][p];
-        lb.on_decode_step(h, t, std::span<const float>(attn));
-        kept[h].push_back(t);
-        is_kept[h][t] = 1;
-        held += kept[h].size();
-      }
-      if (options.progress) options.progress(t, steps);
-      if (static_cast<std::int64_t>(held) <= budget) continue;
-      lb.evict(budget);
-      held = 0;
-      for (std::size_t h = 0; h < n; ++h) {
-        ++totals[h].eviction_calls;
-        for (const Position v : lb.victims(h)) {
-          if (v >= length || is_kept[h][v] == 0) {
-            throw ContractError(fmt::format("{}: head {}'s victim {} at step {} is not held", rows[r].policy, h, v, t));
-          }
-          is_kept[h][v] = 0;
-        }
-        totals[h].evicted += static_cast<std::int64_t>(lb.victims(h).size());
-        std::erase_if(kept[h], [&](Position p) { return is_kept[h][p] == 0; });
-        held += kept[h].size();
-      }
-      if (static_cast<std::int64_t>(held) > budget) {
-        throw ContractError(fmt::format("{}: the layer holds {} positions at step {} against a layer budget of {}",
-                                        rows[r].policy, held, t, budget));
-      }
-    }
+    const std::vector<RunTotals> totals = run_layer(*built[r], specs[r].budget * layer.heads, views, steps,
+                                                    options.progress);
     RunRow& row = rows[r];
     double mass = 0.0;
     double recall = 0.0;

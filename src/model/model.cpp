@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/layer_budget.h"
 
 namespace kvevict {
 
@@ -270,13 +271,18 @@ struct Decoder::Impl {
   std::shared_ptr<const Model> model;
   ModelConfig cfg;
   std::uint32_t capacity = 0;
+  std::uint32_t block_size = 0;  // 0: contiguous store
 
   // One cache per (layer, KV head): keys and values of the held positions, in
-  // ascending position order, packed at the front of fixed buffers. Its
-  // query heads (config().group() of them) attend over the same positions.
+  // ascending position order, in logical slots 0 ... count-1. Contiguous:
+  // slot i is row i of the cache's own buffers. Paged: slot i is row
+  // i % block_size of pool block table[i / block_size]; every block but the
+  // last is full. Its query heads (config().group() of them) attend over the
+  // same positions.
   struct HeadCache {
-    std::vector<float> keys;    // [capacity, head_dim]
-    std::vector<float> values;  // [capacity, head_dim]
+    std::vector<float> keys;    // contiguous: [capacity, head_dim]
+    std::vector<float> values;  // contiguous: [capacity, head_dim]
+    std::vector<std::uint32_t> table;  // paged: pool block of each logical block
     std::vector<Position> positions;
     std::uint32_t count = 0;
     std::vector<float> weights;              // last step's softmax (mean over the query heads), [count at that step]
@@ -285,25 +291,19 @@ struct Decoder::Impl {
     Policy* policy = nullptr;
     std::int64_t budget = 0;
     std::vector<std::uint8_t> is_victim;     // [capacity], scratch for compaction
-
-    // Physically removes the first `n` slots marked in is_victim: keys,
-    // values and positions are compacted in order. Returns what is held.
-    std::uint32_t remove_marked(std::uint32_t n, std::uint32_t d) {
-      std::uint32_t out = 0;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        if (is_victim[i] != 0) continue;
-        if (out != i) {
-          std::copy_n(keys.data() + std::size_t{i} * d, d, keys.data() + std::size_t{out} * d);
-          std::copy_n(values.data() + std::size_t{i} * d, d, values.data() + std::size_t{out} * d);
-          positions[out] = positions[i];
-        }
-        ++out;
-      }
-      count = out;
-      return out;
-    }
   };
   std::vector<HeadCache> heads;
+  std::vector<LayerBudget*> layer_budgets;   // per layer, null: none
+  std::vector<std::int64_t> layer_budget_of;
+
+  // The paged store: one pool per decoder and its free list (a stack).
+  std::vector<float> pool_keys;    // [pool_blocks, block_size, head_dim]
+  std::vector<float> pool_values;
+  std::vector<std::uint32_t> free_list;
+  std::uint32_t free_count = 0;
+  std::vector<float> gather_keys;    // [capacity, head_dim]: one cache's rows, read through its table
+  std::vector<float> gather_values;
+  StoreStats stats;
 
   // Set when a step threw part-way: the heads are then out of step with each
   // other and with their policies, and only reset() makes the decoder usable.
@@ -314,30 +314,192 @@ struct Decoder::Impl {
   // Scratch, sized once.
   std::vector<float> x, h, qkv, attn_out, ff, logits, scores, query_weights;
   std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
+
+  bool paged() const noexcept { return block_size != 0; }
+
+  float* key_row(HeadCache& hc, std::uint32_t slot) noexcept {
+    const std::size_t d = cfg.head_dim();
+    if (!paged()) return hc.keys.data() + std::size_t{slot} * d;
+    return pool_keys.data() + (std::size_t{hc.table[slot / block_size]} * block_size + slot % block_size) * d;
+  }
+  float* value_row(HeadCache& hc, std::uint32_t slot) noexcept {
+    const std::size_t d = cfg.head_dim();
+    if (!paged()) return hc.values.data() + std::size_t{slot} * d;
+    return pool_values.data() + (std::size_t{hc.table[slot / block_size]} * block_size + slot % block_size) * d;
+  }
+
+  void take_block(HeadCache& hc, std::uint32_t logical, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
+    if (free_count == 0) {
+      throw InputError(fmt::format("decoder: the block pool is exhausted at position {} (layer {}, KV head {}): "
+                                   "all {} blocks are in use",
+                                   pos, l, kv, free_list.size()));
+    }
+    hc.table[logical] = free_list[--free_count];
+    ++stats.blocks_in_use;
+    stats.peak_blocks = std::max(stats.peak_blocks, stats.blocks_in_use);
+  }
+  void give_back(std::uint32_t block) noexcept {
+    free_list[free_count++] = block;
+    --stats.blocks_in_use;
+  }
+
+  // Makes room for slot `slot` (= hc.count) and counts the position held.
+  void admit(HeadCache& hc, std::uint32_t slot, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
+    if (paged() && slot % block_size == 0) take_block(hc, slot / block_size, pos, l, kv);
+    ++stats.positions_held;
+    stats.peak_positions = std::max(stats.peak_positions, stats.positions_held);
+  }
+
+  // The cache's first n rows, contiguous: its own buffers, or the pool's rows
+  // copied through the block table into the gather buffers.
+  std::pair<const float*, const float*> rows(HeadCache& hc, std::uint32_t n) noexcept {
+    if (!paged()) return {hc.keys.data(), hc.values.data()};
+    const std::size_t d = cfg.head_dim();
+    for (std::uint32_t b = 0; std::size_t{b} * block_size < n; ++b) {
+      const std::size_t len = std::min<std::size_t>(block_size, n - std::size_t{b} * block_size) * d;
+      const std::size_t from = std::size_t{hc.table[b]} * block_size * d;
+      const std::size_t to = std::size_t{b} * block_size * d;
+      std::copy_n(pool_keys.data() + from, len, gather_keys.data() + to);
+      std::copy_n(pool_values.data() + from, len, gather_values.data() + to);
+    }
+    return {gather_keys.data(), gather_values.data()};
+  }
+
+  // Physically removes the slots among the first `n` marked in is_victim:
+  // paged, blocks whose every slot is marked go back to the free list whole
+  // (no row moves); then the survivors are compacted in order, and trailing
+  // empty blocks go back. Returns what is held.
+  std::uint32_t remove_marked(HeadCache& hc, std::uint32_t n) {
+    const std::uint32_t d = cfg.head_dim();
+    std::uint32_t slots = n;
+    std::uint32_t kept_blocks = 0;
+    if (paged()) {
+      const std::uint32_t bs = block_size;
+      slots = 0;
+      for (std::uint32_t b = 0; std::size_t{b} * bs < n; ++b) {
+        const std::uint32_t begin = b * bs;
+        const std::uint32_t end = std::min(n, begin + bs);
+        bool all = true;
+        for (std::uint32_t i = begin; i < end && all; ++i) all = hc.is_victim[i] != 0;
+        if (all) {
+          give_back(hc.table[b]);
+          continue;
+        }
+        if (slots != begin) {  // every kept block before it is full: its slots start at kept_blocks * bs
+          hc.table[kept_blocks] = hc.table[b];
+          for (std::uint32_t i = begin; i < end; ++i) {
+            hc.positions[slots + (i - begin)] = hc.positions[i];
+            hc.is_victim[slots + (i - begin)] = hc.is_victim[i];
+          }
+        }
+        ++kept_blocks;
+        slots += end - begin;
+      }
+    }
+    std::uint32_t out = 0;
+    for (std::uint32_t i = 0; i < slots; ++i) {
+      if (hc.is_victim[i] != 0) continue;
+      if (out != i) {
+        std::copy_n(key_row(hc, i), d, key_row(hc, out));
+        std::copy_n(value_row(hc, i), d, value_row(hc, out));
+        hc.positions[out] = hc.positions[i];
+        ++stats.rows_moved;
+      }
+      ++out;
+    }
+    if (paged()) {
+      for (std::uint32_t b = (out + block_size - 1) / block_size; b < kept_blocks; ++b) give_back(hc.table[b]);
+    }
+    stats.positions_held -= n - out;
+    hc.count = out;
+    return out;
+  }
+
+  // Marks `victims` among the first n slots; throws ContractError for one not held or named twice.
+  void mark(HeadCache& hc, std::uint32_t n, std::span<const Position> victims, std::string_view who,
+            std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
+    std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
+    for (const Position victim : victims) {
+      const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, victim);
+      const auto at = static_cast<std::size_t>(found - hc.positions.data());
+      if (at == n || *found != victim || hc.is_victim[at] != 0) {
+        throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is not held", who,
+                                        victim, pos, l, kv));
+      }
+      hc.is_victim[at] = 1;
+    }
+  }
+
+  void empty_store() noexcept {
+    for (HeadCache& hc : heads) {
+      hc.count = 0;
+      hc.attended_count = 0;
+    }
+    free_count = static_cast<std::uint32_t>(free_list.size());
+    for (std::uint32_t i = 0; i < free_count; ++i) free_list[i] = free_count - 1 - i;  // block 0 is taken first
+    const std::uint64_t pool = stats.pool_blocks;
+    stats = StoreStats{};
+    stats.block_size = block_size;
+    stats.pool_blocks = pool;
+  }
 };
 
 Decoder::Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity)
+    : Decoder(std::move(model), DecoderOptions{capacity, 0, 0}) {}
+
+Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options)
     : impl_(std::make_unique<Impl>()) {
   if (!model) throw ContractError("decoder: no model");
   Impl& m = *impl_;
   m.cfg = model->config();
   m.model = std::move(model);
+  std::uint32_t capacity = options.capacity;
   if (capacity == 0) capacity = m.cfg.context;
   if (capacity > m.cfg.context) {
     throw InputError(fmt::format("decoder: capacity {} is over the model's context of {} positions",
                                  capacity, m.cfg.context));
   }
   m.capacity = capacity;
+  m.block_size = options.block_size;
   const std::uint32_t d = m.cfg.head_dim();
-  m.heads.resize(m.cfg.head_count());
+  const std::uint32_t caches = m.cfg.head_count();
+  std::uint64_t pool = 0;
+  if (m.paged()) {
+    const std::uint64_t per_cache = (std::uint64_t{capacity} + m.block_size - 1) / m.block_size;
+    pool = options.pool_blocks == 0 ? per_cache * caches : options.pool_blocks;
+    if (pool < caches) {
+      throw ParameterError(fmt::format("decoder: a pool of {} blocks cannot give each of the {} caches one",
+                                       pool, caches));
+    }
+    if (pool * m.block_size * d > kMaxFloats) {
+      throw ParameterError(fmt::format("decoder: a pool of {} blocks of {} positions is too large", pool,
+                                       m.block_size));
+    }
+    m.pool_keys.assign(pool * m.block_size * d, 0.0F);
+    m.pool_values.assign(pool * m.block_size * d, 0.0F);
+    m.free_list.assign(pool, 0);
+    m.gather_keys.assign(std::size_t{capacity} * d, 0.0F);
+    m.gather_values.assign(std::size_t{capacity} * d, 0.0F);
+  } else if (options.pool_blocks != 0) {
+    throw ParameterError("decoder: pool_blocks needs a paged store (block_size >= 1)");
+  }
+  m.stats.pool_blocks = pool;
+  m.heads.resize(caches);
   for (Impl::HeadCache& hc : m.heads) {
-    hc.keys.assign(std::size_t{capacity} * d, 0.0F);
-    hc.values.assign(std::size_t{capacity} * d, 0.0F);
+    if (m.paged()) {
+      hc.table.assign((capacity + m.block_size - 1) / m.block_size, 0);
+    } else {
+      hc.keys.assign(std::size_t{capacity} * d, 0.0F);
+      hc.values.assign(std::size_t{capacity} * d, 0.0F);
+    }
     hc.positions.assign(capacity, 0);
     hc.weights.assign(capacity, 0.0F);
     hc.attended.assign(capacity, 0);
     hc.is_victim.assign(capacity, 0);
   }
+  m.layer_budgets.assign(m.cfg.layers, nullptr);
+  m.layer_budget_of.assign(m.cfg.layers, 0);
+  m.empty_store();
   m.x.assign(m.cfg.width, 0.0F);
   m.h.assign(m.cfg.width, 0.0F);
   m.qkv.assign(std::size_t{m.cfg.heads + 2 * m.cfg.kv_heads} * d, 0.0F);
@@ -376,9 +538,41 @@ void Decoder::set_policy(std::uint32_t h, Policy* policy, std::int64_t budget) {
   if (policy != nullptr && budget < 1) {
     throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", policy->name(), budget));
   }
+  if (policy != nullptr && m.layer_budgets[h / m.cfg.kv_heads] != nullptr) {
+    throw ContractError(fmt::format("decoder: cache {} is in layer {}, which has a layer budget", h,
+                                    h / m.cfg.kv_heads));
+  }
   m.heads[h].policy = policy;
   m.heads[h].budget = budget;
 }
+
+void Decoder::set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::int64_t layer_budget) {
+  Impl& m = *impl_;
+  if (layer >= m.cfg.layers) {
+    throw ContractError(fmt::format("decoder: layer {} is out of range (the model has {})", layer, m.cfg.layers));
+  }
+  if (fed_ != 0) throw ContractError("decoder: layer budgets are set before the first token");
+  if (budget != nullptr) {
+    if (budget->heads() != m.cfg.kv_heads) {
+      throw ParameterError(fmt::format("decoder: the layer budget has {} heads; layer {} has {} KV heads",
+                                       budget->heads(), layer, m.cfg.kv_heads));
+    }
+    if (layer_budget < 1) {
+      throw ParameterError(fmt::format("{}: layer budget ({}) must be at least 1", budget->head(0).name(),
+                                       layer_budget));
+    }
+    for (std::uint32_t kv = 0; kv < m.cfg.kv_heads; ++kv) {
+      if (m.heads[std::size_t{layer} * m.cfg.kv_heads + kv].policy != nullptr) {
+        throw ContractError(fmt::format("decoder: cache {} of layer {} has a policy of its own",
+                                        layer * m.cfg.kv_heads + kv, layer));
+      }
+    }
+  }
+  m.layer_budgets[layer] = budget;
+  m.layer_budget_of[layer] = layer_budget;
+}
+
+StoreStats Decoder::store() const noexcept { return impl_->stats; }
 
 void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
   Impl& m = *impl_;
@@ -389,6 +583,9 @@ void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
   if (hc.policy != nullptr) {
     throw ContractError(fmt::format("decoder: cache {} has a policy ({}); drop() is for caches without one", h,
                                     hc.policy->name()));
+  }
+  if (m.layer_budgets[h / m.cfg.kv_heads] != nullptr) {
+    throw ContractError(fmt::format("decoder: cache {} is under a layer budget; drop() is for caches without one", h));
   }
   const std::uint32_t n = hc.count;
   std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
@@ -401,15 +598,12 @@ void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
     }
     hc.is_victim[at] = 1;
   }
-  const std::uint32_t out = hc.remove_marked(n, m.cfg.head_dim());
+  const std::uint32_t out = m.remove_marked(hc, n);
   evicted_ += n - out;
 }
 
 void Decoder::reset() {
-  for (Impl::HeadCache& hc : impl_->heads) {
-    hc.count = 0;
-    hc.attended_count = 0;
-  }
+  impl_->empty_store();
   fed_ = 0;
   evicted_ = 0;
   impl_->failed = false;
@@ -497,19 +691,23 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     }
     const float* k_rows = m.qkv.data() + std::size_t{c.heads} * d;
     const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
+    LayerBudget* const shared = m.layer_budgets[l];
     for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
       Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
       const std::uint32_t held = hc.count;  // positions held before this token
-      float* k = hc.keys.data() + std::size_t{held} * d;
+      m.admit(hc, held, pos, l, kv);
+      float* k = m.key_row(hc, held);
       std::copy_n(k_rows + std::size_t{kv} * d, d, k);
       for (std::uint32_t i = 0; i < half; ++i) {  // the key is rotated once, where it is stored
         const float ka = k[i], kb = k[i + half];
         k[i] = ka * cos_p[i] - kb * sin_p[i];
         k[i + half] = ka * sin_p[i] + kb * cos_p[i];
       }
-      std::copy_n(v_rows + std::size_t{kv} * d, d, hc.values.data() + std::size_t{held} * d);
+      std::copy_n(v_rows + std::size_t{kv} * d, d, m.value_row(hc, held));
       hc.positions[held] = pos;
       const std::uint32_t n = held + 1;
+      hc.count = n;
+      const auto [keys, values] = m.rows(hc, n);
       // Each query head of the group: scores over the held positions and the
       // new token itself, softmax, output. The policy sees their mean.
       for (std::uint32_t g = 0; g < group; ++g) {
@@ -517,7 +715,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         const float* q = m.qkv.data() + std::size_t{hd} * d;
         float* weights = group == 1 ? hc.weights.data() : m.query_weights.data();
         Eigen::Map<Eigen::VectorXf> scores(m.scores.data(), n);
-        scores.noalias() = MatrixView(hc.keys.data(), n, d) * VecView(q, d);
+        scores.noalias() = MatrixView(keys, n, d) * VecView(q, d);
         const float top = scores.maxCoeff();
         float sum = 0.0F;
         for (std::uint32_t i = 0; i < n; ++i) {
@@ -527,7 +725,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         }
         for (std::uint32_t i = 0; i < n; ++i) weights[i] /= sum;
         VecMut(m.attn_out.data() + std::size_t{hd} * d, d).noalias() =
-            MatrixView(hc.values.data(), n, d).transpose() * VecView(weights, n);
+            MatrixView(values, n, d).transpose() * VecView(weights, n);
         if (group == 1) continue;
         if (g == 0) {
           std::copy_n(weights, n, hc.weights.data());
@@ -541,30 +739,47 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       }
       std::copy_n(hc.positions.data(), n, hc.attended.data());
       hc.attended_count = n;
-      hc.count = n;
 
       // The policy: the weights over the positions held before this token,
       // ascending, then the token is admitted; evict down to the budget.
-      if (hc.policy == nullptr || pos == 0) continue;  // position 0 exists before step 1
+      if (pos == 0) continue;  // position 0 exists before step 1
+      if (shared != nullptr) {
+        shared->on_decode_step(kv, pos, std::span<const float>(hc.weights.data(), held));
+        continue;
+      }
+      if (hc.policy == nullptr) continue;
       hc.policy->on_decode_step(pos, std::span<const float>(hc.weights.data(), held));
       if (static_cast<std::int64_t>(n) <= hc.budget) continue;
-      const std::span<const Position> victims = hc.policy->evict(hc.budget);
-      std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
-      for (const Position victim : victims) {
-        const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, victim);
-        const auto at = static_cast<std::size_t>(found - hc.positions.data());
-        if (at == n || *found != victim || hc.is_victim[at] != 0) {
-          throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is not held",
-                                          hc.policy->name(), victim, pos, l, kv));
-        }
-        hc.is_victim[at] = 1;
-      }
-      const std::uint32_t out = hc.remove_marked(n, d);
+      m.mark(hc, n, hc.policy->evict(hc.budget), hc.policy->name(), pos, l, kv);
+      const std::uint32_t out = m.remove_marked(hc, n);
       evicted_ += n - out;
       if (static_cast<std::int64_t>(out) > hc.budget) {
         throw ContractError(fmt::format(
             "{}: left {} positions held against a budget of {} at position {} (layer {}, KV head {})",
             hc.policy->name(), out, hc.budget, pos, l, kv));
+      }
+    }
+    // A budget shared by the layer's KV heads: one eviction for them all,
+    // once every head has seen this step.
+    if (shared != nullptr && pos != 0) {
+      const std::int64_t budget = m.layer_budget_of[l];
+      std::int64_t total = 0;
+      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) total += m.heads[std::size_t{l} * c.kv_heads + kv].count;
+      if (total > budget) {
+        shared->evict(budget);
+        total = 0;
+        for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+          Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
+          const std::uint32_t n = hc.count;
+          m.mark(hc, n, shared->victims(kv), shared->head(kv).name(), pos, l, kv);
+          const std::uint32_t out = m.remove_marked(hc, n);
+          evicted_ += n - out;
+          total += out;
+        }
+        if (total > budget) {
+          throw ContractError(fmt::format("{}: layer {} holds {} positions against a layer budget of {} at position {}",
+                                          shared->head(0).name(), l, total, budget, pos));
+        }
       }
     }
     matvec(w.proj, m.attn_out.data(), m.h.data(), width, width);

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/layer_budget.h"
+#include "kvevict/eval/paged.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/files.h"
@@ -48,27 +50,75 @@ double negative_log_likelihood(std::span<const float> logits, std::uint8_t next)
   return std::log(sum) + top - static_cast<double>(logits[next]);
 }
 
-// One window through a decoder whose heads have the given policies (empty =
-// full cache). Returns the window's summed NLL; adds its evictions.
-double run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
-                  const Window& w, const RunSpec* spec, std::uint64_t& evicted) {
-  const ModelConfig& cfg = model->config();
-  Decoder decoder(model, w.length);
+ParamMap without_budget(ParamMap params) {
+  std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
+  return params;
+}
+
+// Layer l's shared budget in layer mode: budget x kv_heads positions.
+std::unique_ptr<LayerBudget> make_layer(const RunSpec& spec, const ModelConfig& cfg, std::uint32_t l,
+                                        const PagedOptions& paged) {
+  LayerBudgetParams layer;
+  layer.heads = cfg.kv_heads;
+  layer.layer_budget = spec.budget * cfg.kv_heads;
+  layer.head_floor = paged.head_floor;
+  return std::make_unique<LayerBudget>(find_policy(spec.policy).name, without_budget(head_params(spec, cfg, l)),
+                                       layer);
+}
+
+// The policies of one decoder (or one replay): one per cache, or one
+// LayerBudget per layer.
+struct Built {
   std::vector<std::unique_ptr<Policy>> policies;
-  if (spec != nullptr) {
-    const PolicyInfo& info = find_policy(spec->policy);
+  std::vector<std::unique_ptr<LayerBudget>> layers;
+};
+
+Built build(const RunSpec& spec, const ModelConfig& cfg, const PagedOptions& paged) {
+  Built b;
+  if (paged.layer_budget) {
+    for (std::uint32_t l = 0; l < cfg.layers; ++l) b.layers.push_back(make_layer(spec, cfg, l, paged));
+  } else {
     for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
-      decoder.set_policy(h, policies.back().get(), spec->budget);
+      b.policies.push_back(make_run_policy(find_policy(spec.policy).name, head_params(spec, cfg, h / cfg.kv_heads),
+                                           spec.budget, paged));
     }
   }
+  return b;
+}
+
+struct WindowResult {
   double nll = 0.0;
+  std::uint64_t evicted = 0;
+  StoreStats store;
+};
+
+// One window through a decoder whose heads have the given policies (null =
+// full cache), on the store `paged` asks for.
+WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+                        const Window& w, const RunSpec* spec, const PagedOptions& paged) {
+  const ModelConfig& cfg = model->config();
+  DecoderOptions store;
+  store.capacity = w.length;
+  store.block_size = static_cast<std::uint32_t>(paged.block_size);
+  Decoder decoder(model, store);
+  Built built;
+  if (spec != nullptr) {
+    built = build(*spec, cfg, paged);
+    for (std::uint32_t l = 0; l < built.layers.size(); ++l) {
+      decoder.set_layer_budget(l, built.layers[l].get(), spec->budget * cfg.kv_heads);
+    }
+    for (std::uint32_t h = 0; h < built.policies.size(); ++h) {
+      decoder.set_policy(h, built.policies[h].get(), spec->budget);
+    }
+  }
+  WindowResult r;
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
     const std::span<const float> logits = decoder.step(text[w.begin + i]);
-    nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
+    r.nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
   }
-  evicted += decoder.evicted();
-  return nll;
+  r.evicted = decoder.evicted();
+  r.store = decoder.store();
+  return r;
 }
 
 PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap params, double nll,
@@ -152,25 +202,29 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
                                       const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to predict");
+  check_paged(options.paged);
+  if (options.paged.block_size > std::int64_t{cfg.context}) {
+    throw ParameterError(fmt::format("--block-size ({}) is over the model's context of {} positions",
+                                     options.paged.block_size, cfg.context));
+  }
   // Build every head's policy once first, so a bad parameter fails before any work.
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) {
       throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
     }
-    for (std::uint32_t l = 0; l < cfg.layers; ++l) info.make(head_params(spec, cfg, l));
+    build(spec, cfg, options.paged);
   }
   const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
   const std::size_t runs = specs.size() + 1;  // the full cache first
-  std::vector<double> nll(runs * windows.size(), 0.0);
-  std::vector<std::uint64_t> evicted(runs * windows.size(), 0);
+  std::vector<WindowResult> results(runs * windows.size());
   std::vector<double> seconds(runs * windows.size(), 0.0);
   const std::shared_ptr<const Model> shared = shared_view(model);
-  detail::parallel_jobs(nll.size(), options.progress, [&](std::size_t job) {
+  detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
     const std::size_t r = job / windows.size();
     const auto started = std::chrono::steady_clock::now();
-    nll[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
-                          evicted[job]);
+    results[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
+                              options.paged);
     seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   });
 
@@ -179,10 +233,13 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs; ++r) {
     double sum = 0.0, secs = 0.0;  // window order: the same sum on any thread count
-    std::uint64_t ev = 0;
+    std::uint64_t ev = 0, peak_blocks = 0, peak_positions = 0;
     for (std::size_t i = 0; i < windows.size(); ++i) {
-      sum += nll[r * windows.size() + i];
-      ev += evicted[r * windows.size() + i];
+      const WindowResult& w = results[r * windows.size() + i];
+      sum += w.nll;
+      ev += w.evicted;
+      peak_blocks = std::max(peak_blocks, w.store.peak_blocks);
+      peak_positions = std::max(peak_positions, w.store.peak_positions);
       secs += seconds[r * windows.size() + i];
     }
     if (r == 0) {
@@ -193,6 +250,9 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
                                 find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
                                 predictions, ev, secs));
     }
+    rows.back().block_size = static_cast<std::uint32_t>(options.paged.block_size);
+    rows.back().peak_blocks = peak_blocks;
+    rows.back().peak_positions = peak_positions;
   }
   return rows;
 }
@@ -222,24 +282,40 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
     const auto heads = record_window(shared, text, w);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
-    detail::parallel_jobs(cfg.head_count(), {}, [&](std::size_t h) {
-      const auto layer = static_cast<std::uint32_t>(h / cfg.kv_heads);
-      std::vector<std::unique_ptr<Policy>> built;
-      std::vector<RunSlot> slots;
-      for (const RunSpec& spec : specs) {
-        built.push_back(find_policy(spec.policy).make(head_params(spec, cfg, layer)));
-        slots.push_back({built.back().get(), spec.budget});
-      }
-      const std::vector<RunTotals> totals = run_many(slots, *heads[h]);
-      for (const RunTotals& t : totals) {
-        head_mass[h].push_back(t.steps == 0 ? 0.0 : t.total_retained_mass / static_cast<double>(t.steps));
-        head_recall[h].push_back(t.total_heavy_possible == 0
-                                     ? 0.0
-                                     : static_cast<double>(t.total_heavy_hits) /
-                                           static_cast<double>(t.total_heavy_possible));
-        head_calls[h].push_back(t.eviction_calls);
-      }
-    });
+    auto add = [&](std::size_t h, const RunTotals& t) {
+      head_mass[h].push_back(t.steps == 0 ? 0.0 : t.total_retained_mass / static_cast<double>(t.steps));
+      head_recall[h].push_back(t.total_heavy_possible == 0
+                                   ? 0.0
+                                   : static_cast<double>(t.total_heavy_hits) /
+                                         static_cast<double>(t.total_heavy_possible));
+      head_calls[h].push_back(t.eviction_calls);
+    };
+    if (options.paged.layer_budget) {
+      // Layer mode: each layer's KV heads replayed in lock step through one
+      // LayerBudget; a layer's one eviction call is counted once, on its first head.
+      detail::parallel_jobs(cfg.layers, {}, [&](std::size_t l) {
+        std::vector<Trace*> views;
+        for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) views.push_back(heads[l * cfg.kv_heads + kv].get());
+        for (const RunSpec& spec : specs) {
+          const auto lb = make_layer(spec, cfg, static_cast<std::uint32_t>(l), options.paged);
+          std::vector<RunTotals> totals = run_layer(*lb, spec.budget * cfg.kv_heads, views, views.front()->steps());
+          for (std::uint32_t kv = 1; kv < cfg.kv_heads; ++kv) totals[kv].eviction_calls = 0;
+          for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) add(l * cfg.kv_heads + kv, totals[kv]);
+        }
+      });
+    } else {
+      detail::parallel_jobs(cfg.head_count(), {}, [&](std::size_t h) {
+        const auto layer = static_cast<std::uint32_t>(h / cfg.kv_heads);
+        std::vector<std::unique_ptr<Policy>> built;
+        std::vector<RunSlot> slots;
+        for (const RunSpec& spec : specs) {
+          built.push_back(make_run_policy(find_policy(spec.policy).name, head_params(spec, cfg, layer), spec.budget,
+                                          options.paged));
+          slots.push_back({built.back().get(), spec.budget});
+        }
+        for (const RunTotals& t : run_many(slots, *heads[h])) add(h, t);
+      });
+    }
     for (std::size_t i = 0; i < specs.size(); ++i) {
       double m = 0.0, r = 0.0;
       for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {

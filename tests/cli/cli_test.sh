@@ -154,6 +154,34 @@ ok  "perplexity json"  '"bitsPerByte"' -- perplexity --model "$model" --text "$t
 # A budget at least the text's length: exactly the full cache's perplexity.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy all --budget 400 --format csv >"$tmp/ppl.csv" 2>/dev/null
 if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 9 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
+# Paged: blocks and positions at the peak, measured; derived from the full
+# cache's row (caches x 399 positions, in blocks of 16: caches x 25 blocks).
+"$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window,tova --budget 64 --block-size 16 --format csv >"$tmp/paged.csv" 2>/dev/null
+paged_caches=$(( $(sed -n 2p "$tmp/paged.csv" | awk -F, '{print $NF}') / 399 ))
+paged_want="full cache,-,$(sed -n 2p "$tmp/paged.csv" | cut -d, -f3-6),$((paged_caches * 25)),$((paged_caches * 399))"
+if [[ $(head -1 "$tmp/paged.csv") == *"peak blocks of 16,peak positions" && $(sed -n 2p "$tmp/paged.csv") == "$paged_want" && $paged_caches -ge 1 \
+      && $(grep -c ",$((paged_caches * 4 + 1)),$((paged_caches * 64 + 1))\$" "$tmp/paged.csv") -eq 2 ]]; then
+  pass
+else
+  fail "perplexity --block-size 16: $(cat "$tmp/paged.csv")"
+fi
+# Blocks of 1 are the token policy: the same perplexity.
+if [[ $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --block-size 1 --format csv 2>/dev/null | cut -d, -f1-4) \
+      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --format csv 2>/dev/null | cut -d, -f1-4) ]]; then
+  pass
+else
+  fail "perplexity --block-size 1 differs from the token policy"
+fi
+ok  "perplexity layer" "peak positions" -- perplexity --model "$model" --text "$tmp/text.txt" --policy tova --budget 64 --layer-budget --head-floor 4
+ok  "compare model blocks" "peak blocks of 16" -- compare --model "$model" --text "$tmp/text.txt" --budgets 64,128 --policies sliding-window,tova --block-size 16 --start-blocks 1 --recent-blocks 1 --block-score max
+ok  "compare model layer" '"peakPositions"' -- compare --model "$model" --text "$tmp/text.txt" --budgets 64 --policies tova --layer-budget --format json
+bad "model block budget" "budget (100) must be a whole number of blocks (--block-size 16)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy tova --budget 100 --block-size 16
+bad "model block zero" "--block-size (0) must be at least 1" -- compare --model "$model" --text "$tmp/text.txt" --start-blocks 1
+bad "model block large" "--block-size (2000000) is over the model's context" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 2000000
+bad "model both modes" "--layer-budget and --block-size" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 16 --layer-budget
+bad "model floor alone" "--head-floor needs --layer-budget" -- perplexity --model "$model" --text "$tmp/text.txt" --head-floor 2
+bad "model block score" "normal" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 16 --block-score normal
+bad "model areas" "blockBudget (4) must be at least startBlocks + recentBlocks (0 + 5)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 16 --recent-blocks 5
 ok  "compare model"    "ranked by perplexity at budget 64" -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64,128 --policies sliding-window,tova
 ok  "record"           "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 200
 caches=$(python3 -c "import struct,sys; b=open(sys.argv[1],'rb').read(); w=struct.unpack_from('<8I',b,20); print(w[1]*(w[6] or w[2]))" "$model")

@@ -117,14 +117,16 @@ struct PagedFlags {
 
 void add_paged_options(CLI::App* cmd, PagedFlags& f) {
   cmd->add_option("--block-size", f.block_size,
-                  "evict whole blocks of N positions (paged KV cache); the budget must be a whole number of blocks");
+                  "evict whole blocks of N positions (paged KV cache; with --model the decoder runs on a paged store of "
+                  "N-position blocks); the budget must be a whole number of blocks");
   cmd->add_option("--start-blocks", f.start_blocks, "with --block-size: the first N blocks are never evicted");
   cmd->add_option("--recent-blocks", f.recent_blocks,
                   "with --block-size: the last N full blocks are never evicted (the partial block never is)");
   cmd->add_option("--block-score", f.block_score, "with --block-size: a block's score from its positions' "
                                                   "scores: sum, mean, max or normsum (each over its steps held)");
   cmd->add_flag("--layer-budget", f.layer_budget,
-                "the trace's heads share budget x heads positions; the lowest-scoring across heads go");
+                "a layer's heads (a trace's heads; a model's KV heads per layer) share budget x heads positions; "
+                "the lowest-scoring across heads go");
   cmd->add_option("--head-floor", f.head_floor,
                   "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
 }
@@ -245,6 +247,8 @@ int main(int argc, char** argv) {
   ppl->add_option("--budget", ppl_budgets, "budgets, comma-separated (default: each policy's)");
   ppl->add_option("--set", ppl_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
+  PagedFlags ppl_paged;
+  add_paged_options(ppl, ppl_paged);
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
@@ -473,9 +477,6 @@ int main(int argc, char** argv) {
     }
 
     if (cmp->parsed() && !cmp_model.empty()) {
-      if (paged_of(cmp_paged).active()) {
-        throw ParameterError("--block-size and --layer-budget replay a trace; with --model they are not supported yet");
-      }
       if (cmp->count("--trace") + cmp->count("--steps") > 0) {
         throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
       }
@@ -487,9 +488,10 @@ int main(int argc, char** argv) {
       const std::vector<std::uint8_t> text = read_text(cmp_text);
       ModelRunOptions options;
       options.max_windows = cmp_windows;
+      options.paged = paged_of(cmp_paged);
       options.progress = model_progress("compare");
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
-      cli::print_perplexity(std::cout, rows, cmp_format, true);
+      cli::print_perplexity(std::cout, rows, cmp_format, true, options.paged.active());
       if (cmp_format == "table") {
         std::cout << fmt::format(
             "\nranked by perplexity at budget {}; {} predictions over {} of {}. Retained mass and recall: "
@@ -525,9 +527,10 @@ int main(int argc, char** argv) {
       }
       ModelRunOptions options;
       options.max_windows = ppl_windows;
+      options.paged = paged_of(ppl_paged);
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
-      cli::print_perplexity(std::cout, rows, ppl_format, false);
+      cli::print_perplexity(std::cout, rows, ppl_format, false, options.paged.active());
       return 0;
     }
 

@@ -218,8 +218,9 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 
 
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
-                      const std::string& format, bool ranked) {
+                      const std::string& format, bool ranked, bool store) {
   const bool proxy = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_proxy; });
+  const bool blocks = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.block_size != 0; });
   const double full_bits = rows.empty() ? 0.0 : rows.front().bits_per_byte;
   if (format == "json") {
     nlohmann::ordered_json doc = nlohmann::ordered_json::array();
@@ -235,6 +236,11 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
       row["bitsPerByte"] = r.bits_per_byte;
       row["predictions"] = r.predictions;
       row["evicted"] = r.evicted;
+      if (blocks) {
+        row["blockSize"] = r.block_size;
+        row["peakBlocks"] = r.peak_blocks;
+      }
+      if (store) row["peakPositions"] = r.peak_positions;
       if (r.has_proxy) {
         row["retainedAttentionMass"] = r.proxy.retained_attention_mass;
         row["heavyHitterRecall"] = r.proxy.heavy_hitter_recall;
@@ -254,6 +260,8 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     header.push_back("heavy-hitter recall");
   }
   header.push_back("evicted");
+  if (blocks) header.push_back(fmt::format("peak blocks of {}", rows.front().block_size));
+  if (store) header.push_back("peak positions");
   cells.push_back(header);
   for (const PerplexityRow& r : rows) {
     std::vector<std::string> line;
@@ -268,6 +276,8 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
       line.push_back(r.has_proxy ? fmt::format("{:.6f}", r.proxy.heavy_hitter_recall) : "-");
     }
     line.push_back(std::to_string(r.evicted));
+    if (blocks) line.push_back(std::to_string(r.peak_blocks));
+    if (store) line.push_back(std::to_string(r.peak_positions));
     cells.push_back(std::move(line));
   }
   print_cells(out, cells, format, ranked ? 2 : 1);

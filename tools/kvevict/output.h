@@ -27,9 +27,11 @@ void print_simd(std::ostream& out, const std::vector<std::string>& compiled, con
                 const std::string& active, const std::string& format);
 
 // Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON.
-// `ranked` adds the rank column; rows with proxies add their two columns.
+// `ranked` adds the rank column; rows with proxies add their two columns;
+// rows of a paged store add the peak blocks in use, and `store` (block or
+// layer mode) the peak positions held, both measured.
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
-                      const std::string& format, bool ranked);
+                      const std::string& format, bool ranked, bool store = false);
 
 // Persistence rows as a table, CSV, Markdown or JSON.
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,

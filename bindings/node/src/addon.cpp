@@ -40,6 +40,8 @@
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
+#include "kvevict/core/block_evictor.h"
+#include "kvevict/core/layer_budget.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/core/simd.h"
 #include "kvevict/eval/trace.h"
@@ -369,6 +371,229 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   std::uint32_t driver_head_ = 0;
 };
 
+// ---- paged caches (docs/paged.md) ------------------------------------------------
+
+// Attention for an adapter's step: a Float32Array (read in place), a number[]
+// (converted into `scratch`), or null/undefined (an absent step).
+kvevict::Attention attention_arg(Napi::Env env, const Napi::Value& a, std::vector<float>& scratch,
+                                 const std::string& what) {
+  if (absent(a)) return std::nullopt;
+  if (a.IsTypedArray()) {
+    const auto typed = a.As<Napi::TypedArray>();
+    if (typed.TypedArrayType() != napi_float32_array) {
+      throw Napi::TypeError::New(env, what + " must be a Float32Array, an array of numbers or null, got another typed array");
+    }
+    const auto weights = a.As<Napi::Float32Array>();
+    return std::span<const float>(weights.Data(), weights.ElementLength());
+  }
+  if (a.IsArray()) {
+    const auto array = a.As<Napi::Array>();
+    const std::uint32_t n = array.Length();
+    scratch.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const Napi::Value w = array.Get(i);
+      if (!w.IsNumber()) throw Napi::TypeError::New(env, what + "[" + std::to_string(i) + "] must be a number, got " + type_name(w));
+      scratch[i] = static_cast<float>(w.As<Napi::Number>().DoubleValue());
+    }
+    return std::span<const float>(scratch.data(), n);
+  }
+  throw Napi::TypeError::New(env, what + " must be a Float32Array, an array of numbers or null, got " + type_name(a));
+}
+
+template <class T>
+Napi::Array number_array(Napi::Env env, std::span<const T> values) {
+  Napi::Array out = Napi::Array::New(env, values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out.Set(static_cast<std::uint32_t>(i), Napi::Number::New(env, static_cast<double>(values[i])));
+  }
+  return out;
+}
+
+// query(policy, name, args) on a policy an adapter drives.
+Napi::Value adapter_query(Napi::Env env, const kvevict::Policy& policy, const std::string& name, const Napi::Value& args_v) {
+  const kvevict::PolicyInfo& info = kvevict::find_policy(policy.name());
+  const kvevict::QueryInfo* query = info.find_query(name);
+  if (query == nullptr) {
+    std::string known;
+    for (const auto& q : info.queries) known += (known.empty() ? "" : ", ") + q.name;
+    throw Napi::TypeError::New(env, info.name + " has no query '" + name + "' (it has: " + (known.empty() ? "none" : known) + ")");
+  }
+  std::vector<std::int64_t> args;
+  if (!absent(args_v)) {
+    if (!args_v.IsArray()) throw Napi::TypeError::New(env, name + ": the arguments must be an array");
+    const auto array = args_v.As<Napi::Array>();
+    for (std::uint32_t i = 0; i < array.Length(); ++i) args.push_back(to_integer(array.Get(i), name + ": pos"));
+  }
+  if (args.size() != query->arity) {
+    throw Napi::TypeError::New(env, name + " takes " + std::to_string(query->arity) + " argument(s), got " +
+                                        std::to_string(args.size()));
+  }
+  return Napi::Number::New(env, query->call(policy, args));
+}
+
+// new NativeBlockEvictor(policy, blockBudget, {blockSize, startBlocks, recentBlocks, blockScore}?, params?)
+class BlockEvictorWrap : public Napi::ObjectWrap<BlockEvictorWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeBlockEvictor",
+                       {InstanceMethod<&BlockEvictorWrap::OnDecodeStep>("onDecodeStep"),
+                        InstanceMethod<&BlockEvictorWrap::EvictBlocks>("evictBlocks"),
+                        InstanceMethod<&BlockEvictorWrap::EvictedPositions>("evictedPositions"),
+                        InstanceMethod<&BlockEvictorWrap::RemovedBefore>("removedBefore"),
+                        InstanceMethod<&BlockEvictorWrap::Positions>("positions"),
+                        InstanceMethod<&BlockEvictorWrap::BlockScoreOf>("blockScoreOf"),
+                        InstanceMethod<&BlockEvictorWrap::KeptCount>("keptCount"),
+                        InstanceMethod<&BlockEvictorWrap::BlockCount>("blockCount"),
+                        InstanceMethod<&BlockEvictorWrap::MemoryBytes>("memoryBytes"),
+                        InstanceMethod<&BlockEvictorWrap::Query>("query"),
+                        InstanceAccessor<&BlockEvictorWrap::Name>("policy"),
+                        InstanceAccessor<&BlockEvictorWrap::BlockSize>("blockSize")});
+  }
+
+  explicit BlockEvictorWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BlockEvictorWrap>(info) {
+    guard(info.Env(), [&](Call& call) {
+      const kvevict::PolicyInfo& policy = kvevict::find_policy(to_string(info[0], "BlockEvictor: policy name"));
+      kvevict::BlockParams bp;
+      bp.block_budget = to_integer(info[1], "BlockEvictor: blockBudget");
+      if (!absent(info[2])) {
+        const Napi::Object o = to_object(info[2], "BlockEvictor: options");
+        for (const std::string& key : own_keys(o)) {
+          if (key != "blockSize" && key != "startBlocks" && key != "recentBlocks" && key != "blockScore") {
+            throw Napi::TypeError::New(info.Env(), "BlockEvictor: unknown option '" + key +
+                                                       "' (known: blockSize, startBlocks, recentBlocks, blockScore)");
+          }
+        }
+        bp.block_size = optional_integer(o, "blockSize", "BlockEvictor").value_or(bp.block_size);
+        bp.start_blocks = optional_integer(o, "startBlocks", "BlockEvictor").value_or(bp.start_blocks);
+        bp.recent_blocks = optional_integer(o, "recentBlocks", "BlockEvictor").value_or(bp.recent_blocks);
+        const Napi::Value score = o.Get("blockScore");
+        if (!score.IsUndefined()) bp.score = kvevict::parse_block_score(to_string(score, "BlockEvictor: options.blockScore"));
+      }
+      impl_ = std::make_unique<kvevict::BlockEvictor>(policy.name, to_params(info[3], "BlockEvictor: params", call), bp);
+    });
+  }
+
+ private:
+  Napi::Value OnDecodeStep(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      const std::int64_t pos = to_integer(info[0], "onDecodeStep: pos");
+      if (pos < 0) call.negative = true;
+      impl_->on_decode_step(pos, attention_arg(env, info[1], scratch_, "onDecodeStep: attn"));
+    });
+    return env.Undefined();
+  }
+  Napi::Value EvictBlocks(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call& call) -> Napi::Value {
+      const std::int64_t budget = to_integer(info[0], "evictBlocks: blockBudget");
+      if (budget < 0) call.negative = true;
+      return number_array(info.Env(), impl_->evict_blocks(budget));
+    });
+  }
+  Napi::Value EvictedPositions(const Napi::CallbackInfo& info) { return number_array(info.Env(), impl_->evicted_positions()); }
+  Napi::Value RemovedBefore(const Napi::CallbackInfo& info) { return number_array(info.Env(), impl_->removed_before()); }
+  Napi::Value Positions(const Napi::CallbackInfo& info) { return number_array(info.Env(), impl_->positions()); }
+  // The block's score; "protected" for a full block that is not a candidate; -1 for no such full block.
+  Napi::Value BlockScoreOf(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      const double s = impl_->block_score_of(to_integer(info[0], "blockScoreOf: block"));
+      if (std::isinf(s)) return Napi::String::New(info.Env(), "protected");
+      return Napi::Number::New(info.Env(), s);
+    });
+  }
+  Napi::Value KeptCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->kept_count())); }
+  Napi::Value BlockCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->block_count())); }
+  Napi::Value MemoryBytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->memory_bytes())); }
+  Napi::Value Query(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) { return adapter_query(info.Env(), impl_->policy(), to_string(info[0], "query name"), info[1]); });
+  }
+  Napi::Value Name(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), std::string(impl_->policy().name())); }
+  Napi::Value BlockSize(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->block_size())); }
+
+  std::unique_ptr<kvevict::BlockEvictor> impl_;
+  std::vector<float> scratch_;
+};
+
+// new NativeLayerBudget(policy, heads, layerBudget, headFloor?, params?)
+class LayerBudgetWrap : public Napi::ObjectWrap<LayerBudgetWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeLayerBudget",
+                       {InstanceMethod<&LayerBudgetWrap::OnDecodeStep>("onDecodeStep"),
+                        InstanceMethod<&LayerBudgetWrap::Evict>("evict"),
+                        InstanceMethod<&LayerBudgetWrap::Victims>("victims"),
+                        InstanceMethod<&LayerBudgetWrap::KeptCount>("keptCount"),
+                        InstanceMethod<&LayerBudgetWrap::TotalKept>("totalKept"),
+                        InstanceMethod<&LayerBudgetWrap::MemoryBytes>("memoryBytes"),
+                        InstanceMethod<&LayerBudgetWrap::Query>("query"),
+                        InstanceAccessor<&LayerBudgetWrap::Heads>("heads"),
+                        InstanceAccessor<&LayerBudgetWrap::HeadFloor>("headFloor"),
+                        InstanceAccessor<&LayerBudgetWrap::HeadBudget>("headBudget")});
+  }
+
+  explicit LayerBudgetWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LayerBudgetWrap>(info) {
+    guard(info.Env(), [&](Call& call) {
+      const kvevict::PolicyInfo& policy = kvevict::find_policy(to_string(info[0], "LayerBudget: policy name"));
+      kvevict::LayerBudgetParams lp;
+      lp.heads = to_integer(info[1], "LayerBudget: heads");
+      lp.layer_budget = to_integer(info[2], "LayerBudget: layerBudget");
+      if (!absent(info[3])) lp.head_floor = to_integer(info[3], "LayerBudget: headFloor");
+      impl_ = std::make_unique<kvevict::LayerBudget>(policy.name, to_params(info[4], "LayerBudget: params", call), lp);
+    });
+  }
+
+ private:
+  std::size_t head_of(const Napi::Value& v, const std::string& what) const {
+    const std::int64_t h = to_integer(v, what);
+    if (h < 0 || static_cast<std::uint64_t>(h) >= impl_->heads()) {
+      throw Napi::RangeError::New(v.Env(), what + " (" + std::to_string(h) + ") must be in 0 ... " +
+                                               std::to_string(impl_->heads() - 1));
+    }
+    return static_cast<std::size_t>(h);
+  }
+  Napi::Value OnDecodeStep(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      const std::size_t head = head_of(info[0], "onDecodeStep: head");
+      const std::int64_t pos = to_integer(info[1], "onDecodeStep: pos");
+      if (pos < 0) call.negative = true;
+      impl_->on_decode_step(head, pos, attention_arg(env, info[2], scratch_, "onDecodeStep: attn"));
+    });
+    return env.Undefined();
+  }
+  Napi::Value Evict(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call& call) -> Napi::Value {
+      const std::int64_t budget = to_integer(info[0], "evict: layerBudget");
+      if (budget < 0) call.negative = true;
+      return Napi::Number::New(info.Env(), static_cast<double>(impl_->evict(budget)));
+    });
+  }
+  Napi::Value Victims(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      return number_array(info.Env(), impl_->victims(head_of(info[0], "victims: head")));
+    });
+  }
+  Napi::Value KeptCount(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      return Napi::Number::New(info.Env(), static_cast<double>(impl_->kept_count(head_of(info[0], "keptCount: head"))));
+    });
+  }
+  Napi::Value TotalKept(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->total_kept())); }
+  Napi::Value MemoryBytes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->memory_bytes())); }
+  Napi::Value Query(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) {
+      const std::size_t head = head_of(info[0], "query: head");
+      return adapter_query(info.Env(), impl_->head(head), to_string(info[1], "query name"), info[2]);
+    });
+  }
+  Napi::Value Heads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->heads())); }
+  Napi::Value HeadFloor(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->head_floor())); }
+  Napi::Value HeadBudget(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(impl_->head_budget())); }
+
+  std::unique_ptr<kvevict::LayerBudget> impl_;
+  std::vector<float> scratch_;
+};
+
 // ---- Trace -----------------------------------------------------------------------
 
 class TraceWrap : public Napi::ObjectWrap<TraceWrap> {
@@ -497,8 +722,28 @@ Napi::Value TraceHash(const Napi::CallbackInfo& info) {
   });
 }
 
+// {blockSize, startBlocks, recentBlocks, blockScore, layerBudget, headFloor}
+// (docs/paged.md), as the tool's --block-size ... --head-floor.
+kvevict::PagedOptions paged_options(const Napi::Object& options, const std::string& what) {
+  kvevict::PagedOptions p;
+  p.block_size = optional_integer(options, "blockSize", what).value_or(0);
+  p.start_blocks = optional_integer(options, "startBlocks", what).value_or(0);
+  p.recent_blocks = optional_integer(options, "recentBlocks", what).value_or(0);
+  const Napi::Value score = options.Get("blockScore");
+  if (!score.IsUndefined()) p.block_score = kvevict::parse_block_score(to_string(score, what + ".blockScore"));
+  const Napi::Value layer = options.Get("layerBudget");
+  if (!layer.IsUndefined()) {
+    if (!layer.IsBoolean()) throw Napi::TypeError::New(options.Env(), what + ".layerBudget must be a boolean, got " + type_name(layer));
+    p.layer_budget = layer.As<Napi::Boolean>().Value();
+  }
+  p.head_floor = optional_integer(options, "headFloor", what).value_or(-1);
+  kvevict::check_paged(p);
+  return p;
+}
+
 kvevict::EvaluateOptions evaluate_options(const Napi::Object& options, const std::string& what) {
   kvevict::EvaluateOptions out;
+  out.paged = paged_options(options, what);
   const Napi::Value trace = options.Get("trace");
   if (!trace.IsUndefined()) out.trace = to_string(trace, what + ".trace");
   out.steps = optional_integer(options, "steps", what);
@@ -852,6 +1097,7 @@ std::vector<kvevict::RunSpec> runs_of(const Napi::Value& runs, Call& call) {
 
 kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::string& what) {
   kvevict::ModelRunOptions out;
+  out.paged = paged_options(options, what + ": options");
   const Napi::Value v = options.Get("maxWindows");
   if (!v.IsUndefined()) {
     out.max_windows = to_u32(v, what + ": options.maxWindows", "must be at least 0 (0 = every window of the text)");
@@ -861,7 +1107,7 @@ kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::s
 
 // A row as `kvevict perplexity --format json` prints it; the full cache has
 // policy, budget (and rank and the proxies) null.
-Napi::Object row_object(Napi::Env env, const kvevict::PerplexityRow& r, bool ranked) {
+Napi::Object row_object(Napi::Env env, const kvevict::PerplexityRow& r, bool ranked, bool store) {
   const bool full = r.policy.empty();
   const auto num = [&](double x) { return Napi::Value(Napi::Number::New(env, x)); };
   const Napi::Value null = env.Null();
@@ -879,13 +1125,18 @@ Napi::Object row_object(Napi::Env env, const kvevict::PerplexityRow& r, bool ran
     o.Set("heavyHitterRecall", r.has_proxy ? num(r.proxy.heavy_hitter_recall) : null);
     o.Set("evictionCalls", r.has_proxy ? num(static_cast<double>(r.proxy.eviction_calls)) : null);
   }
+  if (store) {  // paged options given: the store, measured
+    o.Set("blockSize", num(r.block_size));
+    o.Set("peakBlocks", num(static_cast<double>(r.peak_blocks)));
+    o.Set("peakPositions", num(static_cast<double>(r.peak_positions)));
+  }
   o.Set("seconds", num(r.seconds));
   return o;
 }
 
-Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows, bool ranked) {
+Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows, bool ranked, bool store) {
   Napi::Array out = Napi::Array::New(env, rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) out.Set(static_cast<std::uint32_t>(i), row_object(env, rows[i], ranked));
+  for (std::size_t i = 0; i < rows.size(); ++i) out.Set(static_cast<std::uint32_t>(i), row_object(env, rows[i], ranked, store));
   return out;
 }
 
@@ -901,7 +1152,7 @@ Napi::Value Perplexity(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text = text_of(info[1], "perplexity");
     const std::vector<kvevict::RunSpec> specs = runs_of(info[2], call);
     const kvevict::ModelRunOptions options = model_options(options_object(info[3], "perplexity"), "perplexity");
-    return row_array(env, kvevict::perplexity(*model, text, specs, options), false);
+    return row_array(env, kvevict::perplexity(*model, text, specs, options), false, options.paged.active());
   });
 }
 
@@ -915,7 +1166,7 @@ Napi::Value CompareModel(const Napi::CallbackInfo& info) {
     kvevict::CompareRequest request = compare_request(options, "compareModel", call);
     if (options.Get("budgets").IsUndefined()) request.budgets = {64, 128, 256, 512};
     const kvevict::ModelRunOptions run = model_options(options, "compareModel");
-    return row_array(env, kvevict::compare_model(*model, text, request, run), true);
+    return row_array(env, kvevict::compare_model(*model, text, request, run), true, run.paged.active());
   });
 }
 
@@ -1275,6 +1526,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
   exports.Set("prefill", Napi::Function::New<Prefill>(env, "prefill"));
   exports.Set("Trace", TraceWrap::Define(env));
+  exports.Set("BlockEvictor", BlockEvictorWrap::Define(env));
+  exports.Set("LayerBudget", LayerBudgetWrap::Define(env));
   exports.Set("policies", Napi::Function::New<Policies>(env, "policies"));
   exports.Set("simd", Napi::Function::New<Simd>(env, "simd"));
   exports.Set("selectSimd", Napi::Function::New<SelectSimd>(env, "selectSimd"));

@@ -63,13 +63,67 @@ function execute(p, step, plainArrays) {
   }
 }
 
+const weightsOf = (attn, plainArrays) => (attn === null ? null : plainArrays ? attn : Float32Array.from(attn));
+
+// A case with "blocks" (docs/paged.md): its steps through kv.BlockEvictor.
+function blockSubject(policyName, c, plainArrays) {
+  const b = c.blocks;
+  const ev = new kv.BlockEvictor(policyName, b.blockBudget === undefined ? 32 : b.blockBudget, {
+    blockSize: b.blockSize, startBlocks: b.startBlocks, recentBlocks: b.recentBlocks, blockScore: b.blockScore,
+  }, c.params === undefined ? {} : c.params);
+  return (step) => {
+    const args = step.args === undefined ? [] : step.args;
+    switch (step.call) {
+      case 'onDecodeStep': ev.onDecodeStep(args[0], weightsOf(args[1], plainArrays)); return null;
+      case 'evictBlocks': return ev.evictBlocks(args[0]);
+      case 'keptCount': return ev.keptCount();
+      case 'blockCount': return ev.blockCount();
+      case 'evictedPositions': return ev.evictedPositions();
+      case 'removedBefore': return ev.removedBefore();
+      case 'positions': return ev.positions();
+      case 'blockScoreOf': return ev.blockScoreOf(args[0]);
+      default: return ev.query(step.call, args);
+    }
+  };
+}
+
+// A case with "layer" (docs/paged.md): its steps through kv.LayerBudget.
+function layerSubject(policyName, c, plainArrays) {
+  const l = c.layer;
+  const heads = l.heads === undefined ? 8 : l.heads;
+  const layer = new kv.LayerBudget(policyName, heads, l.layerBudget === undefined ? 4096 : l.layerBudget,
+    l.headFloor === undefined ? -1 : l.headFloor, c.params === undefined ? {} : c.params);
+  const each = (f) => Array.from({ length: heads }, (_, h) => f(h));
+  return (step) => {
+    const args = step.args === undefined ? [] : step.args;
+    switch (step.call) {
+      case 'onDecodeStep':
+        each((h) => layer.onDecodeStep(h, args[0], weightsOf(args[1][h], plainArrays)));
+        return null;
+      case 'evictLayer': layer.evict(args[0]); return each((h) => layer.victims(h));
+      case 'keptCount': return each((h) => layer.keptCount(h));
+      case 'totalKept': return layer.totalKept();
+      case 'headFloor': return layer.headFloor;
+      case 'headBudget': return layer.headBudget;
+      default: return layer.query(args[0], step.call, args.slice(1));
+    }
+  };
+}
+
 // Replays one case; returns the list of failures (empty: the case passed).
 function replayCase(policyName, c, plainArrays = false) {
   const failures = [];
   const tolerance = c.tolerance === undefined ? 1e-9 : c.tolerance;
-  let p;
+  let subject;
   try {
-    p = kv.policy(policyName, c.params === undefined ? {} : c.params);
+    if ('blocks' in c) {
+      subject = blockSubject(policyName, c, plainArrays);
+    } else if ('layer' in c) {
+      subject = layerSubject(policyName, c, plainArrays);
+    } else {
+      const p = kv.policy(policyName, c.params === undefined ? {} : c.params);
+      subject = (step) => execute(p, step, plainArrays);
+    }
   } catch (e) {
     return [`construction threw ${e.name}: ${e.message}`];
   }
@@ -77,7 +131,7 @@ function replayCase(policyName, c, plainArrays = false) {
     const step = c.steps[i];
     let actual;
     try {
-      actual = execute(p, step, plainArrays);
+      actual = subject(step);
     } catch (e) {
       failures.push(`step ${i} (${step.call}) threw ${e.name}: ${e.message}`);
       break;  // a step that throws ends the case

@@ -88,3 +88,18 @@ kv.prefill('tova', new Float32Array([1]), 1);
 export const used = [ctx, ppl, rank, baseRate, logits, heldPos, headPolicy, decState,
   victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
   firstFailure, infos, err, cls, kv.addonPath, prefilled];
+
+// Paged caches (docs/paged.md).
+const be = new kv.BlockEvictor('h2o', 4, { blockSize: 2, startBlocks: 1, blockScore: 'normsum' }, { recentWindow: 0 });
+be.onDecodeStep(1, [1]);
+const goneBlocks: number[] = be.evictBlocks(4);
+const bs: number | 'protected' = be.blockScoreOf(0);
+const moved: number[] = be.removedBefore().concat(be.evictedPositions(), be.positions());
+const lb = new kv.LayerBudget('tova', 2, 64);
+lb.onDecodeStep(0, 1, new Float32Array([1]));
+const wentN: number = lb.evict(64) + lb.keptCount(0) + lb.totalKept() + lb.headFloor + lb.headBudget;
+const lbVictims: number[] = lb.victims(1);
+const pagedRun: number = kv.run({ policy: 'h2o', budget: 64, blockSize: 16, blockScore: 'max' }).budget;
+// @ts-expect-error: not a block score
+new kv.BlockEvictor('h2o', 4, { blockScore: 'median' });
+export const pagedUsed = [goneBlocks, bs, moved, wentN, lbVictims, pagedRun];

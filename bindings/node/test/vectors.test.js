@@ -1,6 +1,7 @@
 'use strict';
 // Replays every vector file through the JavaScript API (policy(name, params),
-// onDecodeStep, evict, keptCount and the registry's queries), per
+// onDecodeStep, evict, keptCount and the registry's queries; BlockEvictor and
+// LayerBudget for the block and layer cases of docs/paged.md), per
 // spec/vectors.md: the project's own files, and the peer catalogue's when
 // ../shared/conformance/policybook exists. Each case is replayed twice: with
 // attention as a Float32Array (read in place) and as a plain number array.
@@ -19,13 +20,6 @@ function replayFolder(label, dir, counter) {
     describe(`${label}: ${path.relative(repoRoot, file)}`, () => {
       cases.forEach((c, index) => {
         const name = typeof c.name === 'string' ? c.name : `#${index + 1}`;
-        if ('blocks' in c || 'layer' in c) {
-          // Block and layer-budget cases (docs/paged.md): the Node binding has
-          // no BlockEvictor or LayerBudget yet; the C++ runner replays them
-          // ("agree with the C++ runner" below), and so do C and Python.
-          it(name, { skip: 'no BlockEvictor/LayerBudget in the Node binding yet (docs/paged.md)' }, () => {});
-          return;
-        }
         it(name, () => {
           const failures = [
             ...replayCase(policy, c, false).map((f) => `Float32Array: ${f}`),

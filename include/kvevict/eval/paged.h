@@ -5,10 +5,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kvevict/core/block_evictor.h"
+#include "kvevict/core/layer_budget.h"
+#include "kvevict/eval/harness.h"
+#include "kvevict/eval/metrics.h"
+#include "kvevict/eval/trace.h"
 #include "kvevict/core/params.h"
 #include "kvevict/core/policy.h"
 
@@ -44,6 +49,14 @@ void check_paged(const PagedOptions& paged);
 // not a whole number of blocks.
 std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMap& params, std::int64_t budget,
                                         const PagedOptions& paged);
+
+// Replays one layer's heads (one trace each, stepped in lock step) through
+// `lb`, evicting together once they hold more than `layer_budget`: each head's
+// totals, measured before each eviction as the harness measures them (budget:
+// layer_budget / heads). Throws ContractError for a victim not held or the
+// budget not met.
+std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
+                                 std::uint32_t steps, const ProgressFn& progress = {});
 
 namespace detail {
 // evaluate() in layer mode: every head of the trace stepped in lock step and

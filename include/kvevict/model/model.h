@@ -20,6 +20,8 @@
 
 namespace kvevict {
 
+class LayerBudget;
+
 struct ModelConfig {
   std::uint32_t vocab = 256;
   std::uint32_t layers = 0;
@@ -76,12 +78,53 @@ class Model {
   std::vector<Layer> layers_;
 };
 
+// How a decoder stores its keys and values (docs/paged.md, "The decoder on a
+// paged store").
+struct DecoderOptions {
+  // Positions per cache, at most the model's context (0: the context).
+  std::uint32_t capacity = 0;
+  // 0: the contiguous store, one [capacity, head_dim] buffer per cache.
+  // >= 1: a paged store -- one pool of fixed-size blocks of block_size
+  // positions per decoder, a free list, and a block table per cache; a block
+  // is taken from the free list when a cache's last block is full and given
+  // back when eviction empties it.
+  std::uint32_t block_size = 0;
+  // Paged: blocks in the pool (0: enough for every cache at capacity). A
+  // cache that needs a block when none is free throws InputError from step(),
+  // which (as any step that fails part-way) leaves the decoder refusing
+  // further steps until reset().
+  std::uint32_t pool_blocks = 0;
+};
+
+// What the store holds, measured (not computed from budgets).
+struct StoreStats {
+  std::uint32_t block_size = 0;       // 0: contiguous
+  std::uint64_t pool_blocks = 0;      // paged: blocks in the pool
+  std::uint64_t blocks_in_use = 0;    // paged: now
+  std::uint64_t peak_blocks = 0;      // paged: the most in use at once since construction or reset()
+  std::uint64_t positions_held = 0;   // every cache together, now
+  std::uint64_t peak_positions = 0;   // the most held at once since construction or reset()
+  std::uint64_t rows_moved = 0;       // key/value rows copied to close the gaps evictions left
+};
+
 // One sequence through the model. All buffers are sized at construction for
 // `capacity` positions (at most the model's context), so step() never
 // allocates; a policy's own buffers are its own.
+//
+// On a paged store, attention reads each cache's held rows through its block
+// table into one scratch buffer per decoder and runs the same arithmetic as
+// the contiguous store, so the logits (and every policy's decisions) are
+// identical to the bit for the same held positions. After an eviction, blocks
+// whose positions all went are returned to the free list without moving a
+// row (whole-block eviction: a BlockEvictor per cache, as make_run_policy
+// builds, moves none); the survivors of partly-emptied blocks are compacted
+// in order and trailing empty blocks returned.
 class Decoder {
  public:
   explicit Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity = 0);
+  // Throws InputError for a capacity over the context, ParameterError for a
+  // pool too small to hold one block per cache.
+  Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options);
   ~Decoder();
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -89,6 +132,14 @@ class Decoder {
   // Gives cache `h` (= layer * kv_heads + kv_head) a policy and the budget it is
   // held to; null removes it. Only before the first step.
   void set_policy(std::uint32_t h, Policy* policy, std::int64_t budget);
+
+  // Gives layer `layer`'s KV heads one budget shared by them: each step every
+  // KV head's weights go to `budget`->on_decode_step(kv_head, ...), and once
+  // the layer holds more than `layer_budget` positions, budget->evict()'s
+  // victims leave each cache. The LayerBudget must have config().kv_heads
+  // heads (ParameterError) and the layer's caches no policy of their own
+  // (ContractError); null removes it. Only before the first step.
+  void set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::int64_t layer_budget);
 
   // Feeds the next token (position = tokens fed so far) and returns the
   // logits for the token after it; valid until the next call. Throws
@@ -122,6 +173,8 @@ class Decoder {
   std::span<const float> attention(std::uint32_t h) const noexcept;
   // Positions removed from all heads so far.
   std::uint64_t evicted() const noexcept { return evicted_; }
+  // The store: blocks and positions in use now and at the peak.
+  StoreStats store() const noexcept;
 
  private:
   std::span<const float> advance(std::uint8_t token);  // step()'s work, once checked

@@ -43,12 +43,23 @@ struct PerplexityRow {
   bool has_proxy = false;
   double seconds = 0.0;
   int rank = 0;  // compare only: 1 = lowest perplexity at the ranking budget
+  // The store, measured (the most of any window): blocks of block_size in
+  // use at once over every cache (0 on the contiguous store), and positions.
+  std::uint32_t block_size = 0;
+  std::uint64_t peak_blocks = 0;
+  std::uint64_t peak_positions = 0;
 };
 
 struct ModelRunOptions {
   ProgressFn progress;  // (done, total) work units, on the calling thread's order
   // Windows of the text to use (0 = all). Lets a long text be sampled.
   std::uint32_t max_windows = 0;
+  // Block mode (docs/paged.md): every decoder on a paged store of
+  // paged.block_size, each cache's policy driven by a BlockEvictor (the
+  // budget a whole number of blocks); the full cache runs on the same store.
+  // Layer mode: each layer's KV heads share budget x kv_heads positions
+  // (a LayerBudget per layer). The proxies replay the same way.
+  PagedOptions paged;
 };
 
 // Parameters each (layer, head) instance gets: `params` with the budget set,
