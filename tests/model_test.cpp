@@ -76,6 +76,7 @@ TEST(Model, CommittedWeightsLoadWithTheDocumentedShape) {
   EXPECT_EQ(c.vocab, 256U);
   EXPECT_EQ(c.layers, 4U);
   EXPECT_EQ(c.heads, 4U);
+  EXPECT_EQ(c.kv_heads, 2U);  // grouped-query attention: 8 caches, one policy each
   EXPECT_EQ(c.width, 128U);
   EXPECT_EQ(c.ff, 512U);
   EXPECT_GE(c.context, 1024U);
