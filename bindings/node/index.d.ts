@@ -395,7 +395,7 @@ export class Decoder {
   /** Positions removed so far, all heads together. */
   readonly evicted: number;
   readonly capacity: number;
-  /** layers x heads. */
+  /** layers x kvHeads: the caches, one policy each. */
   readonly headCount: number;
 }
 

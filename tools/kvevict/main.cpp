@@ -495,7 +495,7 @@ int main(int argc, char** argv) {
       if (cmp_format == "table") {
         std::cout << fmt::format(
             "\nranked by perplexity at budget {}; {} predictions over {} of {}. Retained mass and recall: "
-            "the same policy replayed on the model's full-cache attention, mean over its {} heads.\n",
+            "the same policy replayed on the model's full-cache attention, mean over its {} caches.\n",
             ranking_budget(request.budgets), rows.front().predictions, cmp_text, model->path(),
             model->config().head_count());
       }

@@ -82,7 +82,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
                                          const ModelRunOptions& options = {});
 
 // The model's full-cache attention over the first `tokens` bytes of `text`
-// (0 = as many as the context holds): [layers x heads, N, N] float32, head
+// (0 = as many as the context holds): [layers x kv_heads, N, N] float32, head
 // index = layer * kv_heads + KV head, row t the weights token t gave positions
 // 0 ... t-1 (its weight on itself left out, as in every trace). Refuses to
 // replace an existing file unless `overwrite`. Returns N.
