@@ -158,6 +158,7 @@ static void real_model(void) {
   kvevict_param recent = {"recentWindow", 4};
   uint8_t text[300];
   size_t i;
+  uint64_t caches;
   if (path == NULL || path[0] == '\0') {
     printf("(KVEVICT_MODEL_FILE unset: real-model checks skipped)\n");
     return;
@@ -167,6 +168,8 @@ static void real_model(void) {
   CHECK(kvevict_model_load(path, &model) == KVEVICT_OK);
   CHECK(kvevict_model_get_config(model, &config) == KVEVICT_OK);
   CHECK(config.vocab == 256 && config.layers == 4 && config.heads == 4 && config.context == 1024);
+  CHECK(config.kv_heads >= 1 && config.heads % config.kv_heads == 0);
+  caches = config.layers * config.kv_heads; /* one cache, so one policy, per (layer, KV head) */
   /* 300 bytes of English: one window, 299 predictions. */
   for (i = 0; i < sizeof text; ++i) text[i] = (uint8_t)"The kernel keeps recently used pages in memory. "[i % 48];
   CHECK(kvevict_model_perplexity(model, text, sizeof text, NULL, 0, NULL, 0, 0, &full) == KVEVICT_OK);
@@ -175,11 +178,11 @@ static void real_model(void) {
   /* A budget that never binds: exactly the full cache. */
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "h2o", 300, NULL, 0, 0, &same) == KVEVICT_OK);
   CHECK(same.perplexity == full.perplexity && same.evicted == 0);
-  /* Budget 8: each of 16 heads evicts once a step from step 8 to 298. */
+  /* Budget 8: each cache evicts once a step from step 8 to 298. */
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "sliding-window", 8, NULL, 0, 0, &window) == KVEVICT_OK);
-  CHECK(window.evicted == 16u * (299u - 8u) && window.perplexity != full.perplexity);
+  CHECK(window.evicted == caches * (299u - 8u) && window.perplexity != full.perplexity);
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "scissorhands", 16, &recent, 1, 0, &scissor) == KVEVICT_OK);
-  CHECK(scissor.evicted == 16u * (299u - 16u));
+  CHECK(scissor.evicted == caches * (299u - 16u));
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "scissorhands", 16, NULL, 0, 0, &scissor) ==
         KVEVICT_ERROR_PARAMETER);
   CHECK(error_contains("recentWindow (32) must be smaller than budget (16)"));
