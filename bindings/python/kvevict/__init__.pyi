@@ -4,7 +4,7 @@
 # defaults and query methods, and the Model and Decoder members.
 
 import os
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict, Union
+from typing import Dict, Iterator, List, Literal, NotRequired, Optional, Sequence, Tuple, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -85,6 +85,9 @@ class PerplexityRow(TypedDict):
     bitsPerByte: float
     predictions: int
     evicted: int
+    blockSize: NotRequired[int]  # with paged options: the store, measured
+    peakBlocks: NotRequired[int]
+    peakPositions: NotRequired[int]
     seconds: float
 
 class ModelCompareRow(TypedDict):
@@ -99,6 +102,9 @@ class ModelCompareRow(TypedDict):
     retainedAttentionMass: Optional[float]  # the proxies: None for the full cache
     heavyHitterRecall: Optional[float]
     evictionCalls: Optional[int]
+    blockSize: NotRequired[int]  # with paged options: the store, measured
+    peakBlocks: NotRequired[int]
+    peakPositions: NotRequired[int]
     seconds: float
 
 class PersistenceRow(TypedDict):
@@ -259,11 +265,20 @@ def pyramid_budget(budget: int, layer: int, num_layers: int, ratio: int) -> int:
 def trace(id: _Trace = "decode-4096", steps: Optional[int] = None) -> TraceIterator: ...
 def trace_hash(id: _Trace = "decode-4096", steps: Optional[int] = None) -> int: ...
 def trace_ids() -> List[str]: ...
+class PagedOptions(TypedDict, total=False):
+    block_size: int
+    start_blocks: int
+    recent_blocks: int
+    block_score: Literal["sum", "mean", "max", "normsum"]
+    layer_budget: bool
+    head_floor: int
+
 def run(
     policy: Union[str, Policy],
     budget: Optional[int] = None,
     trace: _Trace = "decode-4096",
     steps: Optional[int] = None,
+    paged: Optional[PagedOptions] = None,
     **params: int,
 ) -> RunResult: ...
 def compare(
@@ -272,6 +287,7 @@ def compare(
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
     trace: _Trace = "decode-4096",
     steps: Optional[int] = None,
+    paged: Optional[PagedOptions] = None,
 ) -> CompareResult: ...
 def row_schema() -> RowSchema: ...
 def run_vectors(paths: Union[_Path, Sequence[_Path]]) -> VectorReport: ...
@@ -312,6 +328,7 @@ def perplexity(
     text: _Text,
     runs: Optional[Sequence[_Run]] = None,
     max_windows: int = 0,
+    paged: Optional[PagedOptions] = None,
 ) -> List[PerplexityRow]: ...
 def compare_model(
     model: Model,
@@ -320,6 +337,7 @@ def compare_model(
     budgets: Sequence[int] = (64, 128, 256, 512),
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
     max_windows: int = 0,
+    paged: Optional[PagedOptions] = None,
 ) -> List[ModelCompareRow]: ...
 def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
 def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...

@@ -722,6 +722,42 @@ kvevict::EvaluateOptions options_of(py::handle trace, py::handle steps) {
   return options;
 }
 
+// paged={"block_size", "start_blocks", "recent_blocks", "block_score",
+// "layer_budget", "head_floor"} (snake_case or camelCase; docs/paged.md), as
+// the tool's --block-size ... --head-floor. None: token-level eviction.
+kvevict::PagedOptions paged_of(py::handle paged, const std::string& what) {
+  kvevict::PagedOptions p;
+  if (paged.is_none()) return p;
+  if (!py::isinstance<py::dict>(paged)) {
+    throw py::type_error(what + ": paged must be a dict of paged-cache options or None, got " + type_name(paged));
+  }
+  for (const auto& item : paged.cast<py::dict>()) {
+    const std::string key = to_str(item.first, what + ": a paged option name");
+    const std::string where = what + ": paged[" + key + "]";
+    if (key == "block_size" || key == "blockSize") {
+      p.block_size = to_int(item.second, where);
+    } else if (key == "start_blocks" || key == "startBlocks") {
+      p.start_blocks = to_int(item.second, where);
+    } else if (key == "recent_blocks" || key == "recentBlocks") {
+      p.recent_blocks = to_int(item.second, where);
+    } else if (key == "block_score" || key == "blockScore") {
+      p.block_score = kvevict::parse_block_score(to_str(item.second, where));
+    } else if (key == "layer_budget" || key == "layerBudget") {
+      if (!py::isinstance<py::bool_>(item.second)) {
+        throw py::type_error(where + " must be a bool, got " + type_name(item.second));
+      }
+      p.layer_budget = item.second.cast<bool>();
+    } else if (key == "head_floor" || key == "headFloor") {
+      p.head_floor = to_int(item.second, where);
+    } else {
+      throw py::value_error(what + ": unknown paged option '" + key +
+                            "' (known: block_size, start_blocks, recent_blocks, block_score, layer_budget, head_floor)");
+    }
+  }
+  kvevict::check_paged(p);
+  return p;
+}
+
 template <class Fn>
 auto without_gil(Fn&& fn) {
   try {
@@ -807,9 +843,10 @@ kvevict::RunSpec spec_of(py::handle policy, py::handle budget, const py::dict& p
 }
 
 py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const TraceId& trace,
-               const OptionalInt& steps, const py::kwargs& kwargs) {
+               const OptionalInt& steps, const py::object& paged, const py::kwargs& kwargs) {
   const kvevict::RunSpec spec = spec_of(policy_arg.obj, budget_arg.obj, kwargs);
-  const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
+  kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
+  options.paged = paged_of(paged, "run");
   const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::evaluate({spec}, options); });
   return row_schema_dict(rows.front());
 }
@@ -885,12 +922,13 @@ py::list canonical_budgets() {
 }
 
 py::object compare(const PolicyList& policies, const IntList& budgets, const Overrides& overrides,
-                   const TraceId& trace, const OptionalInt& steps) {
+                   const TraceId& trace, const OptionalInt& steps, const py::object& paged) {
   kvevict::CompareRequest request;
   request.policies = policy_names(policies.obj);
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
-  const kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
+  kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
+  options.paged = paged_of(paged, "compare");
   const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::compare(request, options); });
   return row_schema_dict(rows);
 }
@@ -1047,7 +1085,7 @@ kvevict::ModelRunOptions model_options(py::handle max_windows) {
 }
 
 // A row as a dict; the full cache has policy, budget (and rank and proxies) None.
-py::dict row_dict(const kvevict::PerplexityRow& r, bool ranked) {
+py::dict row_dict(const kvevict::PerplexityRow& r, bool ranked, bool store) {
   const bool full = r.policy.empty();
   const auto or_none = [&](py::object value) { return full ? py::object(py::none()) : value; };
   py::dict d;
@@ -1065,34 +1103,42 @@ py::dict row_dict(const kvevict::PerplexityRow& r, bool ranked) {
     d["heavyHitterRecall"] = proxy(py::float_(r.proxy.heavy_hitter_recall));
     d["evictionCalls"] = proxy(py::int_(r.proxy.eviction_calls));
   }
+  if (store) {  // paged options given: the store, measured
+    d["blockSize"] = py::int_(r.block_size);
+    d["peakBlocks"] = py::int_(r.peak_blocks);
+    d["peakPositions"] = py::int_(r.peak_positions);
+  }
   d["seconds"] = py::float_(r.seconds);
   return d;
 }
 
 py::list model_perplexity(const ModelArg& model_arg, const Text& text_arg, const Runs& runs_arg,
-                          const Int& max_windows) {
+                          const Int& max_windows, const py::object& paged) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   const std::vector<kvevict::RunSpec> specs = runs_of(runs_arg.obj);
-  const kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  options.paged = paged_of(paged, "perplexity");
   const auto rows = without_gil([&] { return kvevict::perplexity(*model, text, specs, options); });
   py::list out;
-  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, false));
+  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, false, options.paged.active()));
   return out;
 }
 
 py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const PolicyList& policies,
-                       const IntList& budgets, const Overrides& overrides, const Int& max_windows) {
+                       const IntList& budgets, const Overrides& overrides, const Int& max_windows,
+                       const py::object& paged) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::CompareRequest request;
   request.policies = policy_names(policies.obj);
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
-  const kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  options.paged = paged_of(paged, "compare_model");
   const auto rows = without_gil([&] { return kvevict::compare_model(*model, text, request, options); });
   py::list out;
-  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, true));
+  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, true, options.paged.active()));
   return out;
 }
 
@@ -1636,7 +1682,8 @@ names) and "queries" (its introspection method names).
 )doc");
 
   m.def("run", &run, py::arg("policy"), py::arg("budget") = py::none(),
-        py::arg("trace") = "decode-4096", py::arg("steps") = py::none(), R"doc(
+        py::arg("trace") = "decode-4096", py::arg("steps") = py::none(),
+        py::arg("paged") = py::none(), R"doc(
 Replays a trace through one policy at one budget; returns the dict the tool's
 `run --format json` prints: {"policy", "trace", "budget", "params", "steps",
 "metrics": {"retainedAttentionMass", "heavyHitterRecall", "evictionCalls"},
@@ -1645,13 +1692,17 @@ Replays a trace through one policy at one budget; returns the dict the tool's
 policy: a registry name, or a Policy whose name and parameters are used (a
     fresh instance runs; the given one is not touched).
 budget: the harness budget; None takes the policy's `budget` parameter.
+paged: None, or {"block_size", "start_blocks", "recent_blocks", "block_score"
+    ("sum", "mean", "max", "normsum"), "layer_budget" (bool), "head_floor"}:
+    block or shared-layer-budget eviction, as the tool's --block-size ...
+    --head-floor (docs/paged.md).
 **params: policy parameters, snake_case or camelCase.
 )doc");
 
   m.def("compare", &compare, py::arg("policies") = "all",
         py::arg("budgets") = canonical_budgets(),
         py::arg("overrides") = py::none(), py::arg("trace") = "decode-4096",
-        py::arg("steps") = py::none(), R"doc(
+        py::arg("steps") = py::none(), py::arg("paged") = py::none(), R"doc(
 Every policy at every budget in one pass over the trace; returns the dict the
 tool's `compare --format json` prints: {"trace", "rows": [run dicts]}, ranked
 by retained mass at the middle budget, each policy's rows by budget.
@@ -1660,6 +1711,7 @@ policies: "all", "a,b", or a list of names.
 budgets: a sequence of integers.
 overrides: {"policy.param": value} or {"param": value} (every compared policy
     that has it) or {"policy": {"param": value}}; snake_case or camelCase.
+paged: as for run().
 )doc");
 
   m.def("row_schema", [] { return json_loads(kvevict::schema_json(-1)); }, R"doc(
@@ -1790,7 +1842,7 @@ meanwhile raises RuntimeError. A budget below 1 raises ValueError.
           "<Decoder position=... capacity=... heads=...>.");
 
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
-        py::arg("runs") = py::none(), py::arg("max_windows") = 0, R"doc(
+        py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(), R"doc(
 Perplexity of `model` over `text` with every (layer, head) evicting through
 its own instance of each run's policy, beside the full cache. Returns a list
 of dicts, the full cache first, then one per run in order: {"policy", "budget"
@@ -1805,6 +1857,8 @@ runs: a list of runs, each a policy name or Policy (its parameters are
     used), (policy, budget) or (policy, budget, {"param": value}); a budget
     of None takes the policy's `budget` parameter.
 max_windows: use only the first windows of the text (0 = all).
+paged: as for run(); the decoders then run on a paged store and each row
+    gains "blockSize", "peakBlocks" and "peakPositions" (measured).
 
 Every policy is built before any work: a bad parameter raises ValueError.
 Runs on every core without the GIL (it cannot be interrupted).
@@ -1812,7 +1866,7 @@ Runs on every core without the GIL (it cannot be interrupted).
 
   m.def("compare_model", &model_compare, py::arg("model"), py::arg("text"),
         py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(64, 128, 256, 512),
-        py::arg("overrides") = py::none(), py::arg("max_windows") = 0, R"doc(
+        py::arg("overrides") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(), R"doc(
 Every policy at every budget by perplexity on `model` over `text`, with the
 attention proxies measured on the model's own full-cache attention. Returns
 a list of dicts: the full cache first, then ranked by perplexity at the
