@@ -6,12 +6,14 @@
 #include <exception>
 #include <fstream>
 #include <numbers>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/eval/paged.h"
+#include "kvevict/model/compress.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/files.h"
@@ -95,14 +97,18 @@ struct WindowResult {
 // One window through a decoder whose heads have the given policies (null =
 // full cache), on the store `paged` asks for.
 WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
-                        const Window& w, const RunSpec* spec, const PagedOptions& paged) {
+                        const Window& w, const RunSpec* spec, const ModelRunOptions& options) {
+  const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
   DecoderOptions store;
   store.capacity = w.length;
   store.block_size = static_cast<std::uint32_t>(paged.block_size);
   Decoder decoder(model, store);
   Built built;
-  if (spec != nullptr) {
+  std::optional<PrefillCompressor> compressor;
+  if (spec != nullptr && options.prefill > 0) {
+    compressor.emplace(cfg, *spec, options.prefill, options.prefill_window);
+  } else if (spec != nullptr) {
     built = build(*spec, cfg, paged);
     for (std::uint32_t l = 0; l < built.layers.size(); ++l) {
       decoder.set_layer_budget(l, built.layers[l].get(), spec->budget * cfg.kv_heads);
@@ -114,7 +120,9 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<con
   WindowResult r;
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
     const std::span<const float> logits = decoder.step(text[w.begin + i]);
-    r.nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
+    if (compressor) compressor->after_step(decoder, i);
+    // With a prefill, byte i + 1 is scored once bytes 0 ... prefill-1 are read.
+    if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
   }
   r.evicted = decoder.evicted();
   r.store = decoder.store();
@@ -207,6 +215,16 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     throw ParameterError(fmt::format("--block-size ({}) is over the model's context of {} positions",
                                      options.paged.block_size, cfg.context));
   }
+  if (options.prefill > 0 && options.paged.active()) {
+    throw ParameterError("--prefill compresses once after the prefill; it does not combine with the paged options");
+  }
+  if (options.prefill >= cfg.context) {
+    throw ParameterError(fmt::format("--prefill ({}) must be below the model's context of {} positions",
+                                     options.prefill, cfg.context));
+  }
+  if (options.prefill > 0 && options.prefill_window < 1) {
+    throw ParameterError("--window must be at least 1 (the attention rows the compression scores from)");
+  }
   // Build every head's policy once first, so a bad parameter fails before any work.
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
@@ -224,12 +242,16 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     const std::size_t r = job / windows.size();
     const auto started = std::chrono::steady_clock::now();
     results[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
-                              options.paged);
+                              options);
     seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   });
 
   std::uint64_t predictions = 0;
-  for (const Window& w : windows) predictions += w.length - 1;
+  for (const Window& w : windows) predictions += w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0;
+  if (predictions == 0) {
+    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict in a text of {} bytes", options.prefill,
+                                 text.size()));
+  }
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs; ++r) {
     double sum = 0.0, secs = 0.0;  // window order: the same sum on any thread count
@@ -265,12 +287,23 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
   // Work units for progress: every perplexity job, then one per proxy window.
   const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + 1) * windows.size());
-  const auto total = static_cast<std::uint32_t>(ppl_jobs + windows.size());
+  // With a prefill there are no proxies: they replay decode-time eviction.
+  const auto total = static_cast<std::uint32_t>(ppl_jobs + (options.prefill > 0 ? 0 : windows.size()));
   ModelRunOptions inner = options;
   if (options.progress) {
     inner.progress = [&](std::uint32_t done, std::uint32_t) { options.progress(done, total); };
   }
   std::vector<PerplexityRow> rows = perplexity(model, text, specs, inner);
+  const auto rank = [&] {
+    // Rank by perplexity at the ranking budget (lower is better); the full
+    // cache stays first, unranked.
+    detail::rank_rows(std::span<PerplexityRow>(rows).subspan(1), ranking_budget(request.budgets),
+                      [](const PerplexityRow& r) { return -r.perplexity; });
+  };
+  if (options.prefill > 0) {
+    rank();
+    return rows;
+  }
 
   // The proxies: each window's full-cache attention replayed through every
   // run, head by head (each head its own instances, PyramidKV its own layer).
@@ -336,11 +369,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
     row.proxy.eviction_calls = calls[i];
     row.has_proxy = true;
   }
-
-  // Rank by perplexity at the ranking budget (lower is better); the full
-  // cache stays first, unranked.
-  detail::rank_rows(std::span<PerplexityRow>(rows).subspan(1), ranking_budget(request.budgets),
-                    [](const PerplexityRow& r) { return -r.perplexity; });
+  rank();
   return rows;
 }
 

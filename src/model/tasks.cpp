@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/core/prefill.h"
+#include "kvevict/model/compress.h"
 #include "kvevict/core/registry.h"
 #include "eval/parallel_jobs.h"
 
@@ -194,39 +195,14 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
     }
   }
   const bool compress = spec != nullptr && (moment == Moment::prefill || moment == Moment::prefill_query);
-  const std::size_t compress_after = moment == Moment::prefill ? sample.question : sample.prompt.size();
-  std::vector<std::vector<float>> rows;  // per cache: the last `window` rows before compression
+  const auto compress_after = static_cast<std::uint32_t>(moment == Moment::prefill ? sample.question
+                                                                                     : sample.prompt.size());
+  std::optional<PrefillCompressor> compressor;
+  if (compress) compressor.emplace(cfg, *spec, compress_after, window);
   std::span<const float> logits;
   for (std::size_t i = 0; i < sample.prompt.size(); ++i) {
     logits = decoder.step(sample.prompt[i]);
-    if (compress && i + window >= compress_after && i < compress_after) {
-      // Row for query i: its weights over positions 0 ... i (itself
-      // included; the cache is still full), zero after it (the window
-      // layout of kvevict::prefill).
-      if (rows.empty()) rows.resize(cfg.head_count());
-      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-        const std::span<const float> w = decoder.attention(h);
-        std::vector<float>& out = rows[h];
-        const std::size_t begin = out.size();
-        out.resize(begin + compress_after, 0.0F);
-        std::copy(w.begin(), w.end(), out.begin() + static_cast<std::ptrdiff_t>(begin));
-      }
-    }
-    if (compress && i + 1 == compress_after) {
-      const std::size_t w = std::min<std::size_t>(window, compress_after);
-      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-        ParamMap params = head_params(*spec, cfg, h / cfg.kv_heads);
-        params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
-                     params.end());
-        const std::vector<Position> kept =
-            prefill(spec->policy, params, spec->budget, PrefillWindow{rows[h], w, compress_after});
-        std::vector<Position> drop;
-        for (const Position p : decoder.held(h)) {
-          if (!std::binary_search(kept.begin(), kept.end(), p)) drop.push_back(p);
-        }
-        decoder.drop(h, drop);
-      }
-    }
+    if (compressor) compressor->after_step(decoder, static_cast<std::uint32_t>(i));
   }
   bool right = true;
   for (std::size_t j = 0; j < sample.answer.size(); ++j) {

@@ -213,6 +213,9 @@ bad "tasks too long"   "length 5000 is longer than the model's context" -- tasks
 bad "tasks budget"     "budget 400 is above the context length 300" -- tasks --model "$model" --text "$heldout" --lengths 300 --budgets 400
 bad "tasks moment"     "unknown moment 'later'" -- tasks --model "$model" --text "$heldout" --moments later
 bad "tasks filler"     "the filler text has 400 bytes" -- tasks --model "$model" --text "$tmp/text.txt" --lengths 600
+ok  "prefill ppl"      "compressed once to the budget" -- compare --model "$model" --text "$tmp/text.txt" --prefill 300 --budgets 48,64 --policies sliding-window,snapkv
+bad "prefill paged"    "--prefill compresses once after the prefill; it does not combine with the paged options" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --prefill 300 --block-size 16
+bad "prefill long"     "--prefill (1024) must be below the model's context" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --prefill 1024
 "$tool" tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 1 --policies tova --budgets 32,64 --format json >"$tmp/tasks.json" 2>/dev/null
 ok  "report tasks"     "" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/t.html" --svg "$tmp/tsvg" --tasks "$tmp/tasks.json"
 if [[ -s "$tmp/tsvg/needles-full.svg" && -s "$tmp/tsvg/needles-tova-decode-32.svg" && -s "$tmp/tsvg/task-accuracy-vs-budget-decode.svg" ]] && grep -q 'id="tasks"' "$tmp/t.html"; then pass; else fail "report --tasks: charts missing: $(ls "$tmp/tsvg" | tr '\n' ' ')"; fi

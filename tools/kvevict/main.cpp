@@ -228,6 +228,14 @@ int main(int argc, char** argv) {
   cmp_model_opt->needs("--text");
   cmp->add_option("--max-windows", cmp_windows, "with --model: use only the first N context windows (0 = all)")
       ->needs(cmp_model_opt);
+  std::uint32_t cmp_prefill = 0;
+  std::uint32_t cmp_window = 32;
+  cmp->add_option("--prefill", cmp_prefill,
+                  "with --model: read each window's first N bytes with the full cache, compress once to the "
+                  "budget, score the rest (no proxies); 0 = evict while decoding")
+      ->needs(cmp_model_opt);
+  cmp->add_option("--window", cmp_window, "with --prefill: attention rows the compression scores from")
+      ->needs("--prefill")->capture_default_str();
 
   // perplexity
   std::string ppl_model;
@@ -247,6 +255,13 @@ int main(int argc, char** argv) {
   ppl->add_option("--budget", ppl_budgets, "budgets, comma-separated (default: each policy's)");
   ppl->add_option("--set", ppl_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
+  std::uint32_t ppl_prefill = 0;
+  std::uint32_t ppl_window = 32;
+  ppl->add_option("--prefill", ppl_prefill,
+                  "read each window's first N bytes with the full cache, compress once to the budget, score the "
+                  "rest; 0 = evict while decoding");
+  ppl->add_option("--window", ppl_window, "with --prefill: attention rows the compression scores from")
+      ->needs("--prefill")->capture_default_str();
   PagedFlags ppl_paged;
   add_paged_options(ppl, ppl_paged);
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
@@ -489,15 +504,22 @@ int main(int argc, char** argv) {
       ModelRunOptions options;
       options.max_windows = cmp_windows;
       options.paged = paged_of(cmp_paged);
+      options.prefill = cmp_prefill;
+      options.prefill_window = cmp_window;
       options.progress = model_progress("compare");
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
       cli::print_perplexity(std::cout, rows, cmp_format, true, options.paged.active());
       if (cmp_format == "table") {
         std::cout << fmt::format(
-            "\nranked by perplexity at budget {}; {} predictions over {} of {}. Retained mass and recall: "
-            "the same policy replayed on the model's full-cache attention, mean over its {} caches.\n",
+            "\nranked by perplexity at budget {}; {} predictions over {} of {}. {}\n",
             ranking_budget(request.budgets), rows.front().predictions, cmp_text, model->path(),
-            model->config().head_count());
+            cmp_prefill > 0
+                ? fmt::format("Each window's first {} bytes read with the full cache, then compressed once to the "
+                              "budget from the last {} attention rows; only the bytes after them are scored.",
+                              cmp_prefill, cmp_window)
+                : fmt::format("Retained mass and recall: the same policy replayed on the model's full-cache "
+                              "attention, mean over its {} caches.",
+                              model->config().head_count()));
       }
       return 0;
     }
@@ -528,6 +550,8 @@ int main(int argc, char** argv) {
       ModelRunOptions options;
       options.max_windows = ppl_windows;
       options.paged = paged_of(ppl_paged);
+      options.prefill = ppl_prefill;
+      options.prefill_window = ppl_window;
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
       cli::print_perplexity(std::cout, rows, ppl_format, false, options.paged.active());

@@ -60,6 +60,15 @@ struct ModelRunOptions {
   // Layer mode: each layer's KV heads share budget x kv_heads positions
   // (a LayerBudget per layer). The proxies replay the same way.
   PagedOptions paged;
+  // The prefill moment (docs/tasks.md): when > 0, each window's first
+  // `prefill` bytes are read with the full cache, every policy compresses
+  // each cache once to its budget (kvevict::prefill, from the attention rows
+  // of the last `prefill_window` of those bytes), and the rest of the window
+  // runs without eviction. Only the predictions after the prefill are
+  // scored -- the full cache's too, so the rows compare. No proxies (they
+  // replay decode-time eviction) and no paged options.
+  std::uint32_t prefill = 0;
+  std::uint32_t prefill_window = 32;
 };
 
 // Parameters each (layer, head) instance gets: `params` with the budget set,

@@ -1,0 +1,98 @@
+// Compression once after a prefill, through the real decoder: what it keeps
+// is the policy's prefill choice, a budget that holds the whole prefill
+// changes nothing, and perplexity with a prefill scores only the bytes after
+// it, with clear errors for requests it cannot serve.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
+#include "kvevict/model/compress.h"
+#include "kvevict/model/perplexity.h"
+#include "support.h"
+
+namespace kvevict {
+namespace {
+
+using testing::model_dir;
+
+std::shared_ptr<const Model> the_model() {
+  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
+  return model;
+}
+
+std::vector<std::uint8_t> heldout(std::size_t bytes) {
+  std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
+  text.resize(bytes);
+  return text;
+}
+
+TEST(PrefillCompression, ASlidingWindowKeepsTheLastBudgetPositionsOfThePrefillInEveryCache) {
+  const auto model = the_model();
+  const std::vector<std::uint8_t> text = heldout(200);
+  const RunSpec spec{"sliding-window", {}, 48};
+  Decoder decoder(model, 200);
+  PrefillCompressor compressor(model->config(), spec, 150, 32);
+  for (std::uint32_t i = 0; i < 180; ++i) {
+    decoder.step(text[i]);
+    EXPECT_EQ(compressor.after_step(decoder, i), i == 149) << i;
+    if (i < 149) continue;
+    for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+      // Positions 102 ... 149 survive the compression, then every later byte stays.
+      const auto held = decoder.held(h);
+      ASSERT_EQ(held.size(), 48U + (i - 149)) << h;
+      for (std::size_t k = 0; k < held.size(); ++k) ASSERT_EQ(held[k], 102 + k) << h;
+    }
+  }
+  EXPECT_EQ(decoder.evicted(), std::uint64_t{model->config().head_count()} * (150 - 48));
+}
+
+TEST(PrefillCompression, ABudgetThatHoldsThePrefillGivesTheFullCachesPerplexityExactly) {
+  const std::vector<std::uint8_t> text = heldout(1500);  // windows of 1,024 and 476 bytes
+  ModelRunOptions options;
+  options.prefill = 400;
+  std::vector<RunSpec> specs;
+  for (const PolicyInfo* info : policies()) specs.push_back({info->name, {}, 400});
+  const std::vector<PerplexityRow> rows = perplexity(*the_model(), text, specs, options);
+  ASSERT_EQ(rows.size(), specs.size() + 1);
+  EXPECT_EQ(rows[0].predictions, (1024U - 1 - 400) + (476U - 1 - 400));
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].perplexity, rows[0].perplexity) << rows[i].policy;
+    EXPECT_EQ(rows[i].evicted, 0U) << rows[i].policy;
+    EXPECT_EQ(rows[i].predictions, rows[0].predictions);
+  }
+}
+
+TEST(PrefillCompression, ASmallerBudgetEvictsOnceAWindowAndChangesThePerplexity) {
+  const auto model = the_model();
+  const std::vector<std::uint8_t> text = heldout(1500);
+  ModelRunOptions options;
+  options.prefill = 400;
+  const std::vector<PerplexityRow> rows = perplexity(*model, text, {{"sliding-window", {}, 64}}, options);
+  // Each of the two windows: every cache drops 400 - 64 positions, once.
+  EXPECT_EQ(rows[1].evicted, 2U * model->config().head_count() * (400 - 64));
+  EXPECT_NE(rows[1].perplexity, rows[0].perplexity);
+  // Without the prefill the same run evicts while decoding, every step past 64.
+  const std::vector<PerplexityRow> decode = perplexity(*model, text, {{"sliding-window", {}, 64}});
+  EXPECT_EQ(decode[1].evicted, std::uint64_t{model->config().head_count()} * ((1023 - 64) + (475 - 64)));
+}
+
+TEST(PrefillCompression, RequestsItCannotServeAreClearErrors) {
+  const auto model = the_model();
+  const std::vector<std::uint8_t> text = heldout(600);
+  ModelRunOptions options;
+  options.prefill = model->config().context;
+  EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), ParameterError);
+  options.prefill = 700;  // longer than the text's one window
+  EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), InputError);
+  options.prefill = 300;
+  options.paged.block_size = 16;
+  EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), ParameterError);
+  options.paged.block_size = 0;
+  options.prefill_window = 0;
+  EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), ParameterError);
+}
+
+}  // namespace
+}  // namespace kvevict
