@@ -15,22 +15,12 @@
 namespace kvevict {
 namespace {
 
-using testing::model_dir;
-
-std::shared_ptr<const Model> the_model() {
-  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
-  return model;
-}
-
-std::vector<std::uint8_t> heldout(std::size_t bytes) {
-  std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
-  text.resize(bytes);
-  return text;
-}
+using testing::committed_model;
+using testing::heldout_prefix;
 
 TEST(PrefillCompression, ASlidingWindowKeepsTheLastBudgetPositionsOfThePrefillInEveryCache) {
-  const auto model = the_model();
-  const std::vector<std::uint8_t> text = heldout(200);
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(200);
   const RunSpec spec{"sliding-window", {}, 48};
   Decoder decoder(model, 200);
   PrefillCompressor compressor(model->config(), spec, 150, 32);
@@ -49,12 +39,12 @@ TEST(PrefillCompression, ASlidingWindowKeepsTheLastBudgetPositionsOfThePrefillIn
 }
 
 TEST(PrefillCompression, ABudgetThatHoldsThePrefillGivesTheFullCachesPerplexityExactly) {
-  const std::vector<std::uint8_t> text = heldout(1500);  // windows of 1,024 and 476 bytes
+  const std::vector<std::uint8_t> text = heldout_prefix(1500);  // windows of 1,024 and 476 bytes
   ModelRunOptions options;
   options.prefill = 400;
   std::vector<RunSpec> specs;
   for (const PolicyInfo* info : policies()) specs.push_back({info->name, {}, 400});
-  const std::vector<PerplexityRow> rows = perplexity(*the_model(), text, specs, options);
+  const std::vector<PerplexityRow> rows = perplexity(*committed_model(), text, specs, options);
   ASSERT_EQ(rows.size(), specs.size() + 1);
   EXPECT_EQ(rows[0].predictions, (1024U - 1 - 400) + (476U - 1 - 400));
   for (std::size_t i = 1; i < rows.size(); ++i) {
@@ -65,8 +55,8 @@ TEST(PrefillCompression, ABudgetThatHoldsThePrefillGivesTheFullCachesPerplexityE
 }
 
 TEST(PrefillCompression, ASmallerBudgetEvictsOnceAWindowAndChangesThePerplexity) {
-  const auto model = the_model();
-  const std::vector<std::uint8_t> text = heldout(1500);
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(1500);
   ModelRunOptions options;
   options.prefill = 400;
   const std::vector<PerplexityRow> rows = perplexity(*model, text, {{"sliding-window", {}, 64}}, options);
@@ -79,8 +69,8 @@ TEST(PrefillCompression, ASmallerBudgetEvictsOnceAWindowAndChangesThePerplexity)
 }
 
 TEST(PrefillCompression, RequestsItCannotServeAreClearErrors) {
-  const auto model = the_model();
-  const std::vector<std::uint8_t> text = heldout(600);
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(600);
   ModelRunOptions options;
   options.prefill = model->config().context;
   EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), ParameterError);

@@ -28,18 +28,9 @@ namespace {
 
 using testing::source_dir;
 
+using testing::committed_model;
+using testing::heldout_prefix;
 using testing::model_dir;
-
-std::shared_ptr<const Model> committed_model() {
-  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
-  return model;
-}
-
-std::vector<std::uint8_t> heldout_prefix(std::size_t bytes) {
-  std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
-  text.resize(std::min(bytes, text.size()));
-  return text;
-}
 
 std::vector<char> file_bytes(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);

@@ -1,13 +1,26 @@
 #include "support.h"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
+
+#include "kvevict/model/perplexity.h"
 
 namespace kvevict::testing {
 
 std::filesystem::path model_dir() {
   const char* dir = std::getenv("KVEVICT_MODEL_DIR");
   return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : source_dir() / "model";
+}
+
+std::shared_ptr<const Model> committed_model() {
+  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
+  return model;
+}
+
+std::vector<std::uint8_t> heldout_prefix(std::size_t bytes) {
+  std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
+  text.resize(std::min(bytes, text.size()));
+  return text;
 }
 
 std::filesystem::path source_dir() { return KVEVICT_SOURCE_DIR; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/model/model.h"
 #include "kvevict/core/policy.h"
 #include "kvevict/eval/trace.h"
 
@@ -18,6 +19,10 @@ std::filesystem::path source_dir();
 // The model folder: KVEVICT_MODEL_DIR points the tests at a freshly trained
 // model before it is committed; by default they check the committed one.
 std::filesystem::path model_dir();
+// The model in model_dir(), loaded once per process.
+std::shared_ptr<const Model> committed_model();
+// The first `bytes` of model_dir()/heldout-sample.txt (all of it when shorter).
+std::vector<std::uint8_t> heldout_prefix(std::size_t bytes);
 // The peer's conformance folder, or nullopt (the test then skips, saying so).
 std::optional<std::filesystem::path> conformance_dir();
 

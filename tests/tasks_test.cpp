@@ -21,10 +21,7 @@ namespace {
 
 using testing::model_dir;
 
-std::shared_ptr<const Model> test_model() {
-  static const std::shared_ptr<const Model> model = Model::load(model_dir() / "kvevict-tiny.kvm");
-  return model;
-}
+using testing::committed_model;
 
 const std::vector<std::uint8_t>& filler() {
   static const std::vector<std::uint8_t> text = read_text(model_dir() / "heldout-sample.txt");
@@ -146,7 +143,7 @@ TEST(Tasks, BadRequestsAreClearErrors) {
   expect_input_error([&] { make_task("passkey", 90, 0.5, rng, filler()); }, "90 bytes cannot hold");
   const std::vector<std::uint8_t> little(100, 'a');
   expect_input_error([&] { make_task("passkey", 512, 0.5, rng, little); }, "the filler text has 100 bytes");
-  const auto model = test_model();
+  const auto model = committed_model();
   TaskRequest r;
   r.samples = 1;
   r.depths = 1;
@@ -173,7 +170,7 @@ TEST(Tasks, TheDecoderAnswersExactlyAsPyTorchDoes) {
     for (std::size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<std::uint8_t>(std::stoi(h.substr(i, 2), nullptr, 16)));
     return out;
   };
-  const auto model = test_model();
+  const auto model = committed_model();
   for (const auto& c : ref.at("cases")) {
     const std::vector<std::uint8_t> prompt = unhex(c.at("prompt_hex").get<std::string>());
     const std::vector<std::uint8_t> want = unhex(c.at("greedy_hex").get<std::string>());
@@ -200,7 +197,7 @@ TEST(Tasks, CompressionThatKeepsEverythingEqualsTheFullCache) {
   r.samples = 2;
   r.budgets = {300};
   r.moments = {Moment::decode, Moment::prefill, Moment::prefill_query};
-  const std::vector<TaskRow> rows = run_tasks(test_model(), filler(), r);
+  const std::vector<TaskRow> rows = run_tasks(committed_model(), filler(), r);
   ASSERT_EQ(rows.size(), 2U * 2U * (1U + 7U * 3U));
   const TaskRow* full = nullptr;
   for (const TaskRow& row : rows) {
@@ -232,7 +229,7 @@ TEST(Tasks, ASlidingWindowThatLostTheNeedleCannotAnswer) {
   r.policies = {"sliding-window"};
   r.budgets = {64};
   r.moments = {Moment::decode, Moment::prefill};
-  const std::vector<TaskRow> rows = run_tasks(test_model(), filler(), r);
+  const std::vector<TaskRow> rows = run_tasks(committed_model(), filler(), r);
   std::uint32_t full = 0, window = 0, n = 0;
   for (const TaskRow& row : rows) {
     if (row.policy.empty()) {
