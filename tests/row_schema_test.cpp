@@ -14,6 +14,7 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
+#include "kvevict/model/perplexity_rows.h"
 
 namespace kvevict {
 namespace {
@@ -122,6 +123,123 @@ TEST(RowSchema, SchemaJsonDescribesEveryField) {
     EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
   }
   EXPECT_EQ(schema.at("compare").at(1).at("fields"), schema.at("run"));
+}
+
+// ---- the perplexity row (kvevict/model/perplexity_rows.h) ----
+
+PerplexityRow perplexity_row(bool full) {
+  PerplexityRow r;
+  if (!full) {
+    r.policy = "tova";
+    r.budget = 64;
+    r.params = {{"budget", 64}};
+    r.proxy = {0.75, 0.5, 9};
+    r.has_proxy = true;
+    r.rank = 2;
+  }
+  r.perplexity = 4.0;
+  r.bits_per_byte = 2.0;
+  r.predictions = 1000;
+  r.evicted = full ? 0 : 17;
+  r.seconds = 0.5;
+  return r;
+}
+
+std::vector<std::string> keys_of(const Json& object) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : object.items()) keys.push_back(k);
+  return keys;
+}
+
+// Every key is a schema field, in schema order, of its declared type or null.
+void expect_in_schema_order(const Json& object, const std::string& where) {
+  std::size_t next = 0;
+  const auto schema = perplexity_row_schema();
+  for (const auto& [k, v] : object.items()) {
+    while (next < schema.size() && schema[next].name != k) ++next;
+    ASSERT_LT(next, schema.size()) << where << ": " << k << " is not in the schema, or out of order";
+    EXPECT_TRUE(v.is_null() || has_type(v, schema[next].type))
+        << where << "." << k << " is " << v.type_name() << ", declared " << field_type_name(schema[next].type);
+    ++next;
+  }
+}
+
+TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
+  const Json rows = Json::parse(perplexity_json({perplexity_row(true), perplexity_row(false)}));
+  ASSERT_EQ(rows.size(), 2U);
+  const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte",
+                                       "predictions", "evicted", "seconds"};
+  EXPECT_EQ(keys_of(rows[0]), plain);
+  EXPECT_EQ(keys_of(rows[1]), plain);
+  EXPECT_TRUE(rows[0].at("policy").is_null());
+  EXPECT_TRUE(rows[0].at("budget").is_null());
+  EXPECT_EQ(rows[0].at("params"), Json::object());
+  EXPECT_EQ(rows[1].at("policy"), "tova");
+  EXPECT_EQ(rows[1].at("budget"), 64);
+  for (const Json& row : rows) expect_in_schema_order(row, "perplexity");
+}
+
+TEST(PerplexityRowSchema, CompareRowsAreRankedWithProxiesNullForTheFullCache) {
+  std::vector<PerplexityRow> rows{perplexity_row(true), perplexity_row(false)};
+  for (PerplexityRow& r : rows) r.ranked = r.proxied = true;
+  const Json doc = Json::parse(perplexity_json(rows));
+  const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte",
+                                        "predictions", "evicted", "retainedAttentionMass", "heavyHitterRecall",
+                                        "evictionCalls", "seconds"};
+  EXPECT_EQ(keys_of(doc[0]), ranked);
+  EXPECT_EQ(keys_of(doc[1]), ranked);
+  for (const char* key : {"rank", "retainedAttentionMass", "heavyHitterRecall", "evictionCalls"}) {
+    EXPECT_TRUE(doc[0].at(key).is_null()) << key;
+  }
+  EXPECT_EQ(doc[1].at("rank"), 2);
+  EXPECT_EQ(doc[1].at("retainedAttentionMass"), 0.75);
+  EXPECT_EQ(doc[1].at("heavyHitterRecall"), 0.5);
+  EXPECT_EQ(doc[1].at("evictionCalls"), 9);
+  for (const Json& row : doc) expect_in_schema_order(row, "compare");
+}
+
+TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
+  PerplexityRow layer = perplexity_row(false);  // layer mode: positions, no blocks
+  layer.store_measured = true;
+  layer.peak_positions = 512;
+  PerplexityRow blocks = layer;  // block mode: blocks too
+  blocks.block_size = 16;
+  blocks.peak_blocks = 40;
+  PerplexityRow prefill = perplexity_row(false);  // ranked, a prefill: no proxy fields
+  prefill.ranked = true;
+  prefill.prefill = 768;
+  const Json doc = Json::parse(perplexity_json({layer, blocks, prefill}));
+  EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte",
+                                                        "predictions", "evicted", "peakPositions", "seconds"}));
+  EXPECT_EQ(doc[1].at("blockSize"), 16);
+  EXPECT_EQ(doc[1].at("peakBlocks"), 40);
+  EXPECT_EQ(doc[1].at("peakPositions"), 512);
+  EXPECT_EQ(keys_of(doc[2]), (std::vector<std::string>{"rank", "policy", "budget", "params", "prefill", "perplexity",
+                                                        "bitsPerByte", "predictions", "evicted", "seconds"}));
+  EXPECT_EQ(doc[2].at("prefill"), 768);
+  for (const Json& row : doc) expect_in_schema_order(row, "store/prefill");
+}
+
+// The exact text, so a change to the description shows up as a change here.
+TEST(PerplexityRowSchema, JsonTextIsPinned) {
+  EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, -1),
+            R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"predictions":1000,)"
+            R"("evicted":0,"seconds":0.5},{"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,)"
+            R"("bitsPerByte":2.0,"predictions":1000,"evicted":17,"seconds":0.5}])");
+  EXPECT_EQ(perplexity_json({}, -1), "[]");
+}
+
+TEST(PerplexityRowSchema, ExportedBesideTheRunRow) {
+  const Json schema = Json::parse(result_schema_json());
+  ASSERT_EQ(keys_of(schema), (std::vector<std::string>{"run", "compare", "perplexity"}));
+  ASSERT_EQ(schema.at("perplexity").size(), perplexity_row_schema().size());
+  std::size_t i = 0;
+  for (const FieldInfo& f : perplexity_row_schema()) {
+    const Json& d = schema.at("perplexity").at(i++);
+    EXPECT_EQ(d.at("name"), std::string(f.name));
+    EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
+  }
+  EXPECT_EQ(schema.at("run"), Json::parse(schema_json()).at("run"));
 }
 
 }  // namespace

@@ -253,6 +253,8 @@ export interface SchemaField {
 export interface RowSchema {
   run: SchemaField[];
   compare: SchemaField[];
+  /** The rows of perplexity() and compareModel(). */
+  perplexity: SchemaField[];
 }
 /** The row schema as `kvevict schema` prints it; a fresh copy on each call. */
 export function rowSchema(): RowSchema;
@@ -413,6 +415,16 @@ export type ModelRun =
 export interface ModelRunOptions extends PagedOptions {
   /** Windows of the text to use (0 or omitted: all); samples a long text. */
   maxWindows?: number;
+  /**
+   * The prefill moment (docs/tasks.md): each window's first `prefill` bytes are
+   * read with the full cache and every cache is compressed once to its budget
+   * (prefill(), scored from the attention rows of the last `prefillWindow` of
+   * them, default 32); the rest runs without eviction and only it is scored,
+   * the full cache's too. 0 or omitted: evict while decoding. Not with the
+   * paged options.
+   */
+  prefill?: number;
+  prefillWindow?: number;
 }
 
 /**
@@ -427,27 +439,32 @@ export interface PerplexityRow {
   budget: number | null;
   /** Every effective parameter (layer 0's for pyramidkv); {} for the full cache. */
   params: Record<string, number>;
+  /** With a prefill only: the bytes of each window read before compressing. */
+  prefill?: number;
   /** exp(mean negative log-likelihood, nats). */
   perplexity: number;
   bitsPerByte: number;
   predictions: number;
   /** Positions removed, all heads and windows together. */
   evicted: number;
-  /** With paged options only: the store's block size (0: contiguous). */
+  /** In block mode only: the store's block size. */
   blockSize?: number;
-  /** With paged options only: the most blocks in use at once over every cache (measured; 0 when contiguous). */
+  /** In block mode only: the most blocks in use at once over every cache (measured). */
   peakBlocks?: number;
   /** With paged options only: the most positions held at once over every cache (measured). */
   peakPositions?: number;
   seconds: number;
 }
-/** A compareModel() row: the proxies measured on the model's own full-cache attention; null for the full cache. */
+/**
+ * A compareModel() row: the proxies measured on the model's own full-cache
+ * attention; null for the full cache, absent with a prefill.
+ */
 export interface CompareModelRow extends PerplexityRow {
   /** 1 = lowest perplexity at the ranking budget (ties share a rank). */
   rank: number | null;
-  retainedAttentionMass: number | null;
-  heavyHitterRecall: number | null;
-  evictionCalls: number | null;
+  retainedAttentionMass?: number | null;
+  heavyHitterRecall?: number | null;
+  evictionCalls?: number | null;
 }
 
 /** The full cache first, then one row per run, in order. Synchronous. */

@@ -21,6 +21,7 @@ class JsonBuilder final : public RowVisitor {
   void string(const FieldInfo& f, const std::string& value) override { put(f, value); }
   void integer(const FieldInfo& f, std::int64_t value) override { put(f, value); }
   void number(const FieldInfo& f, double value) override { put(f, value); }
+  void null(const FieldInfo& f) override { put(f, nullptr); }
   void params(const FieldInfo& f, const ParamMap& params) override {
     nlohmann::ordered_json object = nlohmann::ordered_json::object();
     for (const auto& [k, v] : params) object[k] = v;
@@ -60,6 +61,17 @@ std::string rows_json(const std::vector<RunRow>& rows, int indent) {
   JsonBuilder builder;
   for_each_field(rows, builder);
   return builder.take().dump(indent);
+}
+
+std::string objects_json(std::size_t count, const std::function<void(std::size_t, RowVisitor&)>& walk,
+                         int indent) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < count; ++i) {
+    JsonBuilder builder;
+    walk(i, builder);
+    out.push_back(builder.take());
+  }
+  return out.dump(indent);
 }
 
 }  // namespace kvevict

@@ -9,23 +9,7 @@ namespace kvevict {
 
 namespace {
 
-// A field's description and how to read it from a T, side by side in one
-// entry, so the name and the accessor cannot drift apart. The emitter decides
-// presence too; `present_when` says the same in words for the exported schema.
-template <class T>
-struct Field {
-  FieldInfo info;
-  void (*emit)(const T& from, const FieldInfo& info, RowVisitor& visitor);
-};
-
-template <class T, std::size_t N>
-constexpr std::array<FieldInfo, N> infos_of(const Field<T> (&fields)[N]) {
-  std::array<FieldInfo, N> out{};
-  for (std::size_t i = 0; i < N; ++i) out[i] = fields[i].info;
-  return out;
-}
-
-constexpr Field<Metrics> kMetricFields[] = {
+constexpr RowField<Metrics> kMetricFields[] = {
     {{"retainedAttentionMass", FieldType::kNumber, "share of attention (0..1)",
       "mean over steps of the attention weight on positions still held; a proxy, not model quality; rounded to 6 "
       "decimals (mean over heads of each head's unrounded ratio)",
@@ -38,13 +22,13 @@ constexpr Field<Metrics> kMetricFields[] = {
       {}},
      [](const Metrics& m, const FieldInfo& f, RowVisitor& v) { v.integer(f, m.eviction_calls); }},
 };
-constexpr auto kMetricInfos = infos_of(kMetricFields);
+constexpr auto kMetricInfos = field_infos(kMetricFields);
 
 void emit_metrics(const Metrics& m, RowVisitor& v) {
   for (std::size_t i = 0; i < kMetricInfos.size(); ++i) kMetricFields[i].emit(m, kMetricInfos[i], v);
 }
 
-constexpr Field<RunRow> kRunFields[] = {
+constexpr RowField<RunRow> kRunFields[] = {
     {{"policy", FieldType::kString, "", "registry name of the policy", "", {}},
      [](const RunRow& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.policy); }},
     {{"trace", FieldType::kString, "", "trace id (generated) or .npy path", "", {}},
@@ -88,7 +72,7 @@ constexpr Field<RunRow> kRunFields[] = {
        v.end(f);
      }},
 };
-constexpr auto kRunInfos = infos_of(kRunFields);
+constexpr auto kRunInfos = field_infos(kRunFields);
 
 constexpr FieldInfo kCompareInfos[] = {
     {"trace", FieldType::kString, "", "the trace every row ran on (\"\" when there are no rows)", "", {}},
@@ -143,10 +127,11 @@ void for_each_field(const std::vector<RunRow>& rows, RowVisitor& visitor) {
   visitor.end(kCompareInfos[1]);
 }
 
-std::string schema_json(int indent) {
+std::string schema_json(int indent, std::span<const SchemaEntry> more) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   out["run"] = describe(run_row_schema());
   out["compare"] = describe(compare_schema());
+  for (const SchemaEntry& entry : more) out[std::string(entry.name)] = describe(entry.fields);
   return out.dump(indent);
 }
 

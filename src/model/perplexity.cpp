@@ -275,6 +275,8 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     rows.back().block_size = static_cast<std::uint32_t>(options.paged.block_size);
     rows.back().peak_blocks = peak_blocks;
     rows.back().peak_positions = peak_positions;
+    rows.back().store_measured = options.paged.active();
+    rows.back().prefill = options.prefill;
   }
   return rows;
 }
@@ -294,6 +296,10 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
     inner.progress = [&](std::uint32_t done, std::uint32_t) { options.progress(done, total); };
   }
   std::vector<PerplexityRow> rows = perplexity(model, text, specs, inner);
+  for (PerplexityRow& row : rows) {
+    row.ranked = true;
+    row.proxied = options.prefill == 0;
+  }
   const auto rank = [&] {
     // Rank by perplexity at the ranking budget (lower is better); the full
     // cache stays first, unranked.

@@ -7,8 +7,10 @@ one, reorders them or converts a value differently fails here.
 
 Requests: compare h2o,tova at budgets 128,256 over 600 steps of decode-4096;
 run tova at budget 64 on a generated two-head .npy (so "heads" and "perHead"
-are compared too); and the schema itself (`kvevict schema`, row_schema(),
-rowSchema()).
+are compared too); the schema itself (`kvevict schema`, row_schema(),
+rowSchema()); and the committed model's perplexity rows over one window
+(perplexity, compare --model, a paged store, a prefill), which come from the
+perplexity row's description (include/kvevict/model/perplexity_rows.h).
 
 Usage: agreement_test.py TOOL BUILD_DIR SOURCE_DIR. Exit 77 (skip, saying why)
 when the Python module or the Node addon is not in BUILD_DIR.
@@ -111,6 +113,59 @@ for row in cmp_tool["rows"]:
         failures.append(f"compare row keys {list(row)} != the schema's {always}")
 if list(run_tool) != names:
     failures.append(f"two-head row keys {list(run_tool)} != the schema's {names}")
+
+# 4. the real model's rows (one window of the held-out sample): perplexity,
+# compare --model (ranked, with the proxies), a paged store, and a prefill --
+# all from the perplexity row's one description (kvevict/model/perplexity_rows.h).
+model_path = os.path.join(src, "model", "kvevict-tiny.kvm")
+text_path = os.path.join(src, "model", "heldout-sample.txt")
+model = kvevict.Model(model_path)
+with open(text_path, "rb") as f:
+    text = f.read()
+node_model = f"new kv.Model({json.dumps(model_path)}), require('fs').readFileSync({json.dumps(text_path)})"
+ppl_names = [f["name"] for f in schema["perplexity"]]
+
+
+def model_case(name, tool_args, from_python, node_call, expect_keys):
+    from_tool = tool_json(*tool_args, "--model", model_path, "--text", text_path, "--max-windows", "1",
+                          "--format", "json")
+    agree(name, from_tool, from_python, node_json(node_call))
+    for i, row in enumerate(from_tool):
+        keys = list(row)
+        if [k for k in ppl_names if k in keys] != keys:
+            failures.append(f"{name}[{i}]: keys {keys} are not in the schema's order {ppl_names}")
+        want = expect_keys(row)
+        if keys != want:
+            failures.append(f"{name}[{i}]: keys {keys} != {want}")
+    return from_tool
+
+
+plain = ["policy", "budget", "params", "perplexity", "bitsPerByte", "predictions", "evicted", "seconds"]
+proxies = ["retainedAttentionMass", "heavyHitterRecall", "evictionCalls"]
+rows = model_case("perplexity", ["perplexity", "--policy", "h2o,tova", "--budget", "128"],
+                  kvevict.perplexity(model, text, runs=[("h2o", 128), ("tova", 128)], max_windows=1),
+                  f"kv.perplexity({node_model}, [['h2o', 128], ['tova', 128]], {{maxWindows: 1}})",
+                  lambda row: plain)
+if len(rows) != 3 or rows[0]["policy"] is not None or rows[1]["policy"] != "h2o":
+    failures.append(f"perplexity: expected the full cache, h2o, tova; got {[r['policy'] for r in rows]}")
+rows = model_case("compare --model", ["compare", "--policies", "snapkv,tova", "--budgets", "64,128"],
+                  kvevict.compare_model(model, text, policies=["snapkv", "tova"], budgets=[64, 128], max_windows=1),
+                  f"kv.compareModel({node_model}, {{policies: ['snapkv', 'tova'], budgets: [64, 128], maxWindows: 1}})",
+                  lambda row: ["rank"] + plain[:-1] + proxies + ["seconds"])
+if rows[0]["rank"] is not None or rows[0]["retainedAttentionMass"] is not None or \
+        any(not isinstance(r["rank"], int) or not isinstance(r["retainedAttentionMass"], float) for r in rows[1:]):
+    failures.append(f"compare --model: rank/proxies should be null on the full cache only: {rows!r}")
+model_case("perplexity paged", ["perplexity", "--policy", "tova", "--budget", "128", "--block-size", "16"],
+           kvevict.perplexity(model, text, runs=[("tova", 128)], max_windows=1, paged={"block_size": 16}),
+           f"kv.perplexity({node_model}, [['tova', 128]], {{maxWindows: 1, blockSize: 16}})",
+           lambda row: plain[:-1] + ["blockSize", "peakBlocks", "peakPositions", "seconds"])
+model_case("compare --model --prefill",
+           ["compare", "--policies", "snapkv", "--budgets", "64,128", "--prefill", "512", "--window", "16"],
+           kvevict.compare_model(model, text, policies=["snapkv"], budgets=[64, 128], max_windows=1, prefill=512,
+                                 prefill_window=16),
+           f"kv.compareModel({node_model}, {{policies: ['snapkv'], budgets: [64, 128], maxWindows: 1, prefill: 512, "
+           "prefillWindow: 16})",
+           lambda row: ["rank", "policy", "budget", "params", "prefill"] + plain[3:])
 
 for f in failures:
     print("FAIL:", f)

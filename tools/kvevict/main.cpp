@@ -27,7 +27,7 @@
 #include "kvevict/model/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/eval/row_schema.h"
+#include "kvevict/model/perplexity_rows.h"
 #include "kvevict/report/report.h"
 #include "kvevict/eval/trace.h"
 #include "kvevict/eval/vectors.h"
@@ -440,7 +440,7 @@ int main(int argc, char** argv) {
 
   // schema
   auto* schema_cmd = app.add_subcommand(
-      "schema", "Print the fields of a result row (run, compare and sweep --format json) as JSON: "
+      "schema", "Print the fields of a result row (run, compare and sweep; perplexity and compare --model; --format json) as JSON: "
                 "name, type, unit, description, in output order");
 
   // vectors
@@ -461,7 +461,7 @@ int main(int argc, char** argv) {
     if (list->parsed()) return cmd_list(list_format);
 
     if (schema_cmd->parsed()) {
-      std::cout << schema_json() << '\n';
+      std::cout << result_schema_json() << '\n';
       return 0;
     }
 
@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
       options.prefill_window = cmp_window;
       options.progress = model_progress("compare");
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
-      cli::print_perplexity(std::cout, rows, cmp_format, true, options.paged.active());
+      cli::print_perplexity(std::cout, rows, cmp_format);
       if (cmp_format == "table") {
         std::cout << fmt::format(
             "\nranked by perplexity at budget {}; {} predictions over {} of {}. {}\n",
@@ -554,7 +554,7 @@ int main(int argc, char** argv) {
       options.prefill_window = ppl_window;
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
-      cli::print_perplexity(std::cout, rows, ppl_format, false, options.paged.active());
+      cli::print_perplexity(std::cout, rows, ppl_format);
       return 0;
     }
 

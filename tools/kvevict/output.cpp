@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kvevict/model/perplexity_rows.h"
+
 namespace kvevict::cli {
 
 namespace {
@@ -217,40 +219,16 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 }
 
 
-void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
-                      const std::string& format, bool ranked, bool store) {
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format) {
+  if (format == "json") {
+    out << perplexity_json(rows) << '\n';
+    return;
+  }
+  const bool ranked = !rows.empty() && rows.front().ranked;
+  const bool store = !rows.empty() && rows.front().store_measured;
   const bool proxy = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_proxy; });
   const bool blocks = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.block_size != 0; });
   const double full_bits = rows.empty() ? 0.0 : rows.front().bits_per_byte;
-  if (format == "json") {
-    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
-    for (const PerplexityRow& r : rows) {
-      nlohmann::ordered_json row;
-      if (ranked) row["rank"] = r.rank;
-      row["policy"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.policy);
-      row["budget"] = r.budget == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.budget);
-      nlohmann::ordered_json params = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : r.params) params[k] = v;
-      row["params"] = params;
-      row["perplexity"] = r.perplexity;
-      row["bitsPerByte"] = r.bits_per_byte;
-      row["predictions"] = r.predictions;
-      row["evicted"] = r.evicted;
-      if (blocks) {
-        row["blockSize"] = r.block_size;
-        row["peakBlocks"] = r.peak_blocks;
-      }
-      if (store) row["peakPositions"] = r.peak_positions;
-      if (r.has_proxy) {
-        row["retainedAttentionMass"] = r.proxy.retained_attention_mass;
-        row["heavyHitterRecall"] = r.proxy.heavy_hitter_recall;
-      }
-      row["seconds"] = r.seconds;
-      doc.push_back(row);
-    }
-    out << doc.dump(2) << '\n';
-    return;
-  }
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");

@@ -26,12 +26,12 @@ void print_bench(std::ostream& out, const BenchReport& report, const std::string
 void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
                 const std::string& active, const std::string& format);
 
-// Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON.
-// `ranked` adds the rank column; rows with proxies add their two columns;
-// rows of a paged store add the peak blocks in use, and `store` (block or
-// layer mode) the peak positions held, both measured.
-void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
-                      const std::string& format, bool ranked, bool store = false);
+// Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON
+// (the JSON from the row's one description, kvevict/model/perplexity_rows.h).
+// Ranked rows (compare) add the rank column; rows with proxies add their two
+// columns; rows of a paged store add the peak blocks in use, and a measured
+// store (block or layer mode) the peak positions held.
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format);
 
 // Persistence rows as a table, CSV, Markdown or JSON.
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,

@@ -36,6 +36,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
+#include "kvevict/model/perplexity_rows.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -768,6 +769,7 @@ class ObjectBuilder final : public kvevict::RowVisitor {
   void number(const kvevict::FieldInfo& f, double value) override {
     put(f, std::isfinite(value) ? Napi::Value(Napi::Number::New(env_, value)) : env_.Null());
   }
+  void null(const kvevict::FieldInfo& f) override { put(f, env_.Null()); }
   void params(const kvevict::FieldInfo& f, const kvevict::ParamMap& params) override {
     Napi::Object o = Napi::Object::New(env_);
     for (const auto& [k, v] : params) o.Set(k, Napi::Number::New(env_, static_cast<double>(v)));
@@ -1102,41 +1104,28 @@ kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::s
   if (!v.IsUndefined()) {
     out.max_windows = to_u32(v, what + ": options.maxWindows", "must be at least 0 (0 = every window of the text)");
   }
+  const Napi::Value prefill = options.Get("prefill");
+  if (!prefill.IsUndefined()) {
+    out.prefill = to_u32(prefill, what + ": options.prefill", "must be at least 0 (0 = evict while decoding)");
+  }
+  const Napi::Value window = options.Get("prefillWindow");
+  if (!window.IsUndefined()) {
+    const std::string rule = "must be at least 1 (the attention rows the compression scores from)";
+    out.prefill_window = to_u32(window, what + ": options.prefillWindow", rule);
+    if (out.prefill_window < 1) throw Napi::RangeError::New(options.Env(), what + ": options.prefillWindow (0) " + rule);
+  }
   return out;
 }
 
-// A row as `kvevict perplexity --format json` prints it; the full cache has
-// policy, budget (and rank and the proxies) null.
-Napi::Object row_object(Napi::Env env, const kvevict::PerplexityRow& r, bool ranked, bool store) {
-  const bool full = r.policy.empty();
-  const auto num = [&](double x) { return Napi::Value(Napi::Number::New(env, x)); };
-  const Napi::Value null = env.Null();
-  Napi::Object o = Napi::Object::New(env);
-  if (ranked) o.Set("rank", full ? null : num(r.rank));
-  o.Set("policy", full ? null : Napi::Value(Napi::String::New(env, r.policy)));
-  o.Set("budget", full ? null : num(static_cast<double>(r.budget)));
-  o.Set("params", params_object(env, r.params));
-  o.Set("perplexity", num(r.perplexity));
-  o.Set("bitsPerByte", num(r.bits_per_byte));
-  o.Set("predictions", num(static_cast<double>(r.predictions)));
-  o.Set("evicted", num(static_cast<double>(r.evicted)));
-  if (ranked) {
-    o.Set("retainedAttentionMass", r.has_proxy ? num(r.proxy.retained_attention_mass) : null);
-    o.Set("heavyHitterRecall", r.has_proxy ? num(r.proxy.heavy_hitter_recall) : null);
-    o.Set("evictionCalls", r.has_proxy ? num(static_cast<double>(r.proxy.eviction_calls)) : null);
-  }
-  if (store) {  // paged options given: the store, measured
-    o.Set("blockSize", num(r.block_size));
-    o.Set("peakBlocks", num(static_cast<double>(r.peak_blocks)));
-    o.Set("peakPositions", num(static_cast<double>(r.peak_positions)));
-  }
-  o.Set("seconds", num(r.seconds));
-  return o;
-}
-
-Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows, bool ranked, bool store) {
+// Rows as `kvevict perplexity --format json` prints them, walked from the
+// perplexity row's one description (kvevict/model/perplexity_rows.h).
+Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows) {
   Napi::Array out = Napi::Array::New(env, rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) out.Set(static_cast<std::uint32_t>(i), row_object(env, rows[i], ranked, store));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    ObjectBuilder builder(env);
+    kvevict::for_each_field(rows[i], builder);
+    out.Set(static_cast<std::uint32_t>(i), builder.take());
+  }
   return out;
 }
 
@@ -1152,7 +1141,7 @@ Napi::Value Perplexity(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text = text_of(info[1], "perplexity");
     const std::vector<kvevict::RunSpec> specs = runs_of(info[2], call);
     const kvevict::ModelRunOptions options = model_options(options_object(info[3], "perplexity"), "perplexity");
-    return row_array(env, kvevict::perplexity(*model, text, specs, options), false, options.paged.active());
+    return row_array(env, kvevict::perplexity(*model, text, specs, options));
   });
 }
 
@@ -1166,7 +1155,7 @@ Napi::Value CompareModel(const Napi::CallbackInfo& info) {
     kvevict::CompareRequest request = compare_request(options, "compareModel", call);
     if (options.Get("budgets").IsUndefined()) request.budgets = {64, 128, 256, 512};
     const kvevict::ModelRunOptions run = model_options(options, "compareModel");
-    return row_array(env, kvevict::compare_model(*model, text, request, run), true, run.paged.active());
+    return row_array(env, kvevict::compare_model(*model, text, request, run));
   });
 }
 
@@ -1536,7 +1525,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New<Run>(env, "run"));
   exports.Set("compare", Napi::Function::New<Compare>(env, "compare"));
   // The schema as `kvevict schema` prints it (index.js parses it once).
-  exports.Set("rowSchemaJson", Napi::String::New(env, kvevict::schema_json(-1)));
+  exports.Set("rowSchemaJson", Napi::String::New(env, kvevict::result_schema_json(-1)));
   exports.Set("runVectors", Napi::Function::New<RunVectors>(env, "runVectors"));
   exports.Set("setErrorClasses", Napi::Function::New<SetErrorClasses>(env, "setErrorClasses"));
   return exports;

@@ -309,6 +309,34 @@ test.describe('real model', { skip }, () => {
     assert.throws(() => other.setPolicy(2, 'tova'), TypeError);
   });
 
+  test('prefill: a budget holding the prefill is the full cache; a window compresses each cache once', () => {
+    const m = setup();
+    const n = 300, prefill = 200;
+    const rows = kv.perplexity(m, text(n), [['snapkv', prefill], ['sliding-window', 64]], { prefill, prefillWindow: 8 });
+    const [full, kept, window] = rows;
+    // Only the bytes after the prefill are scored, the full cache's too.
+    assert.equal(full.predictions, n - 1 - prefill);
+    for (const r of rows) {
+      assert.equal(r.prefill, prefill);
+      assert.deepEqual(Object.keys(r).slice(3, 5), ['prefill', 'perplexity']);
+    }
+    assert.equal(kept.evicted, 0);
+    assert.equal(kept.perplexity, full.perplexity);
+    // One compression per cache, from the prefill down to 64 positions.
+    assert.equal(window.evicted, HEADS * (prefill - 64));
+    assert.notEqual(window.perplexity, full.perplexity);
+    // compareModel with a prefill: ranked, no proxies (they replay decode-time eviction).
+    const ranked = kv.compareModel(m, text(n), { policies: ['sliding-window'], budgets: [64], prefill, prefillWindow: 8 });
+    assert.equal(ranked[0].rank, null);
+    assert.equal(ranked[1].rank, 1);
+    assert.equal(ranked[1].perplexity, window.perplexity);
+    assert.ok(!('retainedAttentionMass' in ranked[1]));
+    // Bad prefill options: one clear error each.
+    assert.throws(() => kv.perplexity(m, text(n), [], { prefill: -1 }), { name: 'RangeError', message: /options\.prefill \(-1\) must be at least 0/ });
+    assert.throws(() => kv.perplexity(m, text(n), [], { prefill: 100, prefillWindow: 0 }), { name: 'RangeError', message: /options\.prefillWindow \(0\) must be at least 1/ });
+    assert.throws(() => kv.perplexity(m, text(n), [['tova', 64]], { prefill: 100, blockSize: 16 }), { name: 'ParameterError', message: /does not combine with the paged options/ });
+  });
+
   test('bad arguments: TypeError / RangeError with the binding\'s message', () => {
     const m = setup();
     assert.throws(() => kv.perplexity(m, 'some text'), { name: 'TypeError', message: /not a string: pass Buffer.from\(s\)/ });

@@ -133,7 +133,9 @@ test('perplexity and compareModel on a paged store', { skip: noModel }, () => {
     [[16, caches * 13, caches * 199], [16, caches * 4 + 1, caches * 64 + 1], [16, caches * 4 + 1, caches * 64 + 1]]);
   const layer = kv.compareModel(model, text, { policies: ['sliding-window'], budgets: [48], layerBudget: true });
   assert.equal(layer[1].peakPositions, c.layers * c.kvHeads * 48 + c.kvHeads);
-  assert.equal(layer[1].peakBlocks, 0);
+  // Layer mode keeps the contiguous store: no block fields, as `kvevict compare --model --layer-budget` prints.
+  assert.equal('peakBlocks' in layer[1], false);
+  assert.equal('blockSize' in layer[1], false);
   assert.throws(() => kv.perplexity(model, text, [{ policy: 'tova', budget: 100 }], { blockSize: 16 }), kv.ParameterError);
   assert.throws(() => kv.perplexity(model, text, [], { blockSize: 16, layerBudget: true }), kv.ParameterError);
 });

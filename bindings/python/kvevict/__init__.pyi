@@ -60,6 +60,7 @@ class SchemaField(TypedDict, total=False):
 class RowSchema(TypedDict):
     run: List[SchemaField]
     compare: List[SchemaField]
+    perplexity: List[SchemaField]
 
 class VectorReport(TypedDict):
     passed: int
@@ -81,13 +82,14 @@ class PerplexityRow(TypedDict):
     policy: Optional[str]  # None for the full cache
     budget: Optional[int]  # None for the full cache
     params: Dict[str, int]  # camelCase keys
+    prefill: NotRequired[int]  # with prefill > 0
     perplexity: float
     bitsPerByte: float
     predictions: int
     evicted: int
-    blockSize: NotRequired[int]  # with paged options: the store, measured
+    blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
-    peakPositions: NotRequired[int]
+    peakPositions: NotRequired[int]  # with paged options
     seconds: float
 
 class ModelCompareRow(TypedDict):
@@ -95,16 +97,18 @@ class ModelCompareRow(TypedDict):
     policy: Optional[str]
     budget: Optional[int]
     params: Dict[str, int]
+    prefill: NotRequired[int]  # with prefill > 0
     perplexity: float
     bitsPerByte: float
     predictions: int
     evicted: int
-    retainedAttentionMass: Optional[float]  # the proxies: None for the full cache
-    heavyHitterRecall: Optional[float]
-    evictionCalls: Optional[int]
-    blockSize: NotRequired[int]  # with paged options: the store, measured
+    # the proxies (None for the full cache); absent with a prefill
+    retainedAttentionMass: NotRequired[Optional[float]]
+    heavyHitterRecall: NotRequired[Optional[float]]
+    evictionCalls: NotRequired[Optional[int]]
+    blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
-    peakPositions: NotRequired[int]
+    peakPositions: NotRequired[int]  # with paged options
     seconds: float
 
 class PersistenceRow(TypedDict):
@@ -329,6 +333,8 @@ def perplexity(
     runs: Optional[Sequence[_Run]] = None,
     max_windows: int = 0,
     paged: Optional[PagedOptions] = None,
+    prefill: int = 0,
+    prefill_window: int = 32,
 ) -> List[PerplexityRow]: ...
 def compare_model(
     model: Model,
@@ -338,6 +344,8 @@ def compare_model(
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
     max_windows: int = 0,
     paged: Optional[PagedOptions] = None,
+    prefill: int = 0,
+    prefill_window: int = 32,
 ) -> List[ModelCompareRow]: ...
 def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
 def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...

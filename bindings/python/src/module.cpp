@@ -42,6 +42,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
+#include "kvevict/model/perplexity_rows.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -785,6 +786,7 @@ class DictBuilder final : public kvevict::RowVisitor {
   void number(const kvevict::FieldInfo& f, double value) override {
     put(f, std::isfinite(value) ? py::object(py::float_(value)) : py::object(py::none()));
   }
+  void null(const kvevict::FieldInfo& f) override { put(f, py::none()); }
   void params(const kvevict::FieldInfo& f, const kvevict::ParamMap& params) override {
     py::dict d;
     for (const auto& [k, v] : params) d[py::str(k)] = py::int_(v);
@@ -1077,69 +1079,52 @@ std::vector<kvevict::RunSpec> runs_of(py::handle runs) {
   return out;
 }
 
-kvevict::ModelRunOptions model_options(py::handle max_windows) {
+kvevict::ModelRunOptions model_options(py::handle max_windows, py::handle prefill, py::handle prefill_window) {
   kvevict::ModelRunOptions options;
   options.max_windows =
       to_u32(max_windows, "max_windows", "must be at least 0 (0 = every window of the text)");
+  options.prefill = to_u32(prefill, "prefill", "must be at least 0 (0 = evict while decoding)");
+  const std::string window_rule = "must be at least 1 (the attention rows the compression scores from)";
+  options.prefill_window = to_u32(prefill_window, "prefill_window", window_rule);
+  if (options.prefill_window < 1) throw py::value_error("prefill_window (0) " + window_rule);
   return options;
 }
 
-// A row as a dict; the full cache has policy, budget (and rank and proxies) None.
-py::dict row_dict(const kvevict::PerplexityRow& r, bool ranked, bool store) {
-  const bool full = r.policy.empty();
-  const auto or_none = [&](py::object value) { return full ? py::object(py::none()) : value; };
-  py::dict d;
-  if (ranked) d["rank"] = or_none(py::int_(r.rank));
-  d["policy"] = or_none(py::str(r.policy));
-  d["budget"] = or_none(py::int_(r.budget));
-  d["params"] = dict_of(r.params);
-  d["perplexity"] = py::float_(r.perplexity);
-  d["bitsPerByte"] = py::float_(r.bits_per_byte);
-  d["predictions"] = py::int_(r.predictions);
-  d["evicted"] = py::int_(r.evicted);
-  if (ranked) {
-    const auto proxy = [&](py::object value) { return r.has_proxy ? value : py::object(py::none()); };
-    d["retainedAttentionMass"] = proxy(py::float_(r.proxy.retained_attention_mass));
-    d["heavyHitterRecall"] = proxy(py::float_(r.proxy.heavy_hitter_recall));
-    d["evictionCalls"] = proxy(py::int_(r.proxy.eviction_calls));
+// Rows as dicts, walked from the perplexity row's one description
+// (kvevict/model/perplexity_rows.h), as the tool's --format json writes them.
+py::list row_dicts(const std::vector<kvevict::PerplexityRow>& rows) {
+  py::list out;
+  for (const kvevict::PerplexityRow& r : rows) {
+    DictBuilder builder;
+    kvevict::for_each_field(r, builder);
+    out.append(builder.take());
   }
-  if (store) {  // paged options given: the store, measured
-    d["blockSize"] = py::int_(r.block_size);
-    d["peakBlocks"] = py::int_(r.peak_blocks);
-    d["peakPositions"] = py::int_(r.peak_positions);
-  }
-  d["seconds"] = py::float_(r.seconds);
-  return d;
+  return out;
 }
 
 py::list model_perplexity(const ModelArg& model_arg, const Text& text_arg, const Runs& runs_arg,
-                          const Int& max_windows, const py::object& paged) {
+                          const Int& max_windows, const py::object& paged, const Int& prefill,
+                          const Int& prefill_window) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   const std::vector<kvevict::RunSpec> specs = runs_of(runs_arg.obj);
-  kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  kvevict::ModelRunOptions options = model_options(max_windows.obj, prefill.obj, prefill_window.obj);
   options.paged = paged_of(paged, "perplexity");
-  const auto rows = without_gil([&] { return kvevict::perplexity(*model, text, specs, options); });
-  py::list out;
-  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, false, options.paged.active()));
-  return out;
+  return row_dicts(without_gil([&] { return kvevict::perplexity(*model, text, specs, options); }));
 }
 
 py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const PolicyList& policies,
                        const IntList& budgets, const Overrides& overrides, const Int& max_windows,
-                       const py::object& paged) {
+                       const py::object& paged, const Int& prefill, const Int& prefill_window) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::CompareRequest request;
   request.policies = policy_names(policies.obj);
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
-  kvevict::ModelRunOptions options = model_options(max_windows.obj);
+  kvevict::ModelRunOptions options = model_options(max_windows.obj, prefill.obj, prefill_window.obj);
   options.paged = paged_of(paged, "compare_model");
-  const auto rows = without_gil([&] { return kvevict::compare_model(*model, text, request, options); });
-  py::list out;
-  for (const kvevict::PerplexityRow& r : rows) out.append(row_dict(r, true, options.paged.active()));
-  return out;
+  return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
 py::array_t<float> model_record(const ModelArg& model_arg, const Text& text_arg, const Int& tokens_arg) {
@@ -1714,12 +1699,13 @@ overrides: {"policy.param": value} or {"param": value} (every compared policy
 paged: as for run().
 )doc");
 
-  m.def("row_schema", [] { return json_loads(kvevict::schema_json(-1)); }, R"doc(
+  m.def("row_schema", [] { return json_loads(kvevict::result_schema_json(-1)); }, R"doc(
 The fields of a result row as `kvevict schema` prints them: {"run": [...],
-"compare": [...]}, each field a dict {"name", "type" ("string", "integer",
+"compare": [...], "perplexity": [...]}, each field a dict {"name", "type" ("string", "integer",
 "number", "object" or "array"), "unit" (when it has one), "description",
 "presentWhen" (when not always present), "fields" (members of an object or
-of each array element)}, in the order run() and compare() return them.
+of each array element)}, in the order run(), compare() and perplexity()
+return them.
 )doc");
 
   m.def("run_vectors", &run_vectors, py::arg("paths"), R"doc(
@@ -1842,13 +1828,16 @@ meanwhile raises RuntimeError. A budget below 1 raises ValueError.
           "<Decoder position=... capacity=... heads=...>.");
 
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
-        py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(), R"doc(
+        py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
+        py::arg("prefill") = 0, py::arg("prefill_window") = 32, R"doc(
 Perplexity of `model` over `text` with every (layer, head) evicting through
 its own instance of each run's policy, beside the full cache. Returns a list
-of dicts, the full cache first, then one per run in order: {"policy", "budget"
-(both None for the full cache), "params" (every effective parameter, layer 0's
-for pyramidkv), "perplexity", "bitsPerByte", "predictions", "evicted"
-(positions removed, all heads and windows), "seconds"}.
+of dicts, the full cache first, then one per run in order, shaped as
+`kvevict perplexity --format json` writes them (row_schema()["perplexity"]):
+{"policy", "budget" (both None for the full cache), "params" (every
+effective parameter, layer 0's for pyramidkv), "perplexity", "bitsPerByte",
+"predictions", "evicted" (positions removed, all heads and windows),
+"seconds"}.
 
 text: bytes (a file: open(path, "rb").read(), or a pathlib.Path). It is cut
     into windows of the model's context, each from an empty cache; a text of
@@ -1858,7 +1847,14 @@ runs: a list of runs, each a policy name or Policy (its parameters are
     of None takes the policy's `budget` parameter.
 max_windows: use only the first windows of the text (0 = all).
 paged: as for run(); the decoders then run on a paged store and each row
-    gains "blockSize", "peakBlocks" and "peakPositions" (measured).
+    gains "peakPositions" (measured), and in block mode "blockSize" and
+    "peakBlocks".
+prefill: the prefill moment (docs/tasks.md): each window's first `prefill`
+    bytes are read with the full cache and every cache is compressed once to
+    its budget (prefill(), scored from the attention rows of the last
+    `prefill_window` of those bytes); the rest runs without eviction and only
+    it is scored, the full cache's too. Rows gain "prefill". 0 (the default)
+    evicts while decoding. Does not combine with `paged`.
 
 Every policy is built before any work: a bad parameter raises ValueError.
 Runs on every core without the GIL (it cannot be interrupted).
@@ -1866,15 +1862,19 @@ Runs on every core without the GIL (it cannot be interrupted).
 
   m.def("compare_model", &model_compare, py::arg("model"), py::arg("text"),
         py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(64, 128, 256, 512),
-        py::arg("overrides") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(), R"doc(
+        py::arg("overrides") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
+        py::arg("prefill") = 0, py::arg("prefill_window") = 32, R"doc(
 Every policy at every budget by perplexity on `model` over `text`, with the
 attention proxies measured on the model's own full-cache attention. Returns
 a list of dicts: the full cache first, then ranked by perplexity at the
 middle budget (lower first, ties share a rank), each policy's rows by
-ascending budget: perplexity()'s keys plus "rank", "retainedAttentionMass",
-"heavyHitterRecall" and "evictionCalls" (None for the full cache).
+ascending budget: "rank" (None for the full cache) then perplexity()'s keys,
+with "retainedAttentionMass", "heavyHitterRecall" and "evictionCalls" after
+"evicted" (None for the full cache).
 
 policies, budgets, overrides: as for compare().
+max_windows, paged, prefill, prefill_window: as for perplexity(). With a
+    prefill there are no proxy keys (they replay decode-time eviction).
 )doc");
 
   m.def("record_attention", &model_record, py::arg("model"), py::arg("text"), py::arg("tokens") = 0,

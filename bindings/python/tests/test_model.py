@@ -415,6 +415,65 @@ def test_compare_model_errors(model, text):
         kvevict.compare_model(model, text, ["nope"])
 
 
+# ---- the prefill moment --------------------------------------------------------------
+
+
+def test_prefill_with_a_budget_that_holds_it_is_the_full_cache(model, text):
+    prefill = 200
+    rows = kvevict.perplexity(model, text, [("snapkv", prefill), ("tova", 256)], prefill=prefill)
+    full = rows[0]
+    # Only the bytes after the prefill are scored: len(text) - 1 - prefill predictions.
+    assert full["predictions"] == len(text) - 1 - prefill
+    for r in rows:
+        assert r["prefill"] == prefill
+        assert list(r)[list(r).index("params") + 1] == "prefill"
+    for r in rows[1:]:
+        assert r["evicted"] == 0
+        assert r["perplexity"] == full["perplexity"]
+
+
+def test_prefill_compresses_every_cache_once(model, text):
+    prefill, budget = 200, 64
+    full, window = kvevict.perplexity(model, text, [("sliding-window", budget)], prefill=prefill,
+                                      prefill_window=8)
+    # One compression per cache, from the prefill down to the budget; nothing after.
+    assert window["evicted"] == heads_of(model) * (prefill - budget)
+    assert window["predictions"] == full["predictions"] == len(text) - 1 - prefill
+    assert window["perplexity"] != full["perplexity"]
+    # Decode-time eviction of the same window scores every byte and evicts once a step past the budget.
+    decode = kvevict.perplexity(model, text, [("sliding-window", budget)])[1]
+    assert "prefill" not in decode
+    assert decode["predictions"] == len(text) - 1
+    assert decode["evicted"] == heads_of(model) * (len(text) - 1 - budget)
+
+
+def test_compare_model_with_a_prefill_has_no_proxies(model, text):
+    rows = kvevict.compare_model(model, text, ["snapkv", "sliding-window"], [64, 128], prefill=200)
+    assert [r["rank"] for r in rows][0] is None
+    for r in rows:
+        assert r["prefill"] == 200
+        assert "retainedAttentionMass" not in r and "evictionCalls" not in r
+    plain = kvevict.perplexity(model, text, [("snapkv", 64), ("snapkv", 128), ("sliding-window", 64),
+                                             ("sliding-window", 128)], prefill=200)
+    by_run = {(r["policy"], r["budget"]): r["perplexity"] for r in plain[1:]}
+    for r in rows[1:]:
+        assert r["perplexity"] == by_run[(r["policy"], r["budget"])]
+
+
+def test_prefill_errors(model, text):
+    context = model.config["context"]
+    with pytest.raises(ValueError, match=rf"--prefill \({context}\) must be below the model's context"):
+        kvevict.perplexity(model, text, prefill=context)
+    with pytest.raises(ValueError, match="does not combine with the paged options"):
+        kvevict.perplexity(model, text, [("tova", 64)], prefill=100, paged={"block_size": 16})
+    with pytest.raises(ValueError, match=r"prefill_window \(0\) must be at least 1"):
+        kvevict.perplexity(model, text, prefill=100, prefill_window=0)
+    with pytest.raises(ValueError, match=r"prefill \(-1\) must be at least 0"):
+        kvevict.compare_model(model, text, prefill=-1)
+    with pytest.raises(RuntimeError, match="leaves nothing to predict"):
+        kvevict.perplexity(model, text[:100], prefill=100)
+
+
 # ---- record_attention and persistence ------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 // types come from the row schema (kvevict/eval/row_schema.h).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,5 +19,12 @@ std::string run_json(const RunRow& row, int indent = 2);
 
 // {"trace", "rows": [run objects]}
 std::string rows_json(const std::vector<RunRow>& rows, int indent = 2);
+
+class RowVisitor;
+// A JSON array of `count` objects, object i built from walk(i, visitor) --
+// for rows described by a schema of another layer (the model's perplexity
+// rows), so they are written by the same builder as the run rows.
+std::string objects_json(std::size_t count, const std::function<void(std::size_t, RowVisitor&)>& walk,
+                         int indent = 2);
 
 }  // namespace kvevict

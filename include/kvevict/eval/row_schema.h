@@ -7,6 +7,8 @@
 // kvevict.row_schema(), rowSchema()) so users can read it.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -38,6 +40,24 @@ struct FieldInfo {
   std::span<const FieldInfo> fields;  // members of an object / of each array element
 };
 
+// A field's description and how to read it from a T, side by side in one
+// entry, so the name and the accessor cannot drift apart. The emitter decides
+// presence too; `present_when` says the same in words for the exported schema.
+class RowVisitor;
+template <class T>
+struct RowField {
+  FieldInfo info;
+  void (*emit)(const T& from, const FieldInfo& info, RowVisitor& visitor);
+};
+
+// The FieldInfo half of a table of RowFields, for the exported description.
+template <class T, std::size_t N>
+constexpr std::array<FieldInfo, N> field_infos(const RowField<T> (&fields)[N]) {
+  std::array<FieldInfo, N> out{};
+  for (std::size_t i = 0; i < N; ++i) out[i] = fields[i].info;
+  return out;
+}
+
 // The run row's top-level fields, in output order.
 std::span<const FieldInfo> run_row_schema();
 
@@ -56,6 +76,9 @@ class RowVisitor {
   // head count are held as uint64 but never near 2^63).
   virtual void integer(const FieldInfo& field, std::int64_t value) = 0;
   virtual void number(const FieldInfo& field, double value) = 0;
+  // A field that is present but has no value for this row (the full cache's
+  // policy and budget in a perplexity row): JSON null, Python None.
+  virtual void null(const FieldInfo& field) = 0;
   virtual void params(const FieldInfo& field, const ParamMap& params) = 0;
   virtual void begin(const FieldInfo& field) = 0;  // kObject with members, or kArray
   virtual void end(const FieldInfo& field) = 0;
@@ -73,8 +96,16 @@ void for_each_field(const RunRow& row, RowVisitor& visitor);
 // walked as above.
 void for_each_field(const std::vector<RunRow>& rows, RowVisitor& visitor);
 
-// The schema as JSON text: {"run": [field...], "compare": [field...]}, each
-// field {"name", "type", "unit"?, "description", "presentWhen"?, "fields"?}.
-std::string schema_json(int indent = 2);
+// One named document of the exported schema.
+struct SchemaEntry {
+  std::string_view name;
+  std::span<const FieldInfo> fields;
+};
+
+// The schema as JSON text: {"run": [field...], "compare": [field...]}, then
+// `more` in order (the model layer adds its perplexity row, see
+// kvevict/model/perplexity_rows.h), each field {"name", "type", "unit"?,
+// "description", "presentWhen"?, "fields"?}.
+std::string schema_json(int indent = 2, std::span<const SchemaEntry> more = {});
 
 }  // namespace kvevict

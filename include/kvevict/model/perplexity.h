@@ -48,6 +48,14 @@ struct PerplexityRow {
   std::uint32_t block_size = 0;
   std::uint64_t peak_blocks = 0;
   std::uint64_t peak_positions = 0;
+  // How the row was made, which decides the fields it is written with
+  // (kvevict/model/perplexity_rows.h): ranked by compare_model; with the
+  // proxy fields (compare_model without a prefill; null on the full cache);
+  // with the store measured (paged options given); the prefill in bytes.
+  bool ranked = false;
+  bool proxied = false;
+  bool store_measured = false;
+  std::uint32_t prefill = 0;
 };
 
 struct ModelRunOptions {

@@ -1,0 +1,139 @@
+#include "kvevict/model/perplexity_rows.h"
+
+#include <cstdint>
+
+#include "kvevict/eval/json.h"
+
+namespace kvevict {
+
+namespace {
+
+using Row = PerplexityRow;
+
+bool full_cache(const Row& r) { return r.policy.empty(); }
+
+constexpr RowField<Row> kFields[] = {
+    {{"rank", FieldType::kInteger, "",
+      "1 = lowest perplexity at the ranking budget (ties share a rank); null for the full cache", "ranked (compare)",
+      {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.ranked) return;
+       if (full_cache(r)) {
+         v.null(f);
+       } else {
+         v.integer(f, r.rank);
+       }
+     }},
+    {{"policy", FieldType::kString, "", "registry name of the policy; null for the full cache", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (full_cache(r)) {
+         v.null(f);
+       } else {
+         v.string(f, r.policy);
+       }
+     }},
+    {{"budget", FieldType::kInteger, "positions", "positions each cache keeps; null for the full cache", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (full_cache(r)) {
+         v.null(f);
+       } else {
+         v.integer(f, r.budget);
+       }
+     }},
+    {{"params", FieldType::kObject, "",
+      "every effective parameter of the policy, name -> integer (the layer-0 head's for pyramidkv); {} for the full "
+      "cache",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.params(f, r.params); }},
+    {{"prefill", FieldType::kInteger, "bytes",
+      "bytes of each window read with the full cache and compressed once; only the predictions after them are scored",
+      "prefill > 0", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (r.prefill > 0) v.integer(f, r.prefill);
+     }},
+    {{"perplexity", FieldType::kNumber, "", "exp of the mean negative log-likelihood (nats) per predicted byte", "",
+      {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.perplexity); }},
+    {{"bitsPerByte", FieldType::kNumber, "bits per byte", "mean negative log-likelihood per predicted byte, in bits",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bits_per_byte); }},
+    {{"predictions", FieldType::kInteger, "bytes", "bytes predicted (scored), all windows together", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       v.integer(f, static_cast<std::int64_t>(r.predictions));
+     }},
+    {{"evicted", FieldType::kInteger, "positions", "positions removed, every cache and window together", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, static_cast<std::int64_t>(r.evicted)); }},
+    {{"retainedAttentionMass", FieldType::kNumber, "share of attention (0..1)",
+      "the same policy and budget replayed on the model's full-cache attention: mean over heads, then windows, of the "
+      "attention on positions still held; null for the full cache",
+      "compare without a prefill", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.proxied) return;
+       if (r.has_proxy) {
+         v.number(f, r.proxy.retained_attention_mass);
+       } else {
+         v.null(f);
+       }
+     }},
+    {{"heavyHitterRecall", FieldType::kNumber, "share of positions (0..1)",
+      "the same replay's share of each step's top 32 attended positions still held; null for the full cache",
+      "compare without a prefill", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.proxied) return;
+       if (r.has_proxy) {
+         v.number(f, r.proxy.heavy_hitter_recall);
+       } else {
+         v.null(f);
+       }
+     }},
+    {{"evictionCalls", FieldType::kInteger, "calls",
+      "the same replay's eviction calls, summed over heads and windows; null for the full cache",
+      "compare without a prefill", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.proxied) return;
+       if (r.has_proxy) {
+         v.integer(f, r.proxy.eviction_calls);
+       } else {
+         v.null(f);
+       }
+     }},
+    {{"blockSize", FieldType::kInteger, "positions", "positions per block of the paged store", "block size given",
+      {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (r.block_size > 0) v.integer(f, r.block_size);
+     }},
+    {{"peakBlocks", FieldType::kInteger, "blocks", "blocks in use at once over every cache, the most of any window",
+      "block size given", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (r.block_size > 0) v.integer(f, static_cast<std::int64_t>(r.peak_blocks));
+     }},
+    {{"peakPositions", FieldType::kInteger, "positions",
+      "positions held at once over every cache, the most of any window", "paged options given", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (r.store_measured) v.integer(f, static_cast<std::int64_t>(r.peak_positions));
+     }},
+    {{"seconds", FieldType::kNumber, "seconds", "decoder time of the row, summed over windows (varies run to run)", "",
+      {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.seconds); }},
+};
+constexpr auto kInfos = field_infos(kFields);
+
+}  // namespace
+
+std::span<const FieldInfo> perplexity_row_schema() { return kInfos; }
+
+void for_each_field(const PerplexityRow& row, RowVisitor& visitor) {
+  for (std::size_t i = 0; i < kInfos.size(); ++i) kFields[i].emit(row, kInfos[i], visitor);
+}
+
+std::string perplexity_json(const std::vector<PerplexityRow>& rows, int indent) {
+  return objects_json(
+      rows.size(), [&](std::size_t i, RowVisitor& visitor) { for_each_field(rows[i], visitor); }, indent);
+}
+
+std::string result_schema_json(int indent) {
+  const SchemaEntry more[] = {{"perplexity", perplexity_row_schema()}};
+  return schema_json(indent, more);
+}
+
+}  // namespace kvevict
