@@ -12,33 +12,31 @@ using Row = PerplexityRow;
 
 bool full_cache(const Row& r) { return r.policy.empty(); }
 
+// A field that is present but may have no value for this row (the full
+// cache's policy, budget, rank and proxies): put() when it has one, else null.
+template <class Put>
+void value_or_null(bool has_value, const FieldInfo& f, RowVisitor& v, Put put) {
+  if (has_value) {
+    put();
+  } else {
+    v.null(f);
+  }
+}
+
 constexpr RowField<Row> kFields[] = {
     {{"rank", FieldType::kInteger, "",
       "1 = lowest perplexity at the ranking budget (ties share a rank); null for the full cache", "ranked (compare)",
       {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (!r.ranked) return;
-       if (full_cache(r)) {
-         v.null(f);
-       } else {
-         v.integer(f, r.rank);
-       }
+       if (r.ranked) value_or_null(!full_cache(r), f, v, [&] { v.integer(f, r.rank); });
      }},
     {{"policy", FieldType::kString, "", "registry name of the policy; null for the full cache", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (full_cache(r)) {
-         v.null(f);
-       } else {
-         v.string(f, r.policy);
-       }
+       value_or_null(!full_cache(r), f, v, [&] { v.string(f, r.policy); });
      }},
     {{"budget", FieldType::kInteger, "positions", "positions each cache keeps; null for the full cache", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (full_cache(r)) {
-         v.null(f);
-       } else {
-         v.integer(f, r.budget);
-       }
+       value_or_null(!full_cache(r), f, v, [&] { v.integer(f, r.budget); });
      }},
     {{"params", FieldType::kObject, "",
       "every effective parameter of the policy, name -> integer (the layer-0 head's for pyramidkv); {} for the full "
@@ -68,34 +66,19 @@ constexpr RowField<Row> kFields[] = {
       "attention on positions still held; null for the full cache",
       "compare without a prefill", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (!r.proxied) return;
-       if (r.has_proxy) {
-         v.number(f, r.proxy.retained_attention_mass);
-       } else {
-         v.null(f);
-       }
+       if (r.proxied) value_or_null(r.has_proxy, f, v, [&] { v.number(f, r.proxy.retained_attention_mass); });
      }},
     {{"heavyHitterRecall", FieldType::kNumber, "share of positions (0..1)",
       "the same replay's share of each step's top 32 attended positions still held; null for the full cache",
       "compare without a prefill", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (!r.proxied) return;
-       if (r.has_proxy) {
-         v.number(f, r.proxy.heavy_hitter_recall);
-       } else {
-         v.null(f);
-       }
+       if (r.proxied) value_or_null(r.has_proxy, f, v, [&] { v.number(f, r.proxy.heavy_hitter_recall); });
      }},
     {{"evictionCalls", FieldType::kInteger, "calls",
       "the same replay's eviction calls, summed over heads and windows; null for the full cache",
       "compare without a prefill", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       if (!r.proxied) return;
-       if (r.has_proxy) {
-         v.integer(f, r.proxy.eviction_calls);
-       } else {
-         v.null(f);
-       }
+       if (r.proxied) value_or_null(r.has_proxy, f, v, [&] { v.integer(f, r.proxy.eviction_calls); });
      }},
     {{"blockSize", FieldType::kInteger, "positions", "positions per block of the paged store", "block size given",
       {}},
