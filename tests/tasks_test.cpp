@@ -216,10 +216,11 @@ TEST(Tasks, CompressionThatKeepsEverythingEqualsTheFullCache) {
 // The benchmark can fail: with the needle far outside a 64-byte window the
 // sliding window cannot know the key (guessing 5 to 7 digits right is about
 // 1 in 10^5), while the full cache, which the model was trained to use,
-// sometimes can. The committed model answers 8 of these 48 with the full
-// cache (docs/real-model.md: it is far from reliable); 6 correct by chance
-// would happen with probability below 10^-25, so a pass means the model
-// reads the needle and the window lost it.
+// can. The committed model answers 44 of these 48 with the full cache
+// (docs/real-model.md); 36 is the floor, so a retrained model that reads the
+// needle unreliably fails here, and one correct by chance would happen with
+// probability below 10^-150: a pass means the model reads the needle and the
+// window lost it.
 TEST(Tasks, ASlidingWindowThatLostTheNeedleCannotAnswer) {
   TaskRequest r;
   r.tasks = {"passkey"};
@@ -241,7 +242,7 @@ TEST(Tasks, ASlidingWindowThatLostTheNeedleCannotAnswer) {
   }
   EXPECT_EQ(n, 48U);
   EXPECT_EQ(window, 0U) << "a window without the needle answered";
-  EXPECT_GE(full, 6U) << "the full cache answered " << full << " of " << n
+  EXPECT_GE(full, 36U) << "the full cache answered " << full << " of " << n
                       << ": the model does not use its context, so the benchmark cannot tell policies apart";
 }
 
