@@ -21,7 +21,6 @@ Not part of CI: it takes about an hour. The weights it wrote are committed.
 """
 import argparse
 import csv
-import glob
 import json
 import math
 import os
@@ -38,8 +37,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tasks  # noqa: E402  (model/tasks.py: the task formats, shared with the benchmark)
 
-CORPUS_GLOB = "/usr/share/doc/linux-doc-6.1/html/_sources/**/*.rst.txt"
-HOLDOUT_EVERY = 50
+from corpus import HOLDOUT_EVERY, CorpusMissing, corpus_files, split  # noqa: E402  (model/corpus.py: the split)
+
 REFERENCE_PROMPT = (b"The kernel keeps a cache of recently used pages so that "
                     b"a second read of the same file does not touch the disk.")
 
@@ -235,14 +234,11 @@ def write_npy(path, array):
 
 # --- data --------------------------------------------------------------------
 def load_corpus():
-    files = sorted(glob.glob(CORPUS_GLOB, recursive=True))
-    if not files:
-        sys.exit(f"train.py: no corpus at {CORPUS_GLOB} (apt-get install linux-doc-6.1)")
-    train, held = [], []
-    for i, path in enumerate(files):
-        with open(path, "rb") as f:
-            data = f.read()
-        (held if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1 else train).append(data + b"\n\n")
+    try:
+        files = corpus_files()
+    except CorpusMissing as e:
+        sys.exit(f"train.py: {e}")
+    train, held = split(files)
     return files, np.frombuffer(b"".join(train), dtype=np.uint8), \
         np.frombuffer(b"".join(held), dtype=np.uint8)
 

@@ -8,12 +8,14 @@
 #                                Node; then the Node binding's npm packages
 #                                from its lock file
 #   install-deps.sh --training   the full set and PyTorch (make model)
+#   install-deps.sh --corpus     what --run needs and the model's corpus,
+#                                linux-doc-6.1 (make heldout, make docs)
 set -euo pipefail
 
 mode=${1:-}
 case $mode in
-  ""|--run|--training) ;;
-  *) echo "usage: $0 [--run | --training]" >&2; exit 2 ;;
+  ""|--run|--training|--corpus) ;;
+  *) echo "usage: $0 [--run | --training | --corpus]" >&2; exit 2 ;;
 esac
 
 # Building the library and the tool with gcc (OpenMP is gcc's libgomp).
@@ -22,7 +24,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev libhwy-dev
 )
 
-if [[ $mode != --run ]]; then
+if [[ $mode != --run && $mode != --corpus ]]; then
   # The tests: C++ test libraries and benchmarks, clang (+ its OpenMP) for the
   # sanitizer and fuzz builds, the Python binding and its pytest suite, a venv
   # with setuptools and wheel for the `pip install ./bindings/python` test,
@@ -42,11 +44,13 @@ fi
 if [[ $mode == --training ]]; then
   packages+=(python3-torch libopenblas0-pthread linux-doc-6.1)
 fi
+# The corpus alone, for the docs' tables measured on the whole held-out split.
+[[ $mode == --corpus ]] && packages+=(linux-doc-6.1)
 
 # Node.js binding (not for --run): Debian's nodejs + npm + headers
 # (libnode-dev), only when no node is installed (a NodeSource node ships its
 # own npm and headers).
-if [[ $mode == --run ]]; then
+if [[ $mode == --run || $mode == --corpus ]]; then
   :
 elif ! command -v node >/dev/null 2>&1; then
   packages+=(nodejs npm libnode-dev)
@@ -75,7 +79,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   fi
 fi
 
-[[ $mode == --run ]] && exit 0
+[[ $mode == --run || $mode == --corpus ]] && exit 0
 
 # The Node binding's node-addon-api and typescript (npm ci from the lock file;
 # node_modules is not committed). Before the first configure, because CMake

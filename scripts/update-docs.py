@@ -9,7 +9,10 @@ the command that produced it in backticks and ends with a colon, e.g.
     | rank | policy | ...
 
 The command is rerun from the repository root and the table replaced by its
-output. Usage: scripts/update-docs.py [--check]  (--check: exit 1 if stale).
+output. Usage: scripts/update-docs.py [--check] [--only TEXT]...
+  --check      exit 1 if any table is stale (rewrites nothing)
+  --only TEXT  regenerate only the tables whose command contains TEXT
+               (repeatable: any of them), e.g. --only perplexity
 """
 import pathlib
 import re
@@ -21,18 +24,20 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`[^`]*:\s*$")
 
 
-def regenerate(text: str) -> str:
+def regenerate(text: str, only: list) -> str:
     lines = text.split("\n")
     out = []
     i = 0
     while i < len(lines):
         out.append(lines[i])
         m = COMMAND.search(lines[i])
-        if m and i + 2 < len(lines) and lines[i + 1] == "" and lines[i + 2].startswith("|"):
+        wanted = m and (not only or any(o in m.group(1) for o in only))
+        if wanted and i + 2 < len(lines) and lines[i + 1] == "" and lines[i + 2].startswith("|"):
             out.append("")
             j = i + 2
             while j < len(lines) and lines[j].startswith("|"):
                 j += 1
+            print(f"running: {m.group(1)}", file=sys.stderr, flush=True)
             table = subprocess.run(shlex.split(m.group(1)), cwd=ROOT, check=True,
                                    capture_output=True, text=True).stdout.rstrip("\n")
             out.extend(table.split("\n"))
@@ -43,11 +48,15 @@ def regenerate(text: str) -> str:
 
 
 def main() -> int:
-    check = "--check" in sys.argv[1:]
+    args = sys.argv[1:]
+    check = "--check" in args
+    only = [args[i + 1] for i, a in enumerate(args) if a == "--only" and i + 1 < len(args)]
+    if args.count("--only") != len(only):
+        sys.exit("update-docs.py: error: --only needs a TEXT after it")
     stale = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         old = path.read_text()
-        new = regenerate(old)
+        new = regenerate(old, only)
         if new != old:
             stale.append(path.relative_to(ROOT))
             if not check:

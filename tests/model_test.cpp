@@ -117,7 +117,40 @@ TEST(Model, EveryPolicyWithABudgetThatNeverBindsGivesExactlyTheFullCachePerplexi
   for (std::size_t i = 1; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].perplexity, rows[0].perplexity) << rows[i].policy << " at " << rows[i].budget;
     EXPECT_EQ(rows[i].evicted, 0U) << rows[i].policy;
+    EXPECT_EQ(rows[i].extra_bits_per_byte, 0.0) << rows[i].policy;
+    EXPECT_FALSE(rows[i].has_extra_interval) << "one window of 300 bytes is one draw";
   }
+}
+
+TEST(Model, TheExtraCostsIntervalIsPairedByWindow) {
+  // Four windows of 1,024 bytes. Each window scored on its own gives that
+  // window's extra bits per byte d_i; the row's interval must be the t
+  // interval of those four (equal weights: 1,023 predictions each).
+  const ModelConfig& cfg = committed_model()->config();
+  const std::vector<std::uint8_t> text = heldout_prefix(4 * cfg.context);
+  const RunSpec window{"sliding-window", {}, 16};
+  const std::vector<PerplexityRow> rows = perplexity(*committed_model(), text, {window});
+  ASSERT_EQ(rows.size(), 2U);
+  std::vector<double> d;
+  for (std::size_t w = 0; w < 4; ++w) {
+    const std::span<const std::uint8_t> part(text.data() + w * cfg.context, cfg.context);
+    const std::vector<PerplexityRow> one = perplexity(*committed_model(), part, {window});
+    d.push_back(one[1].bits_per_byte - one[0].bits_per_byte);
+    EXPECT_NEAR(one[1].extra_bits_per_byte, one[1].bits_per_byte - one[0].bits_per_byte, 1e-12);
+    EXPECT_FALSE(one[1].has_extra_interval);
+  }
+  const double mean = (d[0] + d[1] + d[2] + d[3]) / 4.0;
+  double var = 0.0;
+  for (const double x : d) var += (x - mean) * (x - mean) / 3.0;
+  const double half = 3.1824 * std::sqrt(var / 4.0);  // t(3)
+  const PerplexityRow& r = rows[1];
+  ASSERT_TRUE(r.has_extra_interval);
+  EXPECT_NEAR(r.extra_bits_per_byte, rows[1].bits_per_byte - rows[0].bits_per_byte, 1e-12);
+  EXPECT_NEAR(r.extra_bits_per_byte, mean, 1e-9);
+  EXPECT_NEAR(r.extra_low, mean - half, 1e-9);
+  EXPECT_NEAR(r.extra_high, mean + half, 1e-9);
+  // 16 recent bytes lose context in every window: the interval excludes 0.
+  EXPECT_GT(r.extra_low, 0.0);
 }
 
 TEST(Model, ABindingBudgetChangesThePerplexity) {

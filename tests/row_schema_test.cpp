@@ -136,6 +136,10 @@ PerplexityRow perplexity_row(bool full) {
     r.proxy = {0.75, 0.5, 9};
     r.has_proxy = true;
     r.rank = 2;
+    r.extra_bits_per_byte = 0.25;
+    r.extra_low = 0.125;
+    r.extra_high = 0.375;
+    r.has_extra_interval = true;
   }
   r.perplexity = 4.0;
   r.bits_per_byte = 2.0;
@@ -167,7 +171,7 @@ void expect_in_schema_order(const Json& object, const std::string& where) {
 TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
   const Json rows = Json::parse(perplexity_json({perplexity_row(true), perplexity_row(false)}));
   ASSERT_EQ(rows.size(), 2U);
-  const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte",
+  const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                        "predictions", "evicted", "seconds"};
   EXPECT_EQ(keys_of(rows[0]), plain);
   EXPECT_EQ(keys_of(rows[1]), plain);
@@ -176,14 +180,27 @@ TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
   EXPECT_EQ(rows[0].at("params"), Json::object());
   EXPECT_EQ(rows[1].at("policy"), "tova");
   EXPECT_EQ(rows[1].at("budget"), 64);
+  for (const char* key : {"extraBitsPerByte", "extraLow", "extraHigh"}) EXPECT_TRUE(rows[0].at(key).is_null()) << key;
+  EXPECT_EQ(rows[1].at("extraBitsPerByte"), 0.25);
+  EXPECT_EQ(rows[1].at("extraLow"), 0.125);
+  EXPECT_EQ(rows[1].at("extraHigh"), 0.375);
   for (const Json& row : rows) expect_in_schema_order(row, "perplexity");
+}
+
+TEST(PerplexityRowSchema, OneWindowGivesTheExtraCostWithoutAnInterval) {
+  PerplexityRow one = perplexity_row(false);
+  one.has_extra_interval = false;
+  const Json row = Json::parse(perplexity_json({one})).at(0);
+  EXPECT_EQ(row.at("extraBitsPerByte"), 0.25);
+  EXPECT_TRUE(row.at("extraLow").is_null());
+  EXPECT_TRUE(row.at("extraHigh").is_null());
 }
 
 TEST(PerplexityRowSchema, CompareRowsAreRankedWithProxiesNullForTheFullCache) {
   std::vector<PerplexityRow> rows{perplexity_row(true), perplexity_row(false)};
   for (PerplexityRow& r : rows) r.ranked = r.proxied = true;
   const Json doc = Json::parse(perplexity_json(rows));
-  const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte",
+  const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                         "predictions", "evicted", "retainedAttentionMass", "heavyHitterRecall",
                                         "evictionCalls", "seconds"};
   EXPECT_EQ(keys_of(doc[0]), ranked);
@@ -209,13 +226,13 @@ TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
   prefill.ranked = true;
   prefill.prefill = 768;
   const Json doc = Json::parse(perplexity_json({layer, blocks, prefill}));
-  EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte",
+  EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                                         "predictions", "evicted", "peakPositions", "seconds"}));
   EXPECT_EQ(doc[1].at("blockSize"), 16);
   EXPECT_EQ(doc[1].at("peakBlocks"), 40);
   EXPECT_EQ(doc[1].at("peakPositions"), 512);
   EXPECT_EQ(keys_of(doc[2]), (std::vector<std::string>{"rank", "policy", "budget", "params", "prefill", "perplexity",
-                                                        "bitsPerByte", "predictions", "evicted", "seconds"}));
+                                                        "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh", "predictions", "evicted", "seconds"}));
   EXPECT_EQ(doc[2].at("prefill"), 768);
   for (const Json& row : doc) expect_in_schema_order(row, "store/prefill");
 }
@@ -223,9 +240,11 @@ TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
 // The exact text, so a change to the description shows up as a change here.
 TEST(PerplexityRowSchema, JsonTextIsPinned) {
   EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, -1),
-            R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"predictions":1000,)"
-            R"("evicted":0,"seconds":0.5},{"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,)"
-            R"("bitsPerByte":2.0,"predictions":1000,"evicted":17,"seconds":0.5}])");
+            R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"extraBitsPerByte":null,)"
+            R"("extraLow":null,"extraHigh":null,"predictions":1000,"evicted":0,"seconds":0.5},)"
+            R"({"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,"bitsPerByte":2.0,)"
+            R"("extraBitsPerByte":0.25,"extraLow":0.125,"extraHigh":0.375,"predictions":1000,"evicted":17,)"
+            R"("seconds":0.5}])");
   EXPECT_EQ(perplexity_json({}, -1), "[]");
 }
 

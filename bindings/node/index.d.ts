@@ -444,6 +444,11 @@ export interface PerplexityRow {
   /** exp(mean negative log-likelihood, nats). */
   perplexity: number;
   bitsPerByte: number;
+  /** bitsPerByte minus the full cache's on the same windows; null for the full cache. */
+  extraBitsPerByte: number | null;
+  /** The 95 % interval of extraBitsPerByte, paired by window; null for the full cache or a single window. */
+  extraLow: number | null;
+  extraHigh: number | null;
   predictions: number;
   /** Positions removed, all heads and windows together. */
   evicted: number;

@@ -31,17 +31,6 @@ Moment parse_moment(std::string_view name) {
   throw InputError(fmt::format("unknown moment '{}' (known: decode, prefill, prefill-query)", name));
 }
 
-std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n) {
-  if (n == 0) return {0.0, 1.0};
-  constexpr double z = 1.959963984540054;
-  const double nn = n;
-  const double p = correct / nn;
-  const double denom = 1.0 + z * z / nn;
-  const double centre = (p + z * z / (2.0 * nn)) / denom;
-  const double half = z * std::sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom;
-  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
-}
-
 namespace {
 
 std::string label(const TaskRow& r) { return r.policy.empty() ? std::string("full") : r.policy; }

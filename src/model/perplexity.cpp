@@ -17,6 +17,7 @@
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/files.h"
+#include "kvevict/eval/intervals.h"
 #include "kvevict/eval/trace.h"
 #include "eval/parallel_jobs.h"
 #include "eval/ranking.h"
@@ -247,7 +248,11 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   });
 
   std::uint64_t predictions = 0;
-  for (const Window& w : windows) predictions += w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0;
+  std::vector<double> scored;  // predictions per window
+  for (const Window& w : windows) {
+    scored.push_back(w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0);
+    predictions += static_cast<std::uint64_t>(scored.back());
+  }
   if (predictions == 0) {
     throw InputError(fmt::format("--prefill ({}) leaves nothing to predict in a text of {} bytes", options.prefill,
                                  text.size()));
@@ -271,6 +276,18 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
       rows.push_back(finish_row(spec.policy, spec.budget,
                                 find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
                                 predictions, ev, secs));
+    }
+    if (r > 0) {
+      // Each window's extra bits beside the full cache's on the same bytes.
+      std::vector<double> extra(windows.size());
+      for (std::size_t i = 0; i < windows.size(); ++i) {
+        extra[i] = (results[r * windows.size() + i].nll - results[i].nll) / std::numbers::ln2;
+      }
+      const RatioInterval cost = ratio_interval(extra, scored);
+      rows.back().extra_bits_per_byte = cost.mean;
+      rows.back().extra_low = cost.low;
+      rows.back().extra_high = cost.high;
+      rows.back().has_extra_interval = cost.has_interval;
     }
     rows.back().block_size = static_cast<std::uint32_t>(options.paged.block_size);
     rows.back().peak_blocks = peak_blocks;

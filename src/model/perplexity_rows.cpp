@@ -55,6 +55,23 @@ constexpr RowField<Row> kFields[] = {
     {{"bitsPerByte", FieldType::kNumber, "bits per byte", "mean negative log-likelihood per predicted byte, in bits",
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bits_per_byte); }},
+    {{"extraBitsPerByte", FieldType::kNumber, "bits per byte",
+      "bitsPerByte minus the full cache's on the same windows; null for the full cache", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       value_or_null(!full_cache(r), f, v, [&] { v.number(f, r.extra_bits_per_byte); });
+     }},
+    {{"extraLow", FieldType::kNumber, "bits per byte",
+      "low end of the 95 % interval of extraBitsPerByte, paired by window (Student's t over the windows); null for "
+      "the full cache or a single window",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       value_or_null(!full_cache(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_low); });
+     }},
+    {{"extraHigh", FieldType::kNumber, "bits per byte",
+      "high end of the same interval; null for the full cache or a single window", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       value_or_null(!full_cache(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_high); });
+     }},
     {{"predictions", FieldType::kInteger, "bytes", "bytes predicted (scored), all windows together", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        v.integer(f, static_cast<std::int64_t>(r.predictions));

@@ -151,6 +151,11 @@ head -c 400 "$model_dir/heldout-sample.txt" >"$tmp/text.txt"
 ok  "perplexity full"  "full cache" -- perplexity --model "$model" --text "$tmp/text.txt"
 ok  "perplexity policy" "scissorhands  64" -- perplexity --model "$model" --text "$tmp/text.txt" --policy scissorhands,tova --budget 64,128
 ok  "perplexity json"  '"bitsPerByte"' -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format json
+# What a policy costs beside the full cache, with its interval paired by
+# window: none from one window, a column once there are two (2,100 bytes: 3).
+ok  "perplexity one window" '"extraLow": null' -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format json
+head -c 2100 "$model_dir/heldout-sample.txt" >"$tmp/text3.txt"
+ok  "perplexity interval" "95 % interval (paired by window)" -- perplexity --model "$model" --text "$tmp/text3.txt" --policy sliding-window --budget 16
 # A budget at least the text's length: exactly the full cache's perplexity.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy all --budget 400 --format csv >"$tmp/ppl.csv" 2>/dev/null
 if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 9 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi

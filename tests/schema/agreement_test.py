@@ -140,7 +140,8 @@ def model_case(name, tool_args, from_python, node_call, expect_keys):
     return from_tool
 
 
-plain = ["policy", "budget", "params", "perplexity", "bitsPerByte", "predictions", "evicted", "seconds"]
+plain = ["policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
+         "predictions", "evicted", "seconds"]
 proxies = ["retainedAttentionMass", "heavyHitterRecall", "evictionCalls"]
 rows = model_case("perplexity", ["perplexity", "--policy", "h2o,tova", "--budget", "128"],
                   kvevict.perplexity(model, text, runs=[("h2o", 128), ("tova", 128)], max_windows=1),

@@ -228,11 +228,12 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   const bool store = !rows.empty() && rows.front().store_measured;
   const bool proxy = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_proxy; });
   const bool blocks = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.block_size != 0; });
-  const double full_bits = rows.empty() ? 0.0 : rows.front().bits_per_byte;
+  const bool interval = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_extra_interval; });
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");
   for (const char* h : {"policy", "budget", "perplexity", "bits per byte", "extra bits per byte"}) header.push_back(h);
+  if (interval) header.push_back("95 % interval (paired by window)");
   if (proxy) {
     header.push_back("retained mass");
     header.push_back("heavy-hitter recall");
@@ -248,7 +249,12 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     line.push_back(r.budget == 0 ? "-" : std::to_string(r.budget));
     line.push_back(fmt::format("{:.4f}", r.perplexity));
     line.push_back(fmt::format("{:.4f}", r.bits_per_byte));
-    line.push_back(fmt::format("{:+.4f}", r.bits_per_byte - full_bits));
+    const bool full = r.policy.empty();
+    line.push_back(full ? "-" : fmt::format("{:+.4f}", r.extra_bits_per_byte));
+    if (interval) {
+      line.push_back(full || !r.has_extra_interval ? "-"
+                                                   : fmt::format("{:+.4f} … {:+.4f}", r.extra_low, r.extra_high));
+    }
     if (proxy) {
       line.push_back(r.has_proxy ? fmt::format("{:.6f}", r.proxy.retained_attention_mass) : "-");
       line.push_back(r.has_proxy ? fmt::format("{:.6f}", r.proxy.heavy_hitter_recall) : "-");

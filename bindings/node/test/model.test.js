@@ -125,9 +125,14 @@ test.describe('real model', { skip }, () => {
       assert.equal(row.predictions, n - 1);
       assert.equal(row.perplexity, full.perplexity, row.policy);
       assert.equal(row.bitsPerByte, full.bitsPerByte, row.policy);
+      assert.equal(row.extraBitsPerByte, 0, row.policy);
+      assert.equal(row.extraLow, null, 'one window: no interval');
+      assert.equal(row.extraHigh, null);
     });
+    assert.equal(full.extraBitsPerByte, null);
     assert.deepEqual(Object.keys(full),
-      ['policy', 'budget', 'params', 'perplexity', 'bitsPerByte', 'predictions', 'evicted', 'seconds']);
+      ['policy', 'budget', 'params', 'perplexity', 'bitsPerByte', 'extraBitsPerByte', 'extraLow', 'extraHigh',
+        'predictions', 'evicted', 'seconds']);
   });
 
   test('a budget-8 sliding window evicts exactly 16 * (n - 1 - 8) positions', () => {
@@ -181,7 +186,7 @@ test.describe('real model', { skip }, () => {
       assert.equal(full[key], null, key);
     }
     assert.deepEqual(Object.keys(full), ['rank', 'policy', 'budget', 'params', 'perplexity', 'bitsPerByte',
-      'predictions', 'evicted', 'retainedAttentionMass', 'heavyHitterRecall', 'evictionCalls', 'seconds']);
+      'extraBitsPerByte', 'extraLow', 'extraHigh', 'predictions', 'evicted', 'retainedAttentionMass', 'heavyHitterRecall', 'evictionCalls', 'seconds']);
     for (const r of rest) {
       assert.ok(r.rank >= 1 && r.rank <= 2);
       assert.ok(r.retainedAttentionMass > 0 && r.retainedAttentionMass <= 1);

@@ -85,6 +85,11 @@ class PerplexityRow(TypedDict):
     prefill: NotRequired[int]  # with prefill > 0
     perplexity: float
     bitsPerByte: float
+    # bitsPerByte minus the full cache's, and its 95 % interval paired by window
+    # (None for the full cache; the interval None from a single window)
+    extraBitsPerByte: Optional[float]
+    extraLow: Optional[float]
+    extraHigh: Optional[float]
     predictions: int
     evicted: int
     blockSize: NotRequired[int]  # in block mode: the store, measured
@@ -100,6 +105,11 @@ class ModelCompareRow(TypedDict):
     prefill: NotRequired[int]  # with prefill > 0
     perplexity: float
     bitsPerByte: float
+    # bitsPerByte minus the full cache's, and its 95 % interval paired by window
+    # (None for the full cache; the interval None from a single window)
+    extraBitsPerByte: Optional[float]
+    extraLow: Optional[float]
+    extraHigh: Optional[float]
     predictions: int
     evicted: int
     # the proxies (None for the full cache); absent with a prefill

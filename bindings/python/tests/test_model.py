@@ -264,7 +264,8 @@ def test_decoder_errors(model):
 # ---- perplexity ----------------------------------------------------------------------
 
 
-ROW_KEYS = {"policy", "budget", "params", "perplexity", "bitsPerByte", "predictions", "evicted", "seconds"}
+ROW_KEYS = {"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
+            "predictions", "evicted", "seconds"}
 
 
 def test_a_budget_that_never_binds_is_exactly_the_full_cache(model, text):
@@ -280,6 +281,9 @@ def test_a_budget_that_never_binds_is_exactly_the_full_cache(model, text):
         assert (row["policy"], row["budget"]) == (name, budget)
         assert row["perplexity"] == full["perplexity"], (name, budget)
         assert row["bitsPerByte"] == full["bitsPerByte"] and row["evicted"] == 0
+        assert row["extraBitsPerByte"] == 0.0
+        assert row["extraLow"] is None and row["extraHigh"] is None  # one window: no interval
+    assert full["extraBitsPerByte"] is None and full["extraLow"] is None and full["extraHigh"] is None
 
 
 @pytest.mark.parametrize("n", [100, 300])

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvevict/eval/intervals.h"  // wilson_interval
+
 namespace kvevict {
 
 enum class Moment { full, decode, prefill, prefill_query };
@@ -32,9 +34,6 @@ struct TaskRow {
   double high = 0.0;
   std::uint64_t evicted = 0;  // positions removed over the cell's samples, every cache
 };
-
-// The Wilson score interval (95 %) for `correct` of `n`.
-std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n);
 
 // The rows as JSON (an array of objects), CSV (a header line, then one line
 // a row) and a markdown table of accuracy by depth, one line per

@@ -35,6 +35,15 @@ struct PerplexityRow {
   ParamMap params;          // every effective parameter (layer-0 head's for pyramidkv)
   double perplexity = 0.0;  // exp(mean negative log-likelihood, nats)
   double bits_per_byte = 0.0;
+  // What the policy costs beside the full cache on the same windows: its bits
+  // per byte minus the full cache's, and the 95 % interval of that
+  // difference paired by window (kvevict/eval/intervals.h: ratio_interval of
+  // each window's extra bits over its predictions). Unset for the full cache;
+  // no interval from a single window.
+  double extra_bits_per_byte = 0.0;
+  double extra_low = 0.0;
+  double extra_high = 0.0;
+  bool has_extra_interval = false;
   std::uint64_t predictions = 0;
   std::uint64_t evicted = 0;  // positions removed, all heads and windows together
   // compare only: the attention proxies of the same policy and budget replayed
