@@ -22,7 +22,7 @@ struct RatioInterval {
   double mean = 0.0;  // sum(totals) / sum(weights)
   double low = 0.0;   // 95 % interval; equal to mean when there is none
   double high = 0.0;
-  bool has_interval = false;  // at least 2 units with positive total weight
+  bool has_interval = false;  // at least 2 units of positive weight
 };
 
 // The mean of a quantity measured over units of different sizes (bits over
