@@ -37,15 +37,31 @@ def distinct(rng, make, count):
     return out
 
 
-def insert(filler, needles, depths):
-    """Puts each needle (with a space either side) at fraction `depth` of the
-    filler, moved forward to just after the next space so words stay whole;
-    returns the text and each needle's byte offset."""
-    cuts = []
-    for d in depths:
-        at = int(round(d * len(filler)))
-        nxt = filler.find(b" ", at)
-        cuts.append(len(filler) if nxt < 0 or nxt - at > 24 else nxt + 1)
+NEEDLE_SHIFT = 25  # the most a needle sits past its depth (C++: kNeedleShift)
+
+
+def needle_cut(filler, depth):
+    """Where a needle at `depth` goes: the start of the next word when one
+    starts within NEEDLE_SHIFT bytes of round(depth * len(filler)), else
+    exactly there, inside a word (tasks.cpp's needle_cut)."""
+    at = int(round(depth * len(filler)))
+    nxt = filler.find(b" ", at)
+    return at if nxt < 0 or nxt - at >= NEEDLE_SHIFT else nxt + 1
+
+
+def needle_cut_as_trained(filler, depth):
+    """The committed model's training placement: with no space near, the
+    needle went to the filler's end (kept so model/retrain.sh replays the
+    recipe; the benchmark uses needle_cut)."""
+    at = int(round(depth * len(filler)))
+    nxt = filler.find(b" ", at)
+    return len(filler) if nxt < 0 or nxt - at > 24 else nxt + 1
+
+
+def insert(filler, needles, depths, cut=needle_cut):
+    """Puts each needle (then a space) at fraction `depth` of the filler, by
+    `cut`; returns the text and each needle's byte offset."""
+    cuts = [cut(filler, d) for d in depths]
     order = sorted(range(len(needles)), key=lambda i: (cuts[i], i))
     out, offsets, last = bytearray(), [0] * len(needles), 0
     for i in order:
@@ -57,11 +73,15 @@ def insert(filler, needles, depths):
     return bytes(out), offsets
 
 
-def build(rng, task, length, filler_at, depth=None):
+def build(rng, task, length, filler_at, depth=None, as_trained=False):
     """One sample of exactly `length` bytes (prompt + answer).
 
     filler_at(n) returns n bytes of natural text. depth in [0, 1] places the
-    (first) needle; None draws it uniformly."""
+    asked needle (multivalue: one of its values; vartrack: the chain's
+    start); None draws it uniformly. as_trained=True builds the samples the
+    committed model was trained on: a needle with no space near its depth
+    went to the filler's end, and vartrack's chain started at min(depth, 0.7)
+    (train.py passes it so model/retrain.sh replays the recipe)."""
     if depth is None:
         depth = float(rng.random())
     if task == "passkey":
@@ -99,7 +119,7 @@ def build(rng, task, length, filler_at, depth=None):
         decoy = [b"VAR " + names[hops + 1] + b" = " + other + b".",
                  b"VAR " + names[hops + 2] + b" = VAR " + names[hops + 1] + b"."]
         needles = chain + decoy
-        first = min(depth, 0.7)
+        first = min(depth, 0.7) if as_trained else depth
         cds = sorted([first] + [float(rng.uniform(first, 1.0)) for _ in range(hops)])
         depths = cds + sorted(float(rng.random()) for _ in range(2))
         question = b"\nWhich variables hold the value " + value + b"? They are: "
@@ -117,7 +137,8 @@ def build(rng, task, length, filler_at, depth=None):
     room = length - len(tail) - sum(len(n) + 1 for n in needles)
     if room < 16:
         raise ValueError(f"{task}: {length} bytes cannot hold the needles and the question")
-    text, offsets = insert(filler_at(room), needles, depths)
+    text, offsets = insert(filler_at(room), needles, depths,
+                           needle_cut_as_trained if as_trained else needle_cut)
     prompt = text + question
     sample = prompt + answer + tail[len(question) + len(answer):]
     assert len(sample) == length, (task, len(sample), length)

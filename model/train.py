@@ -285,7 +285,7 @@ class Batches:
         if kind == "copypairs":
             data, w = tasks.copy_pairs(self.rng, n, self.filler)
             return np.frombuffer(data, dtype=np.uint8), w
-        prompt, answer, _, data = tasks.build(self.rng, kind, n, self.filler)
+        prompt, answer, _, data = tasks.build(self.rng, kind, n, self.filler, as_trained=True)
         w = np.ones(n, np.float32)
         w[len(prompt):len(prompt) + len(answer) + 1] = self.ANSWER_WEIGHT
         return np.frombuffer(data, dtype=np.uint8), w
@@ -319,7 +319,7 @@ def task_accuracy(model, held, task, length, samples, seed):
             rows, spans = [], []
             for i in range(first, min(samples, first + 8)):
                 prompt, answer, _, data = tasks.build(rng, task, length, src.filler,
-                                                      depth=(i + 0.5) / samples)
+                                                      depth=(i + 0.5) / samples, as_trained=True)
                 rows.append(np.frombuffer(data, dtype=np.uint8))
                 spans.append((len(prompt), len(answer)))
             x = torch.from_numpy(np.stack(rows).astype(np.int64))

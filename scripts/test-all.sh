@@ -19,7 +19,7 @@ source scripts/test-summary.sh
 # The suites each build must run (ctest names), and the fuzz targets.
 required_release=(cli install layers report_browser python no_vendored_packages simd_baseline pip npm_pack row_schema_agreement)
 required_sanitize=(cli report_browser simd_baseline)
-fuzz_targets=5  # scripts/fuzz.sh's default list: vectors params policy npy model
+fuzz_targets=6  # scripts/fuzz.sh's default list: vectors params policy npy model task_rows
 
 status=0
 logs=$(mktemp -d)

@@ -459,6 +459,51 @@ TEST(LayerBudgetErrors, BadConfigurationsAreRefusedAtConstruction) {
                  "LayerBudget: budget (5) must equal layerBudget - (heads - 1) x headFloor");
   LayerBudget layer("tova", {}, LayerBudgetParams{2, 8, 1});
   EXPECT_THROW(layer.on_decode_step(2, 1, std::nullopt), ContractError);
+  // A floor near 2^62 once wrapped floor x heads negative and reached the
+  // policy as a negative budget.
+  expect_refused([] { LayerBudget("h2o", {}, LayerBudgetParams{2, 128, std::int64_t{1} << 62}); },
+                 "LayerBudget: headFloor (4611686018427387904) times heads (2) must be at most layerBudget (128)");
+  expect_refused([] { LayerBudget("h2o", {}, LayerBudgetParams{1025, 4096, -1}); }, "heads (1025) must be at most 1024");
+  expect_refused([] { LayerBudget("h2o", {}, LayerBudgetParams{2, kMaxLayerBudget + 1, -1}); },
+                 "layerBudget (67108865) must be at most 67108864");
+}
+
+// Storage is bounded before it is taken: 1,024 heads of 2^18 positions each
+// (about 15 MB a head) would be some 15 GB; only the first head is built
+// before the refusal. (Once 1,024 x 2^24 asked ~700 GB and met bad_alloc or
+// the OOM killer.)
+TEST(LayerBudgetErrors, StorageAboveOneGibibyteIsRefusedBeforeItIsTaken) {
+  expect_refused([] { LayerBudget("h2o", {}, LayerBudgetParams{1024, std::int64_t{1} << 18, 0}); },
+                 "LayerBudget: heads (1024) x ");
+  expect_refused([] { LayerBudget("h2o", {}, LayerBudgetParams{1024, std::int64_t{1} << 18, 0}); },
+                 "bytes one layer may hold: lower heads or layerBudget");
+  // A layer of real size is far inside the bound.
+  const LayerBudget fine("scissorhands", {}, LayerBudgetParams{32, 32 * 4096, -1});
+  EXPECT_LT(fine.memory_bytes(), std::size_t{1} << 30);
+}
+
+// PyramidKV in layer mode holds what its fixed budgets hold: layer 3 of 4 at
+// an average budget of 64 keeps max(floor(2*64*3/15), 32 + 1) = 33 a head,
+// 66 for two heads -- not the 92 that the share of the larger head budget
+// (128 - 12 = 116: floor(2*116*3/15) = 46 a head) once allowed.
+TEST(LayerBudget, PyramidKVHoldsItsFixedSharePerLayer) {
+  const std::int64_t shares[] = {128, 128, 102, 66};  // 2 x min(64, max(share, 33)) for layers 0 ... 3
+  for (std::int64_t l = 0; l < 4; ++l) {
+    LayerBudget layer("pyramidkv", {{"layer", l}, {"numLayers", 4}}, LayerBudgetParams{2, 128, -1});
+    std::vector<float> w(256, 1.0F / 256);
+    std::size_t after = 0;
+    for (int t = 1; t <= 200; ++t) {
+      for (std::size_t h = 0; h < 2; ++h) {
+        layer.on_decode_step(h, t, std::span<const float>(w.data(), layer.kept_count(h)));
+      }
+      if (layer.total_kept() > 128) {
+        layer.evict(128);
+        after = layer.total_kept();
+        ASSERT_EQ(after, static_cast<std::size_t>(shares[l])) << "layer " << l << " step " << t;
+      }
+    }
+    EXPECT_EQ(after, static_cast<std::size_t>(shares[l])) << "layer " << l << ": no eviction";
+  }
 }
 
 TEST(LayerBudget, NoAllocationAfterConstruction) {

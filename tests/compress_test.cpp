@@ -84,5 +84,39 @@ TEST(PrefillCompression, RequestsItCannotServeAreClearErrors) {
   EXPECT_THROW(perplexity(*model, text, {{"h2o", {}, 64}}, options), ParameterError);
 }
 
+// Refused before any work: the progress callback never runs. Both were once
+// raised only after every window had been decoded (SnapKV's window inside
+// the parallel jobs, nothing-to-predict at the end).
+TEST(PrefillCompression, RequestsItCannotServeAreRefusedBeforeAnyWork) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(600);
+  std::uint32_t calls = 0;
+  ModelRunOptions options;
+  options.progress = [&](std::uint32_t, std::uint32_t) { ++calls; };
+  options.prefill = 599;  // the window's 599 predictions all fall inside the prefill
+  try {
+    perplexity(*model, text, {{"h2o", {}, 64}}, options);
+    ADD_FAILURE() << "ran with nothing to predict";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--prefill (599) leaves nothing to predict"), std::string::npos) << e.what();
+  }
+  options.prefill = 300;
+  try {
+    perplexity(*model, text, {{"sliding-window", {}, 64}, {"snapkv", {{"recentWindow", 4}}, 16}}, options);
+    ADD_FAILURE() << "a 32-row window over a budget of 16 ran";
+  } catch (const ParameterError& e) {
+    EXPECT_NE(std::string(e.what()).find("SnapKV prefill: the window (32 rows) is larger than the budget (16)"),
+              std::string::npos)
+        << e.what();
+  }
+  // PyramidKV's deepest layer at 40: max(floor(2*40*3/15), 4 + 1) = 16 < 32.
+  EXPECT_THROW(perplexity(*model, text, {{"pyramidkv", {{"recentWindow", 4}}, 40}}, options), ParameterError);
+  EXPECT_EQ(calls, 0U) << "a refused request did work first";
+  // A prefill that fits in the budget compresses nothing: no window check.
+  options.prefill = 12;
+  options.max_windows = 1;
+  EXPECT_NO_THROW(perplexity(*model, heldout_prefix(40), {{"snapkv", {{"recentWindow", 4}}, 16}}, options));
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -263,6 +263,51 @@ TEST(DecoderPaged, ASlidingWindowLayerBudgetIsThePerHeadWindowAndHoldsTheLayersB
   EXPECT_EQ(want[1].peak_positions, std::uint64_t{c.head_count()} * 48 + 1);
 }
 
+// A shared budget holds what fixed budgets hold, layer by layer: PyramidKV's
+// per-layer share (and any policy's) is the same total in both modes, so a
+// difference between them is the sharing's and not more memory. PyramidKV
+// once took its layer share from the largest head budget and held 5.5 % more
+// positions in layer mode at budget 64.
+TEST(DecoderPaged, SharedAndFixedBudgetsHoldTheSameMeanPositionsPerLayer) {
+  const auto model = committed_model();
+  const ModelConfig& c = model->config();
+  const std::vector<std::uint8_t> text = heldout_prefix(400);
+  for (const std::string policy : {"pyramidkv", "snapkv", "h2o"}) {
+    for (const std::int64_t budget : {48, 64}) {
+      const RunSpec spec{policy, {}, budget};
+      Decoder fixed(model, DecoderOptions{400, 0, 0});
+      std::vector<std::unique_ptr<Policy>> heads;
+      for (std::uint32_t h = 0; h < c.head_count(); ++h) {
+        heads.push_back(find_policy(policy).make(head_params(spec, c, h / c.kv_heads)));
+        fixed.set_policy(h, heads.back().get(), budget);
+      }
+      Decoder shared(model, DecoderOptions{400, 0, 0});
+      std::vector<std::unique_ptr<LayerBudget>> layers;
+      for (std::uint32_t l = 0; l < c.layers; ++l) {
+        ParamMap params = head_params(spec, c, l);
+        std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
+        layers.push_back(std::make_unique<LayerBudget>(policy, params, LayerBudgetParams{c.kv_heads, budget * c.kv_heads, -1}));
+        shared.set_layer_budget(l, layers.back().get(), budget * c.kv_heads);
+      }
+      std::vector<std::uint64_t> held_fixed(c.layers, 0), held_shared(c.layers, 0);
+      for (const std::uint8_t b : text) {
+        fixed.step(b);
+        shared.step(b);
+        for (std::uint32_t h = 0; h < c.head_count(); ++h) {
+          held_fixed[h / c.kv_heads] += fixed.held(h).size();
+          held_shared[h / c.kv_heads] += shared.held(h).size();
+        }
+      }
+      for (std::uint32_t l = 0; l < c.layers; ++l) {
+        EXPECT_EQ(held_shared[l], held_fixed[l]) << policy << " at " << budget << ", layer " << l
+                                                 << ": mean positions held per step "
+                                                 << static_cast<double>(held_shared[l]) / text.size() << " shared, "
+                                                 << static_cast<double>(held_fixed[l]) / text.size() << " fixed";
+      }
+    }
+  }
+}
+
 // H2O's scores differ by head: the heads' shares move, the layer's total
 // never passes its budget, and no head goes under the floor.
 TEST(DecoderPaged, ALayerBudgetMovesPositionsBetweenHeadsWithinTheLayersTotal) {

@@ -70,7 +70,33 @@ TEST(TaskRows, BadDocumentsAreOneLineErrors) {
   expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"soon","length":512,"depth":0.5,"samples":4,"correct":1,"evicted":0}])",
          "t.json: row 0: unknown moment 'soon'");
   expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"decode","length":512,"depth":0.5,"samples":4,"correct":5,"evicted":0}])",
-         "t.json: row 0: 5 correct of 4 samples");
+         "t.json: row 0: 'correct' (5) must be in 0 ... 4");
+  // Every field for its type and range: a negative count once wrapped to
+  // 2^32 - 1 and a negative budget drew NaN coordinates, both accepted.
+  const auto row = [](const std::string& fields) {
+    return R"([{"task":"passkey","length":512,"depth":0.5,"correct":1,"evicted":0,)" + fields + "}]";
+  };
+  expect(row(R"("policy":"h2o","budget":64,"moment":"decode","samples":-1)"), "row 0: 'samples' (-1) must be in 1 ... 4294967295");
+  expect(row(R"("policy":"h2o","budget":64,"moment":"decode","samples":0)"), "row 0: 'samples' (0) must be in 1 ...");
+  expect(row(R"("policy":"h2o","budget":64,"moment":"decode","samples":4294967296)"), "row 0: 'samples' (4294967296) must be in 1 ... 4294967295");
+  expect(row(R"("policy":"h2o","budget":64,"moment":"decode","samples":2.5)"), "row 0: 'samples' must be a whole number, not 2.5");
+  expect(row(R"("policy":"h2o","budget":64,"moment":"decode","samples":"4")"), "row 0: 'samples' must be a whole number, not \"4\"");
+  expect(row(R"("policy":"h2o","budget":-64,"moment":"decode","samples":4)"), "row 0: 'budget' (-64) must be in 0 ... 16777216");
+  expect(row(R"("policy":"h2o","budget":0,"moment":"decode","samples":4)"), "row 0: policy 'h2o' with budget 0: the full cache's rows have budget 0, a policy's at least 1");
+  expect(row(R"("policy":"full","budget":64,"moment":"full","samples":4)"), "row 0: policy 'full' with budget 64");
+  expect(row(R"("policy":"full","budget":0,"moment":"decode","samples":4)"), "row 0: policy 'full' with moment 'decode'");
+  expect(row(R"("policy":"h2o","budget":64,"moment":"full","samples":4)"), "row 0: policy 'h2o' with moment 'full'");
+  expect(row(R"("policy":"","budget":64,"moment":"decode","samples":4)"), "row 0: 'policy' is empty");
+  expect(row(R"("policy":7,"budget":64,"moment":"decode","samples":4)"), "row 0: 'policy' must be a string, not 7");
+  expect(R"([{"task":"passkey","length":512,"depth":-0.1,"correct":1,"evicted":0,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
+         "row 0: 'depth' (-0.1) must be in 0 ... 1");
+  expect(R"([{"task":"passkey","length":512,"depth":1e400,"correct":1,"evicted":0,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
+         "t.json: not JSON");
+  expect(R"([{"task":"passkey","length":-512,"depth":0.5,"correct":1,"evicted":0,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
+         "row 0: 'length' (-512) must be in 1 ... 4294967295");
+  expect(R"([{"task":"passkey","length":512,"depth":0.5,"correct":1,"evicted":-1,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
+         "row 0: 'evicted' (-1) must be in 0 ... 18446744073709551615");
+  expect(R"([7])", "row 0: not an object");
   EXPECT_THROW(read_task_rows_file("/nonexistent/rows.json"), InputError);
 }
 

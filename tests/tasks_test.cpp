@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -111,6 +114,189 @@ TEST(Tasks, EveryTaskAsksForWhatOnlyItsNeedlesHold) {
       EXPECT_EQ(q, "\nRepeat the code: <<");
     }
   }
+}
+
+// Each task's needles, as docs/tasks.md writes them.
+const std::regex& needle_pattern(const std::string& task) {
+  static const std::regex passkey(R"(The pass key is ([0-9]+)\. Remember it\. \1 is the pass key\.)");
+  static const std::regex magic(R"(One of the special magic numbers for [a-z]{6} is: [0-9]{6,7}\.)");
+  static const std::regex var(R"(VAR [A-Z]{5} = (VAR [A-Z]{5}|[0-9]{5})\.)");
+  static const std::regex code(R"(Code: <<[a-z0-9]{16,48}>>)");
+  if (task == "passkey") return passkey;
+  if (task == "vartrack") return var;
+  if (task == "copy") return code;
+  return magic;
+}
+
+// Where the asked needle went in the filler, worked out from the prompt alone:
+// every needle (and the space after it) is taken out, and what is left before
+// the asked one is the filler it was cut into. Returns {filler offset, filler
+// length, needles found}.
+struct Placement {
+  std::size_t offset = 0, filler = 0, needles = 0;
+};
+Placement placement(const TaskSample& s) {
+  const std::string p = prompt_text(s).substr(0, s.question);
+  Placement out;
+  std::size_t inserted = 0, before = 0;
+  for (auto it = std::sregex_iterator(p.begin(), p.end(), needle_pattern(s.task)); it != std::sregex_iterator(); ++it) {
+    const auto at = static_cast<std::size_t>(it->position());
+    const auto len = static_cast<std::size_t>(it->length());
+    EXPECT_EQ(p[at + len], ' ') << s.task << ": a needle is followed by a space";
+    inserted += len + 1;
+    if (at < s.needle) before += len + 1;
+    ++out.needles;
+  }
+  out.filler = p.size() - inserted;
+  out.offset = s.needle - before;
+  return out;
+}
+
+// Every needle of every sample of a grid sits where its depth says: at
+// round(depth x filler) or at most 25 bytes on (the next word's start). The
+// cut once fell back to the filler's end when no space was that near, so a
+// row said depth 10 % for a needle just before the question.
+TEST(Tasks, EveryAskedNeedleSitsWithin25BytesOfItsDepth) {
+  std::size_t checked = 0, inside_word = 0;
+  for (const std::string& task : task_names()) {
+    for (const std::uint32_t length : {512U, 1024U}) {
+      for (std::uint32_t d = 0; d < 10; ++d) {
+        const double depth = (d + 0.5) / 10;
+        for (std::uint32_t i = 0; i < 10; ++i) {
+          Rng rng = task_sample_rng(1, task, length, depth, i);
+          const TaskSample s = make_task(task, length, depth, rng, filler());
+          ASSERT_EQ(s.depth, depth);
+          const Placement at = placement(s);
+          if (task == "passkey" || task == "copy") {
+            ASSERT_EQ(at.needles, 1U) << task;
+          }
+          if (task == "vartrack") {
+            const std::size_t names = (s.answer.size() + 1) / 6;
+            ASSERT_EQ(at.needles, names + 2) << "the chain and the two-step decoy";
+          }
+          const double want = std::nearbyint(depth * static_cast<double>(at.filler));
+          EXPECT_GE(static_cast<double>(at.offset), want) << task << " " << length << " depth " << depth << " #" << i;
+          EXPECT_LE(static_cast<double>(at.offset), want + 25.0)
+              << task << " " << length << " depth " << depth << " #" << i << ": the needle is "
+              << (static_cast<double>(at.offset) - want) << " bytes past its depth";
+          inside_word += static_cast<double>(at.offset) == want && s.prompt[s.needle - 1] != ' ' ? 1 : 0;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 1000U);
+  // The fallback ran: some samples had no space within 25 bytes (about 2 %).
+  EXPECT_GT(inside_word, 0U);
+}
+
+// The rule itself on fillers made for it: a space within 25 bytes moves the
+// cut to just after it; farther, or none, cuts inside the word.
+TEST(Tasks, ANeedleMovesToTheNextWordOnlyWhenOneStartsWithin25Bytes) {
+  const std::string solid(1000, 'a');
+  EXPECT_EQ(needle_cut(solid, 0.1), 100U);  // once 1000: the end of the filler
+  EXPECT_EQ(needle_cut(solid, 1.0), 1000U);
+  std::string spaced = solid;
+  spaced[124] = ' ';  // 24 bytes on: the next word starts at 125
+  EXPECT_EQ(needle_cut(spaced, 0.1), 125U);
+  std::string far = solid;
+  far[125] = ' ';  // 25 bytes on: too far
+  EXPECT_EQ(needle_cut(far, 0.1), 100U);
+  std::string at = solid;
+  at[100] = ' ';
+  EXPECT_EQ(needle_cut(at, 0.1), 101U);
+}
+
+// vartrack's chain starts at the depth its row reports, even past 0.7 (where
+// it was once clamped while the row still said 0.9).
+TEST(Tasks, TheVariableChainStartsAtTheDepthItsRowReports) {
+  for (std::uint32_t i = 0; i < 20; ++i) {
+    Rng rng = task_sample_rng(3, "vartrack", 1024, 0.9, i);
+    const TaskSample s = make_task("vartrack", 1024, 0.9, rng, filler());
+    const Placement at = placement(s);
+    EXPECT_GE(static_cast<double>(at.offset), std::nearbyint(0.9 * static_cast<double>(at.filler)));
+    // The chain's first statement holds the value the question names.
+    const std::string q = prompt_text(s).substr(s.question);
+    const std::string value = q.substr(q.find("value ") + 6, 5);
+    EXPECT_EQ(prompt_text(s).substr(s.needle, 4 + 5 + 3 + 5), "VAR " + s.answer.substr(0, 5) + " = " + value);
+  }
+}
+
+// Every sample its own stream: over 5 tasks x 3 lengths x 100 depths x 100
+// samples (150,000 streams), no two open with the same 64 bits. The seeds
+// were once task<<24 ^ depth*1000<<20 ^ ..., which overlap: at 50 or more
+// depths different cells replayed the same stream.
+TEST(Tasks, EverySampleOfALargeGridHasItsOwnStream) {
+  std::vector<std::uint64_t> heads;
+  for (const std::string& task : task_names()) {
+    for (const std::uint32_t length : {256U, 512U, 1024U}) {
+      for (std::uint32_t d = 0; d < 100; ++d) {
+        for (std::uint32_t i = 0; i < 100; ++i) {
+          Rng rng = task_sample_rng(1, task, length, (d + 0.5) / 100, i);
+          const std::uint64_t hi = rng.next_u32();
+          heads.push_back(hi << 32 | rng.next_u32());
+        }
+      }
+    }
+  }
+  std::sort(heads.begin(), heads.end());
+  EXPECT_EQ(std::adjacent_find(heads.begin(), heads.end()), heads.end()) << "two samples share a stream";
+  // A cell's stream is its own whatever else is asked: the same coordinates,
+  // the same stream; another seed, another stream.
+  Rng a = task_sample_rng(1, "copy", 512, 0.25, 7), b = task_sample_rng(1, "copy", 512, 0.25, 7);
+  Rng c = task_sample_rng(2, "copy", 512, 0.25, 7);
+  const std::uint32_t first = a.next_u32();
+  EXPECT_EQ(first, b.next_u32());
+  EXPECT_NE(first, c.next_u32());
+  expect_input_error([] { task_sample_rng(1, "copy", 1U << 24, 0.5, 0); }, "must be below 2^24");
+}
+
+// Refused before any work: the progress callback never runs.
+TEST(Tasks, EveryBadRequestIsRefusedBeforeAnyWork) {
+  const auto model = committed_model();
+  std::uint32_t calls = 0;
+  ModelRunOptions options;
+  options.progress = [&](std::uint32_t, std::uint32_t) { ++calls; };
+  TaskRequest r;
+  r.lengths = {300};
+  r.depths = 1;
+  r.samples = 2;
+  r.policies = {"snapkv"};
+  r.budgets = {16};
+  r.overrides = {{"recentWindow", 4}};
+  r.moments = {Moment::decode, Moment::prefill};
+  try {
+    run_tasks(model, filler(), r, options);
+    ADD_FAILURE() << "a 32-row window over a budget of 16 ran";
+  } catch (const ParameterError& e) {
+    EXPECT_NE(std::string(e.what()).find("SnapKV prefill: the window (32 rows) is larger than the budget (16)"),
+              std::string::npos)
+        << e.what();
+  }
+  r.policies = {"pyramidkv"};
+  r.budgets = {40};  // layer 3's share is max(floor(2*40*3/15), 4 + 1) = 16
+  EXPECT_THROW(run_tasks(model, filler(), r, options), ParameterError);
+  r.budgets = {64};
+  r.depths = 1001;
+  expect_input_error([&] { run_tasks(model, filler(), r, options); }, "depths (1001) must be at most 1000");
+  r.depths = 100;
+  r.samples = 1001;
+  expect_input_error([&] { run_tasks(model, filler(), r, options); },
+                     "1 tasks x 1 lengths x 100 depths x 1001 samples is more than the 100000 samples");
+  r.tasks = task_names();
+  r.samples = 4'000'000'000U;  // the product would pass 2^64 if counted at once
+  expect_input_error([&] { run_tasks(model, filler(), r, options); }, "samples one run may make");
+  r.tasks = {"passkey"};
+  r.depths = 10;
+  r.samples = 10'000;
+  r.overrides = {};
+  r.policies = {};  // every policy: 7 x 5 budgets x 3 moments + the full cache = 106 answers a sample
+  r.budgets = {64, 96, 128, 160, 192};
+  r.moments = {Moment::decode, Moment::prefill, Moment::prefill_query};
+  expect_input_error([&] { run_tasks(model, filler(), r, options); },
+                     "100000 samples x 106 configurations (the full cache and 105 policy x budget x moment) is more "
+                     "than the 10000000 answers");
+  EXPECT_EQ(calls, 0U) << "a refused request did work first";
 }
 
 TEST(Tasks, SamplesAreReproducibleFromTheSeed) {

@@ -32,7 +32,9 @@ void check_block_params(const BlockParams& b) {
     fail("blockBudget", b.block_budget,
          fmt::format("times blockSize ({}) must be at most {} positions", b.block_size, kMaxBlockTokens));
   }
-  if (b.block_budget < b.start_blocks + b.recent_blocks) {
+  // start + recent <= budget, compared without forming the sum (both may be
+  // near 2^63).
+  if (b.start_blocks > b.block_budget || b.recent_blocks > b.block_budget - b.start_blocks) {
     fail("blockBudget", b.block_budget,
          fmt::format("must be at least startBlocks + recentBlocks ({} + {}): the areas that are never evicted "
                      "must fit in the budget",

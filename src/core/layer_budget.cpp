@@ -14,8 +14,11 @@ namespace {
 
 constexpr const char* kTitle = "LayerBudget";
 constexpr std::int64_t kMaxHeads = 1024;
-constexpr std::int64_t kMaxLayerBudget = std::int64_t{1} << 26;
 constexpr double kProtected = std::numeric_limits<double>::infinity();
+constexpr std::int64_t kUncapped = std::numeric_limits<std::int64_t>::max();
+// The most one LayerBudget may allocate, its heads' policies included: four
+// times the largest single structure a policy may size (256 MiB).
+constexpr std::uint64_t kMaxLayerBytes = std::uint64_t{1} << 30;
 
 [[noreturn]] void fail(std::string_view name, std::int64_t value, std::string_view rule) {
   throw ParameterError(fmt::format("{}: {} ({}) {}", kTitle, name, value, rule));
@@ -37,12 +40,14 @@ LayerBudget::LayerBudget(std::string_view policy, const ParamMap& params, const 
   if (layer.layer_budget > kMaxLayerBudget) fail("layerBudget", layer.layer_budget, fmt::format("must be at most {}", kMaxLayerBudget));
   floor_ = layer.head_floor == -1 ? default_head_floor(layer.layer_budget, layer.heads) : layer.head_floor;
   if (floor_ < 0) fail("headFloor", floor_, "must be at least 0 (or -1 for the default)");
-  if (floor_ * layer.heads > layer.layer_budget) {
+  // floor x heads <= layer_budget, compared by division so a huge floor
+  // cannot wrap the product.
+  if (floor_ > layer.layer_budget / layer.heads) {
     fail("headFloor", floor_,
          fmt::format("times heads ({}) must be at most layerBudget ({}): the floors must fit in the budget", layer.heads,
                      layer.layer_budget));
   }
-  head_budget_ = layer.layer_budget - (layer.heads - 1) * floor_;
+  head_budget_ = layer.layer_budget - (layer.heads - 1) * floor_;  // >= floor_ >= 0 by the check above
   const PolicyInfo& info = find_policy(policy);
   ParamMap given = params;
   for (const auto& [key, value] : params) {
@@ -53,15 +58,38 @@ LayerBudget::LayerBudget(std::string_view policy, const ParamMap& params, const 
     }
   }
   set_param(given, "budget", head_budget_);
-  for (std::int64_t h = 0; h < layer.heads; ++h) heads_.push_back(info.make(given));
+  heads_.push_back(info.make(given));
   rules_ = heads_.front()->score_rules();
+
+  // Storage is sized before it is taken: every head as large as the first,
+  // plus this class's own arrays (capacity below), within kMaxLayerBytes.
+  const std::uint64_t per_head = heads_.front()->memory_bytes() +
+                                 (static_cast<std::uint64_t>(head_budget_) + 1) * kBytesPerSlot;
+  if (per_head > kMaxLayerBytes / static_cast<std::uint64_t>(layer.heads)) {
+    throw ParameterError(fmt::format(
+        "{}: heads ({}) x {} bytes a head ({}, layerBudget {}) would be more than the {} bytes one layer may "
+        "hold: lower heads or layerBudget",
+        kTitle, layer.heads, per_head, info.name, layer.layer_budget, kMaxLayerBytes));
+  }
+  for (std::int64_t h = 1; h < layer.heads; ++h) heads_.push_back(info.make(given));
+
+  // A policy whose own evict() caps what it holds below the budget
+  // (PyramidKV's layer share) is capped as heads x the cap it would have with
+  // the fair share, layer_budget / heads, as its own budget -- the same total
+  // the layer holds with a fixed budget per head. The heads are built with
+  // the larger head_budget (the most one head may hold), whose cap is larger.
+  cap_total_ = kUncapped;
+  if (rules_.budget_cap < std::numeric_limits<std::int64_t>::max()) {
+    ParamMap fair = params;
+    set_param(fair, "budget", layer.layer_budget / layer.heads);
+    const std::int64_t cap = info.make(fair)->score_rules().budget_cap;
+    cap_total_ = cap > kMaxLayerBudget ? kUncapped : cap * layer.heads;
+  }
 
   // Once every head has admitted its position the layer holds layer_budget +
   // heads; each head keeps max(floor, its protected positions).
   const std::int64_t keeps = std::max(floor_, rules_.protected_newest + rules_.protected_below);
-  const std::int64_t target = std::min(layer.layer_budget, rules_.budget_cap > kMaxLayerBudget
-                                                                ? layer.layer_budget
-                                                                : rules_.budget_cap * layer.heads);
+  const std::int64_t target = std::min(layer.layer_budget, cap_total_);
   if (keeps * layer.heads > target) {
     throw ParameterError(fmt::format(
         "{}: layerBudget ({}) cannot be met: each of the {} heads keeps at least {} positions (headFloor {}; {} "
@@ -120,10 +148,7 @@ std::size_t LayerBudget::evict(std::int64_t layer_budget) {
   }
   std::fill(victim_count_.begin(), victim_count_.end(), 0);
   const std::size_t n = heads_.size();
-  const std::int64_t cap = rules_.budget_cap / static_cast<std::int64_t>(n) >= kMaxLayerBudget
-                               ? layer_budget
-                               : rules_.budget_cap * static_cast<std::int64_t>(n);
-  const auto target = static_cast<std::size_t>(std::min(layer_budget, cap));
+  const auto target = static_cast<std::size_t>(std::min(layer_budget, cap_total_));
   const std::size_t total = total_kept();
   if (total <= target) return 0;
   const std::size_t needed = std::max(total - target, rules_.min_victims);
@@ -177,8 +202,7 @@ std::size_t LayerBudget::evict(std::int64_t layer_budget) {
 std::size_t LayerBudget::memory_bytes() const noexcept {
   std::size_t bytes = 0;
   for (const auto& h : heads_) bytes += h->memory_bytes();
-  // position 4 + score 8 + entry 24 + mark 1 + victim 4 per slot of each head.
-  return bytes + positions_.size() * (4 + 8 + sizeof(Entry) + 1 + 4);
+  return bytes + positions_.size() * kBytesPerSlot;
 }
 
 }  // namespace kvevict

@@ -123,18 +123,22 @@ std::vector<bool> protect(std::size_t n, std::int64_t recent, std::int64_t sinks
   return p;
 }
 
+void check_window_fits(const std::string& title, std::size_t rows, std::size_t target, std::string_view what_target) {
+  if (rows > target) {
+    throw ParameterError(fmt::format(
+        "{} prefill: the window ({} rows) is larger than {} ({}): the window's positions are "
+        "always kept, so it must fit",
+        title, rows, what_target, target));
+  }
+}
+
 // SnapKV's prefill rule (Li et al., Algorithm 1): the window's positions are
 // kept; every earlier position is scored by its attention summed over the
 // window rows, max-pooled over its neighbours (kernel `kernel`, clipped to the
 // earlier positions), and the top `target - rows` are kept.
 std::vector<Position> snapkv_prefill(const std::string& title, const PrefillWindow& w, std::size_t target,
-                                     std::int64_t kernel, std::string_view what_target) {
-  if (w.rows > target) {
-    throw ParameterError(fmt::format(
-        "{} prefill: the window ({} rows) is larger than {} ({}): the window's positions are "
-        "always kept, so it must fit",
-        title, w.rows, what_target, target));
-  }
+                                     std::int64_t kernel, const std::string& what_target) {
+  check_window_fits(title, w.rows, target, what_target);
   const std::size_t prefix = w.length - w.rows;
   const std::vector<double> sum = column_sums(w, 0);
   const std::size_t radius = static_cast<std::size_t>((kernel - 1) / 2);
@@ -151,11 +155,20 @@ std::vector<Position> snapkv_prefill(const std::string& title, const PrefillWind
   return keep_highest(pooled, is_protected, target);
 }
 
-}  // namespace
+// The policy built with the budget (its rules check the parameters and name
+// any unknown one), its effective parameters, and for SnapKV/PyramidKV how
+// many positions the window must fit in.
+struct Checked {
+  const PolicyInfo* info = nullptr;
+  std::unique_ptr<Policy> built;
+  ParamMap effective;
+  std::size_t target = 0;     // SnapKV: the budget; PyramidKV: min(budget, the layer's share)
+  std::string what_target;
+};
 
-std::vector<Position> prefill(std::string_view policy, const ParamMap& params, std::int64_t budget,
-                              const PrefillWindow& window) {
-  const PolicyInfo& info = find_policy(policy);
+Checked check_request(std::string_view policy, const ParamMap& params, std::int64_t budget) {
+  Checked c;
+  c.info = &find_policy(policy);
   for (const auto& [key, value] : params) {
     if (key == "budget") {
       throw ParameterError(fmt::format(
@@ -166,10 +179,33 @@ std::vector<Position> prefill(std::string_view policy, const ParamMap& params, s
   if (budget < 1) throw ParameterError(fmt::format("prefill: budget ({}) must be at least 1", budget));
   ParamMap with_budget = params;
   set_param(with_budget, "budget", budget);
-  // The decode-time policy's own rules check the parameters (and name any
-  // unknown one); it is built for that alone.
-  const std::unique_ptr<Policy> built = info.make(with_budget);
-  const ParamMap p = info.effective(with_budget);
+  c.built = c.info->make(with_budget);
+  c.effective = c.info->effective(with_budget);
+  c.target = static_cast<std::size_t>(budget);
+  c.what_target = "the budget";
+  if (c.info->name == "pyramidkv") {
+    const QueryInfo* share = c.info->find_query("effectiveBudget");
+    const auto effective = static_cast<std::size_t>(share->call(*c.built, {}));
+    if (effective < c.target) {
+      c.target = effective;
+      c.what_target = fmt::format("layer {}'s share", param(c.effective, "layer"));
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+void check_prefill(std::string_view policy, const ParamMap& params, std::int64_t budget, std::size_t rows) {
+  const Checked c = check_request(policy, params, budget);
+  if (c.info->name == "snapkv" || c.info->name == "pyramidkv") check_window_fits(c.info->title, rows, c.target, c.what_target);
+}
+
+std::vector<Position> prefill(std::string_view policy, const ParamMap& params, std::int64_t budget,
+                              const PrefillWindow& window) {
+  const Checked c = check_request(policy, params, budget);
+  const PolicyInfo& info = *c.info;
+  const ParamMap& p = c.effective;
   check_window(window);
 
   const std::size_t n = window.length;
@@ -210,15 +246,8 @@ std::vector<Position> prefill(std::string_view policy, const ParamMap& params, s
     const float* last = window.weights.data() + (window.rows - 1) * n;
     return keep_highest(std::vector<float>(last, last + n), std::vector<bool>(n, false), b);
   }
-  if (name == "snapkv") {
-    return snapkv_prefill(info.title, window, b, param(p, "poolKernel"), "the budget");
-  }
-  if (name == "pyramidkv") {
-    const QueryInfo* share = info.find_query("effectiveBudget");
-    const auto effective = static_cast<std::size_t>(share->call(*built, {}));
-    const std::size_t target = std::min(b, effective);
-    return snapkv_prefill(info.title, window, target, param(p, "poolKernel"),
-                          target == b ? std::string("the budget") : fmt::format("layer {}'s share", param(p, "layer")));
+  if (name == "snapkv" || name == "pyramidkv") {
+    return snapkv_prefill(info.title, window, c.target, param(p, "poolKernel"), c.what_target);
   }
   throw ParameterError(fmt::format("prefill: policy '{}' has no prefill rule", name));
 }

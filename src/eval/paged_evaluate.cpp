@@ -74,6 +74,32 @@ void check_paged(const PagedOptions& p) {
   if (!p.layer_budget && p.head_floor != -1) throw ParameterError("--head-floor needs --layer-budget");
 }
 
+std::int64_t given_block_size(std::int64_t value, std::string_view name) {
+  if (value < 1) {
+    throw ParameterError(fmt::format("{} ({}) must be at least 1 (leave it out for token-level eviction)", name, value));
+  }
+  return value;
+}
+
+std::int64_t layer_budget_of(std::int64_t budget, std::int64_t heads, const PagedOptions& paged) {
+  if (heads < 1) throw ParameterError(fmt::format("--layer-budget: the layer has {} heads; it needs at least 1", heads));
+  if (budget < 1) throw ParameterError(fmt::format("--budget ({}) must be at least 1", budget));
+  if (budget > kMaxLayerBudget / heads) {
+    throw ParameterError(fmt::format("--budget ({}) times the layer's {} head{} must be at most {} (--layer-budget)",
+                                     budget, heads, heads == 1 ? "" : "s", kMaxLayerBudget));
+  }
+  if (paged.head_floor < -1) {
+    throw ParameterError(fmt::format("--head-floor ({}) must be at least 0 (or left out for the default)",
+                                     paged.head_floor));
+  }
+  if (paged.head_floor > budget) {
+    throw ParameterError(fmt::format("--head-floor ({}) must be at most --budget ({}): every head's floor must fit in "
+                                     "the layer's budget x heads",
+                                     paged.head_floor, budget));
+  }
+  return budget * heads;
+}
+
 std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMap& params, std::int64_t budget,
                                         const PagedOptions& paged) {
   if (!paged.blocks()) return find_policy(policy).make(params);
@@ -170,7 +196,7 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
-    layer.layer_budget = spec.budget * layer.heads;
+    layer.layer_budget = layer_budget_of(spec.budget, layer.heads, options.paged);
     ParamMap params = spec.params;
     params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
                  params.end());
@@ -191,7 +217,7 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
   for (auto& head : heads) views.push_back(head.get());
   for (std::size_t r = 0; r < specs.size(); ++r) {
     const auto started = std::chrono::steady_clock::now();
-    const std::vector<RunTotals> totals = run_layer(*built[r], specs[r].budget * layer.heads, views, steps,
+    const std::vector<RunTotals> totals = run_layer(*built[r], layer_budget_of(specs[r].budget, layer.heads, options.paged), views, steps,
                                                     options.progress);
     RunRow& row = rows[r];
     double mass = 0.0;

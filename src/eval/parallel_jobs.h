@@ -4,6 +4,11 @@
 
 #include <cstdint>
 #include <exception>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
 
 #include "kvevict/eval/harness.h"
 
@@ -14,6 +19,10 @@ namespace kvevict::detail {
 // stopped. Progress is reported in completion order, one call at a time.
 template <typename Job>
 void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
+  // Progress counts in 32 bits; callers bound their work far below this.
+  if (jobs > std::numeric_limits<std::uint32_t>::max()) {
+    throw ContractError(fmt::format("{} jobs are more than progress can count (at most 2^32 - 1)", jobs));
+  }
   std::exception_ptr failure;
   std::uint32_t done = 0;
   const auto total = static_cast<std::uint32_t>(jobs);

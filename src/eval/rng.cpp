@@ -21,6 +21,34 @@ Rng::Rng(std::uint32_t seed) noexcept {
   if (s_[0] == 0 && s_[1] == 0 && s_[2] == 0 && s_[3] == 0) s_[0] = 1;
 }
 
+namespace {
+
+// murmur3's finaliser: a bijection of 32-bit words.
+std::uint32_t mix32(std::uint32_t z) noexcept {
+  z ^= z >> 16;
+  z *= 0x85EBCA6BU;
+  z ^= z >> 13;
+  z *= 0xC2B2AE35U;
+  z ^= z >> 16;
+  return z;
+}
+
+}  // namespace
+
+Rng Rng::from_key(const std::array<std::uint32_t, 4>& key) noexcept {
+  Rng rng;
+  rng.s_ = key;
+  // Each round XORs one word with a function of another: invertible, so the
+  // whole map is a bijection of the 128-bit key; three passes spread every
+  // key word into every state word.
+  for (std::uint32_t r = 0; r < 12; ++r) {
+    rng.s_[(r + 1) & 3U] ^= mix32(rng.s_[r & 3U] + 0x9E3779B9U * (r + 1));
+  }
+  // The one key that maps to the all-zero state (xoshiro's fixed point).
+  if (rng.s_[0] == 0 && rng.s_[1] == 0 && rng.s_[2] == 0 && rng.s_[3] == 0) rng.s_[0] = 1;
+  return rng;
+}
+
 std::uint32_t Rng::next_u32() noexcept {  // xoshiro128**
   const std::uint32_t result = std::rotl(s_[1] * 5U, 7) * 9U;
   const std::uint32_t t = s_[1] << 9;

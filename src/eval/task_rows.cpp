@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -107,6 +108,87 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
   return out;
 }
 
+namespace {
+
+// One row's fields, each checked for its type and range: nlohmann's get<>
+// would wrap -1 into an unsigned field and take 2.5 as 2.
+class RowReader {
+ public:
+  explicit RowReader(const nlohmann::json& row) : row_(row) {
+    if (!row_.is_object()) throw InputError("not an object");
+  }
+
+  const nlohmann::json& field(const char* name) const {
+    if (!row_.contains(name)) throw InputError(fmt::format("no '{}'", name));
+    return row_.at(name);
+  }
+
+  std::string text(const char* name) const {
+    const nlohmann::json& v = field(name);
+    if (!v.is_string()) throw InputError(fmt::format("'{}' must be a string, not {}", name, v.dump()));
+    std::string out = v.get<std::string>();
+    if (out.empty()) throw InputError(fmt::format("'{}' is empty", name));
+    return out;
+  }
+
+  std::uint64_t count(const char* name, std::uint64_t lo, std::uint64_t hi) const {
+    const nlohmann::json& v = field(name);
+    if (!v.is_number_integer()) throw InputError(fmt::format("'{}' must be a whole number, not {}", name, v.dump()));
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() < lo || v.get<std::uint64_t>() > hi
+                               : v.get<std::int64_t>() < 0 || static_cast<std::uint64_t>(v.get<std::int64_t>()) < lo ||
+                                     static_cast<std::uint64_t>(v.get<std::int64_t>()) > hi) {
+      throw InputError(fmt::format("'{}' ({}) must be in {} ... {}", name, v.dump(), lo, hi));
+    }
+    return v.is_number_unsigned() ? v.get<std::uint64_t>() : static_cast<std::uint64_t>(v.get<std::int64_t>());
+  }
+
+  double fraction(const char* name) const {
+    const nlohmann::json& v = field(name);
+    if (!v.is_number()) throw InputError(fmt::format("'{}' must be a number, not {}", name, v.dump()));
+    const double d = v.get<double>();
+    if (!(d >= 0.0 && d <= 1.0)) throw InputError(fmt::format("'{}' ({}) must be in 0 ... 1", name, v.dump()));
+    return d;
+  }
+
+ private:
+  const nlohmann::json& row_;
+};
+
+constexpr std::uint64_t kMaxU32 = 0xFFFFFFFFU;
+// The largest budget any policy takes (core/policies/common.h's bound).
+constexpr std::uint64_t kMaxRowBudget = std::uint64_t{1} << 24;
+
+TaskRow read_row(const nlohmann::json& r) {
+  const RowReader in(r);
+  TaskRow row;
+  row.task = in.text("task");
+  const std::string policy = in.text("policy");
+  const std::string moment = in.text("moment");
+  const bool full = policy == "full";
+  row.policy = full ? std::string() : policy;
+  row.moment = moment == "full" ? Moment::full : parse_moment(moment);
+  if (full != (row.moment == Moment::full)) {
+    throw InputError(fmt::format("policy '{}' with moment '{}': the full cache's rows (and only they) have moment "
+                                 "'full'",
+                                 policy, moment));
+  }
+  const std::uint64_t budget = in.count("budget", 0, kMaxRowBudget);
+  if (full != (budget == 0)) {
+    throw InputError(fmt::format("policy '{}' with budget {}: the full cache's rows have budget 0, a policy's at "
+                                 "least 1",
+                                 policy, budget));
+  }
+  row.budget = static_cast<std::int64_t>(budget);
+  row.length = static_cast<std::uint32_t>(in.count("length", 1, kMaxU32));
+  row.depth = in.fraction("depth");
+  row.samples = static_cast<std::uint32_t>(in.count("samples", 1, kMaxU32));
+  row.correct = static_cast<std::uint32_t>(in.count("correct", 0, row.samples));
+  row.evicted = in.count("evicted", 0, std::numeric_limits<std::uint64_t>::max());
+  return row;
+}
+
+}  // namespace
+
 std::vector<TaskRow> read_task_rows(std::string_view json, const std::string& source) {
   nlohmann::json doc;
   try {
@@ -117,31 +199,13 @@ std::vector<TaskRow> read_task_rows(std::string_view json, const std::string& so
   if (!doc.is_array()) throw InputError(fmt::format("{}: expected an array of task rows (kvevict tasks --format json)", source));
   std::vector<TaskRow> rows;
   for (std::size_t i = 0; i < doc.size(); ++i) {
-    const nlohmann::json& r = doc[i];
-    auto field = [&](const char* name) -> const nlohmann::json& {
-      if (!r.is_object() || !r.contains(name)) throw InputError(fmt::format("no '{}'", name));
-      return r.at(name);
-    };
     TaskRow row;
     try {
-      row.task = field("task").get<std::string>();
-      const std::string policy = field("policy").get<std::string>();
-      row.policy = policy == "full" ? std::string() : policy;
-      row.budget = field("budget").get<std::int64_t>();
-      const std::string moment = field("moment").get<std::string>();
-      row.moment = moment == "full" ? Moment::full : parse_moment(moment);
-      row.length = field("length").get<std::uint32_t>();
-      row.depth = field("depth").get<double>();
-      row.samples = field("samples").get<std::uint32_t>();
-      row.correct = field("correct").get<std::uint32_t>();
-      row.evicted = field("evicted").get<std::uint64_t>();
+      row = read_row(doc[i]);
     } catch (const nlohmann::json::exception& e) {
       throw InputError(fmt::format("{}: row {}: {}", source, i, e.what()));
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: row {}: {}", source, i, e.what()));
-    }
-    if (row.samples == 0 || row.correct > row.samples) {
-      throw InputError(fmt::format("{}: row {}: {} correct of {} samples", source, i, row.correct, row.samples));
     }
     row.accuracy = static_cast<double>(row.correct) / row.samples;
     std::tie(row.low, row.high) = wilson_interval(row.correct, row.samples);

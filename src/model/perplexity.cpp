@@ -12,6 +12,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
+#include "kvevict/core/prefill.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/compress.h"
 #include "kvevict/eval/npy.h"
@@ -63,7 +64,7 @@ std::unique_ptr<LayerBudget> make_layer(const RunSpec& spec, const ModelConfig& 
                                         const PagedOptions& paged) {
   LayerBudgetParams layer;
   layer.heads = cfg.kv_heads;
-  layer.layer_budget = spec.budget * cfg.kv_heads;
+  layer.layer_budget = layer_budget_of(spec.budget, cfg.kv_heads, paged);
   layer.head_floor = paged.head_floor;
   return std::make_unique<LayerBudget>(find_policy(spec.policy).name, without_budget(head_params(spec, cfg, l)),
                                        layer);
@@ -112,7 +113,7 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<con
   } else if (spec != nullptr) {
     built = build(*spec, cfg, paged);
     for (std::uint32_t l = 0; l < built.layers.size(); ++l) {
-      decoder.set_layer_budget(l, built.layers[l].get(), spec->budget * cfg.kv_heads);
+      decoder.set_layer_budget(l, built.layers[l].get(), built.layers[l]->layer_budget());
     }
     for (std::uint32_t h = 0; h < built.policies.size(); ++h) {
       decoder.set_policy(h, built.policies[h].get(), spec->budget);
@@ -226,15 +227,36 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   if (options.prefill > 0 && options.prefill_window < 1) {
     throw ParameterError("--window must be at least 1 (the attention rows the compression scores from)");
   }
-  // Build every head's policy once first, so a bad parameter fails before any work.
+  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
+  // Every request is checked before any work: what is left to predict, each
+  // head's policy (built once), and a prefill's window against each layer's
+  // budget.
+  std::uint64_t predictions = 0;
+  std::vector<double> scored;  // predictions per window
+  bool compresses = false;     // some window is long enough to reach the prefill's end
+  for (const Window& w : windows) {
+    scored.push_back(w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0);
+    predictions += static_cast<std::uint64_t>(scored.back());
+    compresses = compresses || w.length > options.prefill;
+  }
+  if (predictions == 0) {
+    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict in a text of {} bytes", options.prefill,
+                                 text.size()));
+  }
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) {
       throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
     }
     build(spec, cfg, options.paged);
+    // The compression keeps everything when the prefill fits in the budget.
+    if (options.prefill > 0 && compresses && spec.budget < std::int64_t{options.prefill}) {
+      const std::size_t rows = std::min(options.prefill_window, options.prefill);
+      for (std::uint32_t l = 0; l < cfg.layers; ++l) {
+        check_prefill(info.name, without_budget(head_params(spec, cfg, l)), spec.budget, rows);
+      }
+    }
   }
-  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
   const std::size_t runs = specs.size() + 1;  // the full cache first
   std::vector<WindowResult> results(runs * windows.size());
   std::vector<double> seconds(runs * windows.size(), 0.0);
@@ -247,16 +269,6 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   });
 
-  std::uint64_t predictions = 0;
-  std::vector<double> scored;  // predictions per window
-  for (const Window& w : windows) {
-    scored.push_back(w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0);
-    predictions += static_cast<std::uint64_t>(scored.back());
-  }
-  if (predictions == 0) {
-    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict in a text of {} bytes", options.prefill,
-                                 text.size()));
-  }
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs; ++r) {
     double sum = 0.0, secs = 0.0;  // window order: the same sum on any thread count
@@ -354,7 +366,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
         for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) views.push_back(heads[l * cfg.kv_heads + kv].get());
         for (const RunSpec& spec : specs) {
           const auto lb = make_layer(spec, cfg, static_cast<std::uint32_t>(l), options.paged);
-          std::vector<RunTotals> totals = run_layer(*lb, spec.budget * cfg.kv_heads, views, views.front()->steps());
+          std::vector<RunTotals> totals = run_layer(*lb, lb->layer_budget(), views, views.front()->steps());
           for (std::uint32_t kv = 1; kv < cfg.kv_heads; ++kv) totals[kv].eviction_calls = 0;
           for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) add(l * cfg.kv_heads + kv, totals[kv]);
         }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/prefill.h"
 #include "kvevict/model/compress.h"
 #include "kvevict/core/registry.h"
 #include "eval/parallel_jobs.h"
@@ -45,17 +46,17 @@ std::vector<std::string> distinct(std::uint32_t count, Make make) {
   return out;
 }
 
-// Puts each needle (then a space) at fraction depths[i] of the filler, moved
-// forward to just after the next space (within 24 bytes) so words stay whole.
+// Puts each needle (then a space) at fraction depths[i] of the filler: at
+// the start of the next word when one starts within kNeedleShift bytes (so
+// words stay whole), else exactly there, inside a word. Either way the
+// needle sits 0 ... kNeedleShift bytes past its depth in the filler.
 // Returns each needle's offset in the result.
 std::vector<std::uint32_t> insert_needles(std::string& text, const std::string& filler,
                                           const std::vector<std::string>& needles,
                                           const std::vector<double>& depths) {
   std::vector<std::size_t> cuts;
   for (const double d : depths) {
-    const auto at = static_cast<std::size_t>(std::nearbyint(d * static_cast<double>(filler.size())));
-    const std::size_t next = filler.find(' ', at);
-    cuts.push_back(next == std::string::npos || next - at > 24 ? filler.size() : next + 1);
+    cuts.push_back(needle_cut(filler, d));
   }
   std::vector<std::size_t> order(needles.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -82,15 +83,38 @@ std::size_t argmax(std::span<const float> logits) {
 
 }  // namespace
 
+std::size_t needle_cut(std::string_view filler, double depth) {
+  const auto at = static_cast<std::size_t>(std::nearbyint(depth * static_cast<double>(filler.size())));
+  const std::size_t next = filler.find(' ', at);
+  return next == std::string_view::npos || next - at >= kNeedleShift ? at : next + 1;
+}
+
 const std::vector<std::string>& task_names() {
   static const std::vector<std::string> names{"passkey", "multikey", "multivalue", "vartrack", "copy"};
   return names;
 }
 
+Rng task_sample_rng(std::uint32_t seed, std::string_view task, std::uint32_t length, double depth,
+                    std::uint32_t sample) {
+  const auto it = std::find(task_names().begin(), task_names().end(), task);
+  if (it == task_names().end()) {
+    throw InputError(fmt::format("unknown task '{}' (known: {})", task, fmt::join(task_names(), ", ")));
+  }
+  if (length >= (1U << 24)) throw InputError(fmt::format("task {}: length {} must be below 2^24 bytes", task, length));
+  if (!(depth >= 0.0 && depth <= 1.0)) throw ParameterError(fmt::format("task {}: depth {} is outside 0 ... 1", task, depth));
+  // Packed without loss: task index and length share a word (length < 2^24),
+  // and depths at least 2^-30 apart round to different multiples of 2^-31.
+  const auto task_index = static_cast<std::uint32_t>(it - task_names().begin());
+  const auto depth_code = static_cast<std::uint32_t>(std::llround(depth * 2147483648.0));
+  return Rng::from_key({seed, (task_index << 24) | length, depth_code, sample});
+}
+
 TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
                      std::span<const std::uint8_t> filler) {
+  if (!(depth >= 0.0 && depth <= 1.0)) throw ParameterError(fmt::format("task {}: depth {} is outside 0 ... 1", task, depth));
   std::vector<std::string> needles;
   std::vector<double> depths;
+  std::size_t asked = 0;  // the needle placed at `depth` (the row's depth)
   std::string question, answer, closing = ".\n";
   if (task == "passkey") {
     const std::string key = number(rng, 5, 7);
@@ -118,6 +142,7 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
     depths = {depth};
     for (std::uint32_t i = 1; i < k; ++i) depths.push_back(rng.next_float());
     std::sort(depths.begin(), depths.end());  // the values appear in the order listed
+    asked = static_cast<std::size_t>(std::find(depths.begin(), depths.end(), depth) - depths.begin());
     question = "\nWhat are all the special magic numbers for " + key + "? The special magic numbers for " + key +
                " are: ";
     for (std::uint32_t i = 0; i < k; ++i) answer += (i > 0 ? ", " : "") + values[i];
@@ -129,9 +154,10 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
     for (std::uint32_t i = 0; i < hops; ++i) needles.push_back("VAR " + names[i + 1] + " = VAR " + names[i] + ".");
     needles.push_back("VAR " + names[hops + 1] + " = " + values[1] + ".");
     needles.push_back("VAR " + names[hops + 2] + " = VAR " + names[hops + 1] + ".");
-    const double first = std::min(depth, 0.7);
-    std::vector<double> chain{first};
-    for (std::uint32_t i = 0; i < hops; ++i) chain.push_back(first + (1.0 - first) * rng.next_float());
+    // The chain starts at the depth asked for (the row's label); its hops
+    // fall between there and the end.
+    std::vector<double> chain{depth};
+    for (std::uint32_t i = 0; i < hops; ++i) chain.push_back(depth + (1.0 - depth) * rng.next_float());
     std::sort(chain.begin(), chain.end());
     std::vector<double> decoy{rng.next_float(), rng.next_float()};
     std::sort(decoy.begin(), decoy.end());
@@ -172,7 +198,7 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
   s.prompt.assign(text.begin(), text.end());
   s.answer = answer;
   s.depth = depth;
-  s.needle = offsets.front();
+  s.needle = offsets[asked];
   return s;
 }
 
@@ -234,6 +260,9 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     }
   }
   if (request.depths < 1) throw InputError("tasks: depths must be at least 1");
+  if (request.depths > kMaxTaskDepths) {
+    throw InputError(fmt::format("tasks: depths ({}) must be at most {}", request.depths, kMaxTaskDepths));
+  }
   if (request.samples < 1) throw InputError("tasks: samples must be at least 1");
   if (request.window < 1) throw InputError("tasks: the observation window must be at least 1 byte");
   const std::uint32_t shortest = *std::min_element(request.lengths.begin(), request.lengths.end());
@@ -244,7 +273,23 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
                                    shortest));
     }
   }
-  // The configurations: the full cache, then policy x budget x moment.
+  // The grid: every sample is made before any work, and answered once per
+  // configuration. The running product stays below 2^17 before each factor
+  // (each below 2^32) multiplies it, so it cannot wrap.
+  std::uint64_t sample_count = 1;
+  for (const std::uint64_t factor : {std::uint64_t{request.tasks.size()}, std::uint64_t{request.lengths.size()},
+                                     std::uint64_t{request.depths}, std::uint64_t{request.samples}}) {
+    sample_count *= factor;
+    if (sample_count > kMaxTaskSamples) {
+      throw InputError(fmt::format(
+          "tasks: {} tasks x {} lengths x {} depths x {} samples is more than the {} samples one run may make "
+          "(each is built before any work)",
+          request.tasks.size(), request.lengths.size(), request.depths, request.samples, kMaxTaskSamples));
+    }
+  }
+  // The configurations: the full cache, then policy x budget x moment, each
+  // built with every layer's parameters (and a prefill moment's window
+  // checked against each layer's budget) before any work.
   struct Config {
     RunSpec spec;
     Moment moment;
@@ -256,27 +301,41 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   compare.overrides = request.overrides;
   if (!request.budgets.empty()) {
     for (const RunSpec& spec : compare_specs(compare)) {
-      for (std::uint32_t l = 0; l < cfg.layers; ++l) find_policy(spec.policy).make(head_params(spec, cfg, l));
+      for (std::uint32_t l = 0; l < cfg.layers; ++l) {
+        const ParamMap params = head_params(spec, cfg, l);
+        find_policy(spec.policy).make(params);
+        for (const Moment m : request.moments) {
+          if (m == Moment::prefill || m == Moment::prefill_query) {
+            ParamMap without = params;
+            std::erase_if(without, [](const auto& kv) { return kv.first == "budget"; });
+            check_prefill(spec.policy, without, spec.budget, request.window);
+          }
+        }
+      }
       for (const Moment m : request.moments) configs.push_back({spec, m});
     }
+  }
+  const std::uint64_t job_count = sample_count * (1 + configs.size());
+  if (job_count > kMaxTaskJobs) {
+    throw InputError(fmt::format("tasks: {} samples x {} configurations (the full cache and {} policy x budget x "
+                                 "moment) is more than the {} answers one run may give",
+                                 sample_count, 1 + configs.size(), configs.size(), kMaxTaskJobs));
   }
   // Every sample first, each from its own generator: a cell's samples do not
   // depend on which other cells were asked for.
   std::vector<TaskSample> samples;
+  samples.reserve(static_cast<std::size_t>(sample_count));
   struct Cell {
     std::size_t task, length, depth;
   };
   std::vector<Cell> cells;
   for (std::size_t t = 0; t < request.tasks.size(); ++t) {
-    const auto task_index = static_cast<std::uint32_t>(
-        std::find(task_names().begin(), task_names().end(), request.tasks[t]) - task_names().begin());
     for (std::size_t l = 0; l < request.lengths.size(); ++l) {
       for (std::uint32_t d = 0; d < request.depths; ++d) {
         cells.push_back({t, l, d});
         const double depth = (d + 0.5) / request.depths;
         for (std::uint32_t i = 0; i < request.samples; ++i) {
-          Rng rng(request.seed * 0x9E3779B1U ^ (task_index << 24) ^ (request.lengths[l] << 8) ^
-                  (static_cast<std::uint32_t>(std::lround(depth * 1000.0)) << 20) ^ (i * 0x85EBCA6BU));
+          Rng rng = task_sample_rng(request.seed, request.tasks[t], request.lengths[l], depth, i);
           samples.push_back(make_task(request.tasks[t], request.lengths[l], depth, rng, filler));
         }
       }

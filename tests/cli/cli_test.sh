@@ -228,5 +228,44 @@ printf '[{"task": 1}]' >"$tmp/bad.json"
 bad "report bad tasks" "bad.json: row 0:" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/t2.html" --tasks "$tmp/bad.json"
 if [[ ! -e "$tmp/t2.html" ]]; then pass; else fail "report wrote a page despite a bad --tasks file"; fi
 
+# Numbers past 2^62 in the paged flags: the flag the user gave, never a wrapped product.
+huge=4611686018427387904
+bad "floor huge"       "--head-floor ($huge) must be at most --budget (64)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --layer-budget --head-floor $huge
+bad "floor huge trace" "--head-floor ($huge) must be at most --budget (64)" -- compare --steps 50 --policies h2o --budgets 64 --layer-budget --head-floor $huge
+bad "floor negative"   "--head-floor (-2) must be at least 0" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --layer-budget --head-floor -2
+bad "layer budget huge" "--budget ($huge) times the layer's 2 heads must be at most 67108864 (--layer-budget)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget $huge --layer-budget
+bad "layer budget trace" "--budget ($huge) times the layer's" -- compare --steps 50 --policies h2o --budgets $huge --layer-budget
+bad "areas huge"       "blockBudget (4) must be at least startBlocks + recentBlocks ($huge + $huge)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 16 --start-blocks $huge --recent-blocks $huge
+bad "block size zero"  "--block-size (0) must be at least 1" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 0
+bad "block size zero trace" "--block-size (0) must be at least 1" -- compare --steps 50 --policies h2o --budgets 64 --block-size 0
+bad "block size negative" "--block-size (-16) must be at least 1" -- run --steps 50 --policy h2o --budget 64 --block-size -16
+# Refused before any work: the error is stderr's only line (no progress line
+# of work done first; off a terminal progress prints a line every tenth).
+alone() {
+  bad "$@"
+  if [[ $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else fail "$1: not before the work: $(head -c 300 "$tmp/err")"; fi
+}
+alone "prefill window"   "SnapKV prefill: the window (32 rows) is larger than the budget (16)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy snapkv --budget 16 --set recentWindow=4 --prefill 100
+alone "prefill nothing"  "--prefill (1023) leaves nothing to predict" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --prefill 1023 --max-windows 1
+alone "tasks window"     "PyramidKV prefill: the window (32 rows) is larger than layer 3's share" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies pyramidkv --budgets 40 --set recentWindow=4 --moments prefill
+alone "tasks grid"       "is more than the 100000 samples one run may make" -- tasks --model "$model" --text "$heldout" --depths 100 --samples 100000
+# report --tasks: every field checked, one line, no page written.
+bad_rows() {  # NAME JSON EXPECTED
+  printf '%s' "$2" >"$tmp/rows.json"
+  rm -f "$tmp/t3.html"
+  bad "report rows $1" "$3" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/t3.html" --tasks "$tmp/rows.json"
+  if [[ ! -e "$tmp/t3.html" ]]; then pass; else fail "report rows $1: wrote a page"; fi
+}
+row='"task":"passkey","length":300,"depth":0.25,"correct":1,"evicted":0'
+bad_rows "samples -1" "[{$row,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":-1}]" "row 0: 'samples' (-1) must be in 1 ... 4294967295"
+bad_rows "budget -64" "[{$row,\"policy\":\"tova\",\"budget\":-64,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'budget' (-64) must be in 0 ... 16777216"
+bad_rows "budget 0"   "[{$row,\"policy\":\"tova\",\"budget\":0,\"moment\":\"decode\",\"samples\":4}]" "row 0: policy 'tova' with budget 0"
+bad_rows "samples 2.5" "[{$row,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":2.5}]" "row 0: 'samples' must be a whole number, not 2.5"
+bad_rows "correct"    "[{\"task\":\"passkey\",\"length\":300,\"depth\":0.25,\"correct\":5,\"evicted\":0,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'correct' (5) must be in 0 ... 4"
+bad_rows "depth"      "[{\"task\":\"passkey\",\"length\":300,\"depth\":1.5,\"correct\":1,\"evicted\":0,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'depth' (1.5) must be in 0 ... 1"
+bad_rows "evicted"    "[{\"task\":\"passkey\",\"length\":300,\"depth\":0.5,\"correct\":1,\"evicted\":-3,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'evicted' (-3) must be in 0 ..."
+bad_rows "full moment" "[{$row,\"policy\":\"full\",\"budget\":0,\"moment\":\"decode\",\"samples\":4}]" "row 0: policy 'full' with moment 'decode'"
+bad_rows "length 0"   "[{\"task\":\"passkey\",\"length\":0,\"depth\":0.5,\"correct\":1,\"evicted\":0,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'length' (0) must be in 1 ... 4294967295"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -59,7 +59,7 @@ ProgressFn model_progress(const std::string& what, const std::string& unit = "wi
       if (done == total) std::fprintf(stderr, "\r\033[K");
       return;
     }
-    const std::uint32_t tenth = done * 10 / total;
+    const auto tenth = static_cast<std::uint32_t>(std::uint64_t{done} * 10 / std::max<std::uint32_t>(total, 1));
     if (tenth != *last || done == total) {
       *last = tenth;
       std::fprintf(stderr, "%s: %u/%u %s\n", what.c_str(), done, total, unit.c_str());
@@ -107,7 +107,7 @@ void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int
 // --block-size, --start-blocks, --recent-blocks, --block-score, --layer-budget,
 // --head-floor (docs/paged.md); parsed here, checked by the library.
 struct PagedFlags {
-  std::int64_t block_size = 0;
+  std::optional<std::int64_t> block_size;  // left out: token-level eviction; given: at least 1
   std::int64_t start_blocks = 0;
   std::int64_t recent_blocks = 0;
   std::string block_score = "sum";
@@ -133,7 +133,7 @@ void add_paged_options(CLI::App* cmd, PagedFlags& f) {
 
 PagedOptions paged_of(const PagedFlags& f) {
   PagedOptions p;
-  p.block_size = f.block_size;
+  if (f.block_size) p.block_size = given_block_size(*f.block_size, "--block-size");
   p.start_blocks = f.start_blocks;
   p.recent_blocks = f.recent_blocks;
   p.block_score = parse_block_score(f.block_score);

@@ -727,7 +727,9 @@ Napi::Value TraceHash(const Napi::CallbackInfo& info) {
 // (docs/paged.md), as the tool's --block-size ... --head-floor.
 kvevict::PagedOptions paged_options(const Napi::Object& options, const std::string& what) {
   kvevict::PagedOptions p;
-  p.block_size = optional_integer(options, "blockSize", what).value_or(0);
+  if (const auto size = optional_integer(options, "blockSize", what)) {
+    p.block_size = kvevict::given_block_size(*size, what + ".blockSize");
+  }
   p.start_blocks = optional_integer(options, "startBlocks", what).value_or(0);
   p.recent_blocks = optional_integer(options, "recentBlocks", what).value_or(0);
   const Napi::Value score = options.Get("blockScore");

@@ -736,7 +736,7 @@ kvevict::PagedOptions paged_of(py::handle paged, const std::string& what) {
     const std::string key = to_str(item.first, what + ": a paged option name");
     const std::string where = what + ": paged[" + key + "]";
     if (key == "block_size" || key == "blockSize") {
-      p.block_size = to_int(item.second, where);
+      p.block_size = kvevict::given_block_size(to_int(item.second, where), where);
     } else if (key == "start_blocks" || key == "startBlocks") {
       p.start_blocks = to_int(item.second, where);
     } else if (key == "recent_blocks" || key == "recentBlocks") {

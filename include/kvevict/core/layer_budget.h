@@ -25,6 +25,9 @@
 
 namespace kvevict {
 
+// The largest layer budget (positions a layer's heads hold together).
+inline constexpr std::int64_t kMaxLayerBudget = std::int64_t{1} << 26;
+
 struct LayerBudgetParams {
   std::int64_t heads = 8;           // KV heads in the layer, >= 1
   std::int64_t layer_budget = 4096;  // positions the heads hold together after each eviction
@@ -43,14 +46,17 @@ class LayerBudget {
   // `budget` in `params` must equal it or be left out). Throws ParameterError
   // naming the parameter for heads < 1, a floor below 0 or above the fair
   // share, or a layer budget that cannot be met once every head has admitted
-  // a position (each head keeps max(floor, the policy's protected positions)).
+  // a position (each head keeps max(floor, the policy's protected positions)),
+  // and for storage above 1 GiB (heads x each head's policy and slots).
   LayerBudget(std::string_view policy, const ParamMap& params, const LayerBudgetParams& layer);
 
   // One decode step of one head (step every head once per decode step).
   void on_decode_step(std::size_t head, std::int64_t pos, Attention attn);
 
   // Evicts so that the heads hold at most min(layer_budget, heads x the
-  // policy's cap) positions together -- at least min_victims when an
+  // policy's cap at the fair share layer_budget / heads -- PyramidKV's layer
+  // share, so a layer holds what it would with a fixed budget per head)
+  // positions together -- at least min_victims when an
   // eviction is due -- and returns how many went; victims(h) names head h's,
   // ascending. Fewer when every remaining position is protected or at a floor.
   std::size_t evict(std::int64_t layer_budget);
@@ -61,6 +67,7 @@ class LayerBudget {
   std::size_t total_kept() const noexcept;
   std::int64_t head_floor() const noexcept { return floor_; }
   std::int64_t head_budget() const noexcept { return head_budget_; }
+  std::int64_t layer_budget() const noexcept { return layer_.layer_budget; }
   Policy& head(std::size_t h);
   std::size_t memory_bytes() const noexcept;
 
@@ -72,12 +79,15 @@ class LayerBudget {
     std::uint32_t slot;
   };
   void check_head(std::size_t head, const char* what) const;
+  // position 4 + score 8 + entry + mark 1 + victim 4 for each slot of each head.
+  static constexpr std::uint64_t kBytesPerSlot = 4 + 8 + sizeof(Entry) + 1 + 4;
 
   std::vector<std::unique_ptr<Policy>> heads_;
   LayerBudgetParams layer_;
   std::int64_t floor_;
   std::int64_t head_budget_;
   ScoreRules rules_;
+  std::int64_t cap_total_;  // the most the layer holds whatever its budget: heads x the fair share's cap
   std::size_t capacity_;  // per head: head_budget + 1
   std::vector<Position> positions_;  // [head][capacity]
   std::vector<double> scores_;       // [head][capacity]

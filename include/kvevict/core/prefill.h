@@ -41,4 +41,12 @@ struct PrefillWindow {
 std::vector<Position> prefill(std::string_view policy, const ParamMap& params, std::int64_t budget,
                               const PrefillWindow& window);
 
+// Checks a prefill request before there is a window to compress: the policy's
+// parameters and budget, as prefill() does, and for SnapKV/PyramidKV that a
+// window of `rows` rows fits in the budget (or the layer's share), which
+// prefill() requires whenever the prompt is longer than the budget. Throws
+// the ParameterError prefill() would; lets a caller refuse a request before
+// any work starts.
+void check_prefill(std::string_view policy, const ParamMap& params, std::int64_t budget, std::size_t rows);
+
 }  // namespace kvevict

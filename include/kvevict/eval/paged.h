@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvevict/core/block_evictor.h"
@@ -39,9 +40,20 @@ struct PagedOptions {
   bool active() const noexcept { return blocks() || layer_budget; }
 };
 
+// A block size the caller gave explicitly: block_size 0 means "no blocks"
+// only when left out, so a given 0 (or less) is refused like any size
+// below 1. Throws ParameterError "NAME (value) must be at least 1".
+std::int64_t given_block_size(std::int64_t value, std::string_view name);
+
 // Throws ParameterError naming the option when the options break a rule
 // (block size below 1 with another block option given, both modes at once).
 void check_paged(const PagedOptions& paged);
+
+// Layer mode's shared budget: budget x heads positions. Throws ParameterError
+// naming --budget when the product would be above LayerBudget's largest
+// layer budget (checked by division: a huge budget cannot wrap it), and
+// --head-floor when the floors of all heads would not fit in it.
+std::int64_t layer_budget_of(std::int64_t budget, std::int64_t heads, const PagedOptions& paged);
 
 // The policy a run steps: `info`'s policy itself, or, in block mode, a
 // Policy whose evict(budget) evicts whole blocks through a BlockEvictor

@@ -38,14 +38,37 @@ struct TaskSample {
   std::vector<std::uint8_t> prompt;  // filler with the needles, then the question
   std::string answer;                // what greedy decoding must produce next
   double depth = 0.0;                // where the asked needle was put, 0 (start) ... 1 (end)
-  std::uint32_t needle = 0;          // its byte offset in the prompt
+  std::uint32_t needle = 0;          // its byte offset in the prompt (multivalue: the value put at `depth`)
   std::uint32_t question = 0;        // where the question starts (the context ends)
 };
+
+// How far past its depth a needle may sit: a needle asked for at depth d of
+// an F-byte filler starts at a filler offset in [round(d*F), round(d*F) +
+// kNeedleShift] -- at the next word's start when one is that near, else
+// exactly at round(d*F), inside a word. Every task's needles follow it.
+inline constexpr std::size_t kNeedleShift = 25;
+
+// Where in `filler` a needle at `depth` goes (the rule above).
+std::size_t needle_cut(std::string_view filler, double depth);
+
+// The generator of sample `sample` of a task x length x depth cell: its own
+// stream for every (seed, task, length, depth, sample) with length below
+// 2^24 and depths at least 2^-30 apart (any grid kvevict tasks accepts), and
+// the same stream whichever other cells a request asks for.
+Rng task_sample_rng(std::uint32_t seed, std::string_view task, std::uint32_t length, double depth,
+                    std::uint32_t sample);
+
+// The largest grid kvevict tasks builds: samples are all made before any
+// work (about `length` bytes each), and each is answered once per
+// configuration.
+inline constexpr std::uint64_t kMaxTaskSamples = 100'000;
+inline constexpr std::uint64_t kMaxTaskDepths = 1'000;
+inline constexpr std::uint64_t kMaxTaskJobs = 10'000'000;
 
 // One sample of exactly `length` bytes (prompt, answer and the closing bytes
 // the trainer saw after it), filler cut at random from `filler`. Throws
 // InputError for an unknown task, a length too short to hold it, or filler
-// shorter than the sample.
+// shorter than the sample, and ParameterError for a depth outside [0, 1].
 TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
                      std::span<const std::uint8_t> filler);
 
@@ -70,7 +93,9 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
                  Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr);
 
 // Every task x length x depth: the full cache, then each policy x budget x
-// moment, in that order. Every policy is built (its parameters checked) and
+// moment, in that order. Every request is checked -- each policy built with
+// each layer's parameters, each compression's window against its budget,
+// the grid against kMaxTaskSamples, kMaxTaskDepths and kMaxTaskJobs -- and
 // every sample generated before any work; work runs on every core.
 std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
                                const TaskRequest& request, const ModelRunOptions& options = {});
