@@ -42,6 +42,7 @@ run_preset() {
   ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$logs/$preset.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   ctest_tally "$preset" "$logs/$preset.log" "$dir/Testing/Temporary/LastTest.log" "$@"
+  pytest_tally "$logs/$preset.log" "$dir/Testing/Temporary/LastTest.log"
 }
 
 run_preset release build "${required_release[@]}"

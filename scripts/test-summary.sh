@@ -96,6 +96,42 @@ ctest_tally() {
   done
 }
 
+# test_output NAME LASTTEST_LOG: everything a test printed (ctest keeps a
+# passing test's output only in LastTest.log).
+test_output() {
+  awk -v name="$1" '
+    $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); inside = ($0 == name); started = 0; next }
+    inside && /^<end of output>/ { inside = 0 }
+    inside && started { print }
+    inside && /^----------/ { started = 1 }' "$2"
+}
+
+# pytest_tally CTEST_OUTPUT LASTTEST_LOG: the ctest entry `python` is one
+# pytest run; its cases are counted instead of the one entry, as node's are,
+# and its skips are skips, each reason listed. A module that ran no test fails
+# the pytest run itself (bindings/python/tests/conftest.py); its line is
+# repeated above the summary.
+pytest_tally() {
+  local out=$1 lastlog=$2 text line passed skipped
+  text=$(test_output python "$lastlog")
+  line=$(grep -aE '^=* ?[0-9]+ (passed|failed|skipped|errors?|error)' <<<"$text" | grep -aE ' in [0-9.]+s' | tail -1)
+  [[ -n $line ]] || return 0  # not run: ctest_tally's required list says so
+  passed=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '^[0-9]+')
+  skipped=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '^[0-9]+')
+  if grep -qaE 'Test +#[0-9]+: python \.+ +Passed' "$out"; then
+    # ctest counted the run as one pass: count its cases instead.
+    sum_passed=$((sum_passed - 1 + ${passed:-0}))
+  fi
+  sum_skipped=$((sum_skipped + ${skipped:-0}))
+  local reason
+  while IFS= read -r reason; do
+    [[ -n $reason ]] && sum_notes+=("skipped: python: $reason")
+  done < <(grep -aE '^SKIPPED \[[0-9]+\] ' <<<"$text" | sed -E 's/^SKIPPED //')
+  while IFS= read -r reason; do
+    [[ -n $reason ]] && sum_problems+=("$reason")
+  done < <(grep -aE '^kvevict: FAILED: python: ' <<<"$text" | sed -E 's/^kvevict: FAILED: //')
+}
+
 # node_tally OUTPUT EXIT_STATUS: node --test's "pass N" / "fail N" / "skipped N"
 # summary lines ("ℹ pass 3" from the spec reporter, "# pass 3" from TAP).
 node_tally() {

@@ -500,12 +500,14 @@ TEST_F(BadWeights, UnsupportedVersion) {
 // The configuration words at body offsets 24 (KV heads; reserved in version
 // 1) with the version set and the CRC-32 recomputed, so the header check is
 // what refuses the file.
-std::vector<char> with_header(std::vector<char> b, std::uint32_t version, std::uint32_t kv_word) {
+std::vector<char> with_header(std::vector<char> b, std::uint32_t version, std::uint32_t kv_word,
+                              std::uint32_t reserved = 0) {
   auto put = [&](std::size_t at, std::uint32_t v) {
     for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
   };
   put(8, version);
   put(20 + 24, kv_word);
+  put(20 + 28, reserved);
   const uLong crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(b.data()), b.size() - 4);
   put(b.size() - 4, static_cast<std::uint32_t>(crc));
   return b;
@@ -516,6 +518,14 @@ TEST_F(BadWeights, KVHeadsMustDivideTheQueryHeadsAndVersionOneHasNone) {
   expect_error(with_header(good, 2, 0), "0 KV heads do not divide");
   expect_error(with_header(good, 2, heads + 1), fmt::format("{} KV heads do not divide {} query heads", heads + 1, heads));
   expect_error(with_header(good, 1, 3), "reserved word 3 is not 0 in a version-1 file");
+}
+
+// FORMAT.md: the word after the KV heads is reserved and must be 0, in both
+// versions (it was read and ignored).
+TEST_F(BadWeights, TheReservedWordMustBeZero) {
+  const std::uint32_t kv = committed_model()->config().kv_heads;
+  expect_error(with_header(good, 2, kv, 7), "the reserved word after the KV heads is 7; it must be 0");
+  expect_error(with_header(good, 1, 0, 1), "the reserved word after the KV heads is 1; it must be 0");
 }
 
 TEST_F(BadWeights, TheQKVShapeFollowsTheKVHeads) {

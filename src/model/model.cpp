@@ -181,7 +181,10 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
     fail(file, fmt::format("bad model header: reserved word {} is not 0 in a version-1 file", kv_word));
   }
   c.kv_heads = version == 1 ? c.heads : kv_word;
-  r.u32("the configuration");  // reserved
+  const std::uint32_t reserved = r.u32("the configuration");
+  if (reserved != 0) {
+    fail(file, fmt::format("bad model header: the reserved word after the KV heads is {}; it must be 0", reserved));
+  }
   c.rope_base = r.f32("the configuration");
   c.norm_eps = r.f32("the configuration");
   check_config(file, c);

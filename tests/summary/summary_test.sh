@@ -124,6 +124,38 @@ tally "fuzz no build" "tests: 0 passed, 1 failed, 0 skipped" 1 \
   "kvevict: FAILED: fuzz: no result (scripts/fuzz.sh exit 1): fuzz: build failed" -- \
   fuzz_tally "$tmp/fuzz-none.log" 1 5
 
+# The ctest entry `python` is one pytest run: its cases are counted in its
+# place (6 passed, 2 of them skipped here) and each skip is listed; a module
+# that ran no test failed the pytest run (ctest's failure) and is named.
+cat "$tmp/LastTest.log" >"$tmp/LastTest-py.log"
+cat >>"$tmp/LastTest-py.log" <<'LOG'
+6/7 Testing: python
+6/7 Test: python
+Output:
+----------------------------------------------------------
+........                                                                 [100%]
+=========================== short test summary info ============================
+SKIPPED [1] test_decode_loop.py:53: torch is not installed: PyTorch variant skipped (the NumPy variant ran)
+SKIPPED [1] test_model.py:31: the model folder lacks kvevict-tiny.kvm
+6 passed, 2 skipped in 3.10s
+<end of output>
+Test Passed.
+LOG
+tally "pytest cases" "tests: 10 passed, 0 failed, 3 skipped" 0 \
+  "skipped: python: [1] test_decode_loop.py:53: torch is not installed" \
+  "skipped: python: [1] test_model.py:31: the model folder lacks kvevict-tiny.kvm" -- \
+  'ctest_tally release "$tmp/ctest-ok.log" "$tmp/LastTest-py.log" cli python;
+   pytest_tally "$tmp/ctest-ok.log" "$tmp/LastTest-py.log"'
+sed -e 's/^6 passed, 2 skipped in 3.10s$/kvevict: FAILED: python: required module test_distributed.py ran no test (skipped: Dask distributed is not installed)\n5 passed, 3 skipped in 3.10s/' \
+  "$tmp/LastTest-py.log" | sed 's/\\n/\n/' >"$tmp/LastTest-py-bad.log"
+sed -e 's/python ...........................   Passed /python ...........................***Failed /' \
+    -e 's/100% tests passed, 0 tests failed out of 6/83% tests passed, 1 tests failed out of 6/' \
+    "$tmp/ctest-ok.log" >"$tmp/ctest-py-bad.log"
+tally "pytest module skipped" "tests: 4 passed, 1 failed, 4 skipped" 1 \
+  "kvevict: FAILED: python: required module test_distributed.py ran no test (skipped: Dask distributed is not installed)" -- \
+  'ctest_tally release "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-bad.log" cli python;
+   pytest_tally "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-bad.log"'
+
 # Suites add up; one missing suite fails a run that is otherwise green.
 tally "sum" "tests: 21 passed, 1 failed, 2 skipped" 1 "kvevict: FAILED: fuzz: not run (FUZZ_SECONDS=0)" -- \
   'ctest_tally release "$tmp/ctest-ok.log" "$tmp/LastTest.log" cli python; node_tally "$tmp/node-ok.log" 0;

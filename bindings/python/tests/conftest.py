@@ -81,6 +81,79 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _report_required(terminalreporter, config)
     if REPLAYED_CASES:
         parts = ", ".join(f"{group} {n}" for group, n in REPLAYED_CASES.items())
         terminalreporter.write_line(f"vector cases replayed through Python (per mode): {parts}")
+
+
+# ---- required modules ---------------------------------------------------------
+# Every test module must run at least one test. A module-level skip (Dask, the
+# model folder, an import) once left the whole pytest run -- one ctest entry --
+# passing with that module silently gone. The one skip allowed to empty a
+# module is the absent peer conformance folder (../shared/conformance), which
+# the project's tests skip with a message by design.
+_MODULE_OUTCOMES: dict = {}  # module file name -> {"passed": n, "skipped": [reasons], "failed": n}
+_ALLOWED_EMPTY = "shared/conformance"
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
+def _record(nodeid: str, outcome: str, reason: str = "") -> None:
+    entry = _MODULE_OUTCOMES.setdefault(_module_of(nodeid), {"passed": 0, "skipped": [], "failed": 0})
+    if outcome == "passed":
+        entry["passed"] += 1
+    elif outcome == "skipped":
+        entry["skipped"].append(reason)
+    else:
+        entry["failed"] += 1
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_collectreport(report):
+    # A module-level pytest.skip(..., allow_module_level=True) arrives here.
+    if report.skipped and report.nodeid.endswith(".py"):
+        _record(report.nodeid, "skipped", _skip_reason(report))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _record(report.nodeid, report.outcome, _skip_reason(report) if report.skipped else "")
+
+
+def required_module_problems(outcomes: dict, peer_present: bool) -> list:
+    """The modules that ran no test, each with why: one line each."""
+    problems = []
+    for module in sorted(outcomes):
+        entry = outcomes[module]
+        if entry["passed"] > 0 or entry["failed"] > 0:
+            continue
+        reasons = sorted(set(entry["skipped"])) or ["no test collected"]
+        if not peer_present and all(_ALLOWED_EMPTY in r for r in reasons):
+            continue
+        problems.append(f"python: required module {module} ran no test (skipped: {'; '.join(reasons)})")
+    return problems
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Every module pytest was asked to run: those whose tests never reached a
+    # report (collected nothing) count as empty too.
+    for item in getattr(session, "items", []):
+        _MODULE_OUTCOMES.setdefault(_module_of(item.nodeid), {"passed": 0, "skipped": [], "failed": 0})
+    session.config._kvevict_required_problems = required_module_problems(
+        _MODULE_OUTCOMES, conformance_dir() is not None)
+    if session.config._kvevict_required_problems and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def _report_required(terminalreporter, config) -> None:
+    for line in getattr(config, "_kvevict_required_problems", []):
+        terminalreporter.write_line(f"kvevict: FAILED: {line}")

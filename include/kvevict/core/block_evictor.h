@@ -67,8 +67,10 @@ class BlockEvictor {
   BlockEvictor(std::string_view policy, const ParamMap& params, const BlockParams& block);
 
   // One decode step, as Policy::on_decode_step. Throws ContractError, before
-  // anything changes, when the cache would hold more than block_budget + 1
-  // blocks (call evict_blocks after every step).
+  // anything changes, when the cache would hold more than block_budget *
+  // block_size + 1 positions -- its budget's blocks full and one position in
+  // the next; the step that would admit a second is refused (call
+  // evict_blocks after every step).
   void on_decode_step(std::int64_t pos, Attention attn);
 
   // Evicts whole blocks so that at most min(block_budget, the policy's cap /

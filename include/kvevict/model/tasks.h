@@ -13,6 +13,12 @@
 //                  without further eviction;
 //   prefill-query  the same, compressed after the question has been read
 //                  (query-aware: SnapKV's observation window covers it).
+//                  As in a real prefill, the prompt's last step -- which
+//                  predicts the answer's first byte -- runs with the full
+//                  cache, and the compression follows it: the first answer
+//                  byte is read from the uncompressed cache, the rest from
+//                  the compressed one. (Perplexity's prefill mode leaves that
+//                  byte out of its score instead: ModelRunOptions::prefill.)
 #pragma once
 
 #include <cstdint>
