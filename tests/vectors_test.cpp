@@ -176,6 +176,21 @@ TEST(VectorRunner, MalformedCasesSayWhichCaseAndWhat) {
   EXPECT_EQ(r.failures[4].actual, "H2O: budget (0) must be at least 1");
 }
 
+// A vector file reaches LayerBudget's bounds too: the case fails with the
+// one-line refusal, before 1,024 heads of 2^18 positions are allocated.
+TEST(VectorRunner, AnOversizedLayerCaseIsRefusedNotAllocated) {
+  const VectorReport r = replay(R"({"policy": "kv-cache/h2o", "version": 1, "cases": [
+    {"name": "huge layer", "params": {}, "layer": {"heads": 1024, "layerBudget": 262144, "headFloor": 0},
+     "steps": []},
+    {"name": "wrapping floor", "params": {}, "layer": {"heads": 2, "layerBudget": 128, "headFloor": 4611686018427387904},
+     "steps": []}]})");
+  EXPECT_EQ(r.failed, 2U);
+  ASSERT_EQ(r.failures.size(), 2U);
+  EXPECT_NE(r.failures[0].actual.find("bytes one layer may hold"), std::string::npos) << r.failures[0].actual;
+  EXPECT_NE(r.failures[1].actual.find("headFloor (4611686018427387904) times heads (2)"), std::string::npos)
+      << r.failures[1].actual;
+}
+
 TEST(VectorRunner, AThrowingStepEndsTheCase) {
   const VectorReport r = replay(R"({"policy": "kv-cache/sliding-window", "version": 1, "cases": [
     {"name": "overrun", "params": {"budget": 1},

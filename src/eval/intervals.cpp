@@ -15,7 +15,11 @@ std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n
   const double denom = 1.0 + z * z / nn;
   const double centre = (p + z * z / (2.0 * nn)) / denom;
   const double half = z * std::sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom;
-  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+  // At 0 (or n) of n the bound is 0 (or 1) exactly; the formula's rounding
+  // left 2.8e-17 for 0 of 12, an interval that missed its own point.
+  const double low = correct == 0 ? 0.0 : std::clamp(centre - half, 0.0, p);
+  const double high = correct == n ? 1.0 : std::clamp(centre + half, p, 1.0);
+  return {low, high};
 }
 
 double student_t_975(std::uint32_t dof) {

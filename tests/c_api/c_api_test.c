@@ -288,6 +288,12 @@ static void paged(void) {
     CHECK(kvevict_layer_budget_destroy(layer) == KVEVICT_OK);
     CHECK(kvevict_layer_budget_create("h2o", NULL, 0, 4, 100, 0, &layer) == KVEVICT_ERROR_PARAMETER);
     CHECK(error_contains("layerBudget (100) cannot be met"));
+    /* 1,024 heads of 2^18 positions: refused before the storage is taken. */
+    CHECK(kvevict_layer_budget_create("h2o", NULL, 0, 1024, (int64_t)1 << 18, 0, &layer) == KVEVICT_ERROR_PARAMETER);
+    CHECK(error_contains("bytes one layer may hold"));
+    /* A floor near 2^62: named, not wrapped into a negative budget. */
+    CHECK(kvevict_layer_budget_create("h2o", NULL, 0, 2, 128, (int64_t)1 << 62, &layer) == KVEVICT_ERROR_PARAMETER);
+    CHECK(error_contains("headFloor (4611686018427387904) times heads (2) must be at most layerBudget (128)"));
   }
 }
 

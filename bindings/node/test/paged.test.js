@@ -93,6 +93,8 @@ test('LayerBudget: a sliding window shared by two heads', () => {
   assert.throws(() => layer.keptCount(2), RangeError);
   assert.throws(() => new kv.LayerBudget('tova', 0, 4), kv.ParameterError);
   assert.throws(() => new kv.LayerBudget('tova', 2, 4, 3), kv.ParameterError);  // 2 x 3 > 4
+  // 1,024 heads of 2^18 positions (~15 GB) once met bad_alloc or the OOM killer.
+  assert.throws(() => new kv.LayerBudget('h2o', 1024, 2 ** 18, 0), { name: 'ParameterError', message: /bytes one layer may hold/ });
   // The default floor: floor(layerBudget / (5 x heads)).
   assert.equal(new kv.LayerBudget('tova', 2, 100).headFloor, 10);
 });
@@ -109,6 +111,11 @@ test('run and compare take the paged options', () => {
     { name: 'ParameterError', message: 'budget (100) must be a whole number of blocks (--block-size 16)' });
   assert.throws(() => kv.run({ policy: 'h2o', steps: 10, headFloor: 2 }), kv.ParameterError);
   assert.throws(() => kv.run({ policy: 'h2o', steps: 10, layerBudget: 1 }), TypeError);
+  // A given block size of 0 once ran token-level eviction silently.
+  assert.throws(() => kv.run({ policy: 'h2o', budget: 64, steps: 10, blockSize: 0 }),
+    { name: 'ParameterError', message: /blockSize \(0\) must be at least 1/ });
+  assert.throws(() => kv.run({ policy: 'h2o', budget: 64, steps: 10, layerBudget: true, headFloor: 2 ** 52 }),
+    { name: 'ParameterError', message: /--head-floor \(4503599627370496\) must be at most --budget \(64\)/ });
 });
 
 const modelDir = process.env.KVEVICT_MODEL_DIR ? path.resolve(process.env.KVEVICT_MODEL_DIR) : path.join(repoRoot, 'model');

@@ -61,3 +61,21 @@ def test_bad_paged_options_are_clear_errors():
         kvevict.run("h2o", 128, steps=50, paged={"block_score": "median"})
     with pytest.raises(ValueError):
         kvevict.run("h2o", 128, steps=50, paged={"block_size": 16, "layer_budget": True})
+    # A given block size of 0 once ran token-level eviction silently.
+    with pytest.raises(ValueError, match=r"paged\[block_size\] \(0\) must be at least 1"):
+        kvevict.run("h2o", 128, steps=50, paged={"block_size": 0})
+    with pytest.raises(ValueError, match=r"\(-4\) must be at least 1"):
+        kvevict.compare(["h2o"], [128], steps=50, paged={"blockSize": -4})
+    # Numbers past 2^62: the option named, never a wrapped product.
+    with pytest.raises(ValueError, match=r"--head-floor \(4611686018427387904\) must be at most --budget \(64\)"):
+        kvevict.run("h2o", 64, steps=50, paged={"layer_budget": True, "head_floor": 2**62})
+    with pytest.raises(ValueError, match=r"--budget \(4611686018427387904\) times the layer's"):
+        kvevict.run("h2o", 2**62, steps=50, paged={"layer_budget": True})
+
+
+def test_layer_budgets_too_large_or_wrapping_are_refused():
+    # 1,024 heads of 2^18 positions (~15 GB) once met bad_alloc or the OOM killer.
+    with pytest.raises(ValueError, match=r"bytes one layer may hold"):
+        kvevict.LayerBudget("h2o", 1024, 2**18, 0)
+    with pytest.raises(ValueError, match=r"headFloor \(4611686018427387904\) times heads \(2\)"):
+        kvevict.LayerBudget("h2o", 2, 128, 2**62)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kvevict
 from conftest import required_module_problems
 
 
@@ -40,7 +41,10 @@ def test_a_whole_pytest_run_with_a_skipped_module_fails(tmp_path: Path):
     (tmp_path / "test_runs.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
     (tmp_path / "test_gone.py").write_text(
         "import pytest\npytest.skip('Dask distributed is not installed', allow_module_level=True)\n")
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # The copied conftest imports the built package: the same one as here.
+    package_root = str(Path(kvevict.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
                           "--rootdir", str(tmp_path), str(tmp_path)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
