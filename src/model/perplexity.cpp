@@ -240,8 +240,11 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     compresses = compresses || w.length > options.prefill;
   }
   if (predictions == 0) {
-    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict in a text of {} bytes", options.prefill,
-                                 text.size()));
+    std::uint32_t longest = 0;
+    for (const Window& w : windows) longest = std::max(longest, w.length);
+    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict: bytes 0 ... {} of each window are not "
+                                 "scored, and the longest window here has {} bytes",
+                                 options.prefill, options.prefill, longest));
   }
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
