@@ -112,15 +112,23 @@ test_output() {
 # the pytest run itself (bindings/python/tests/conftest.py); its line is
 # repeated above the summary.
 pytest_tally() {
-  local out=$1 lastlog=$2 text line passed skipped
+  local out=$1 lastlog=$2 text line passed failed errors skipped
   text=$(test_output python "$lastlog")
   line=$(grep -aE '^=* ?[0-9]+ (passed|failed|skipped|errors?|error)' <<<"$text" | grep -aE ' in [0-9.]+s' | tail -1)
   [[ -n $line ]] || return 0  # not run: ctest_tally's required list says so
   passed=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '^[0-9]+')
+  failed=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '^[0-9]+')
+  errors=$(grep -oE '[0-9]+ errors?' <<<"$line" | grep -oE '^[0-9]+')
   skipped=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '^[0-9]+')
+  failed=$((${failed:-0} + ${errors:-0}))
+  # ctest counted the whole run as one test; count its cases in its place.
   if grep -qaE 'Test +#[0-9]+: python \.+ +Passed' "$out"; then
-    # ctest counted the run as one pass: count its cases instead.
     sum_passed=$((sum_passed - 1 + ${passed:-0}))
+  else
+    # One ctest failure stands for the failing cases (at least one: a run
+    # failed for a module that ran nothing has no failing case).
+    sum_passed=$((sum_passed + ${passed:-0}))
+    [[ $failed -gt 1 ]] && sum_failed=$((sum_failed + failed - 1))
   fi
   sum_skipped=$((sum_skipped + ${skipped:-0}))
   local reason

@@ -486,6 +486,14 @@ TEST(LayerBudgetErrors, StorageAboveOneGibibyteIsRefusedBeforeItIsTaken) {
 // an average budget of 64 keeps max(floor(2*64*3/15), 32 + 1) = 33 a head,
 // 66 for two heads -- not the 92 that the share of the larger head budget
 // (128 - 12 = 116: floor(2*116*3/15) = 46 a head) once allowed.
+// The fair share is a budget the caller never wrote: a policy that refuses
+// it is named with where the number came from.
+TEST(LayerBudgetErrors, AFairShareThePolicyRefusesIsNamedAsSuch) {
+  expect_refused([] { LayerBudget("pyramidkv", {}, LayerBudgetParams{2, 64, -1}); },
+                 "LayerBudget: layerBudget (64) / heads (2) = 32, the fair share pyramidkv's cap is taken at, is "
+                 "refused: PyramidKV: recentWindow (32) must be smaller than budget (32)");
+}
+
 TEST(LayerBudget, PyramidKVHoldsItsFixedSharePerLayer) {
   const std::int64_t shares[] = {128, 128, 102, 66};  // 2 x min(64, max(share, 33)) for layers 0 ... 3
   for (std::int64_t l = 0; l < 4; ++l) {

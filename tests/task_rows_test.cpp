@@ -97,6 +97,10 @@ TEST(TaskRows, BadDocumentsAreOneLineErrors) {
   expect(R"([{"task":"passkey","length":512,"depth":0.5,"correct":1,"evicted":-1,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
          "row 0: 'evicted' (-1) must be in 0 ... 18446744073709551615");
   expect(R"([7])", "row 0: not an object");
+  // Names too: only what kvevict tasks writes (the report prints them).
+  expect(R"([{"task":"haystack","length":512,"depth":0.5,"correct":1,"evicted":0,"policy":"h2o","budget":64,"moment":"decode","samples":4}])",
+         "row 0: unknown task 'haystack' (known: passkey, multikey, multivalue, vartrack, copy)");
+  expect(row(R"("policy":"nan","budget":64,"moment":"decode","samples":4)"), "row 0: unknown policy 'nan' (known: full, ");
   EXPECT_THROW(read_task_rows_file("/nonexistent/rows.json"), InputError);
 }
 

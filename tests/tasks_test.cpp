@@ -284,7 +284,7 @@ TEST(Tasks, EveryBadRequestIsRefusedBeforeAnyWork) {
   expect_input_error([&] { run_tasks(model, filler(), r, options); },
                      "1 tasks x 1 lengths x 100 depths x 1001 samples is more than the 100000 samples");
   r.tasks = task_names();
-  r.samples = 4'000'000'000U;  // the product would pass 2^64 if counted at once
+  r.samples = 4'000'000'000U;  // 5 x 100 x 4e9 = 2e12: past 2^32, counted in 64 bits and refused
   expect_input_error([&] { run_tasks(model, filler(), r, options); }, "samples one run may make");
   r.tasks = {"passkey"};
   r.depths = 10;
@@ -297,6 +297,24 @@ TEST(Tasks, EveryBadRequestIsRefusedBeforeAnyWork) {
                      "100000 samples x 106 configurations (the full cache and 105 policy x budget x moment) is more "
                      "than the 10000000 answers");
   EXPECT_EQ(calls, 0U) << "a refused request did work first";
+}
+
+// The window is checked only where a compression drops something: with the
+// budget above every sample's prompt nothing is compressed, and a window
+// larger than the budget is no error (the compressor would keep it all).
+TEST(Tasks, AWindowLargerThanABudgetThatHoldsEveryPromptIsNoError) {
+  TaskRequest r;
+  r.lengths = {300};
+  r.depths = 1;
+  r.samples = 1;
+  r.policies = {"snapkv", "pyramidkv"};
+  r.budgets = {300};
+  r.window = 400;
+  r.moments = {Moment::prefill, Moment::prefill_query};
+  std::vector<TaskRow> rows;
+  ASSERT_NO_THROW(rows = run_tasks(committed_model(), filler(), r));
+  ASSERT_EQ(rows.size(), 1U + 2U * 2U);
+  for (const TaskRow& row : rows) EXPECT_EQ(row.evicted, 0U) << row.policy;
 }
 
 TEST(Tasks, SamplesAreReproducibleFromTheSeed) {

@@ -81,8 +81,16 @@ LayerBudget::LayerBudget(std::string_view policy, const ParamMap& params, const 
   cap_total_ = kUncapped;
   if (rules_.budget_cap < std::numeric_limits<std::int64_t>::max()) {
     ParamMap fair = params;
-    set_param(fair, "budget", layer.layer_budget / layer.heads);
-    const std::int64_t cap = info.make(fair)->score_rules().budget_cap;
+    const std::int64_t share = layer.layer_budget / layer.heads;
+    set_param(fair, "budget", share);
+    std::int64_t cap = 0;
+    try {
+      cap = info.make(fair)->score_rules().budget_cap;
+    } catch (const ParameterError& e) {
+      throw ParameterError(fmt::format("{}: layerBudget ({}) / heads ({}) = {}, the fair share {}'s cap is taken at, "
+                                       "is refused: {}",
+                                       kTitle, layer.layer_budget, layer.heads, share, info.name, e.what()));
+    }
     cap_total_ = cap > kMaxLayerBudget ? kUncapped : cap * layer.heads;
   }
 

@@ -7,11 +7,11 @@
 
 namespace kvevict {
 
-std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n) {
-  if (n == 0) return {0.0, 1.0};
+std::pair<double, double> wilson_interval(std::uint64_t correct, std::uint64_t n) {
+  if (n == 0 || correct > n) return {0.0, 1.0};
   constexpr double z = 1.959963984540054;
-  const double nn = n;
-  const double p = correct / nn;
+  const auto nn = static_cast<double>(n);
+  const double p = static_cast<double>(correct) / nn;
   const double denom = 1.0 + z * z / nn;
   const double centre = (p + z * z / (2.0 * nn)) / denom;
   const double half = z * std::sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom;

@@ -12,8 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 
 namespace kvevict {
+
+const std::vector<std::string>& task_names() {
+  static const std::vector<std::string> names{"passkey", "multikey", "multivalue", "vartrack", "copy"};
+  return names;
+}
 
 std::string_view moment_name(Moment m) {
   switch (m) {
@@ -89,7 +95,7 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
   out += "---:|---|\n";
   for (const Key& k : order) {
     const auto& cells = grid[k];
-    std::uint32_t correct = 0, n = 0;
+    std::uint64_t correct = 0, n = 0;  // summed over rows: 64 bits cannot wrap
     out += fmt::format("| {} | {} | {} | {} | {} |", std::get<0>(k), std::get<1>(k), std::get<2>(k),
                        std::get<3>(k) == 0 ? std::string("—") : std::to_string(std::get<3>(k)), std::get<4>(k));
     for (const double d : depths) {
@@ -103,7 +109,7 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
       n += it->second->samples;
     }
     const auto [low, high] = wilson_interval(correct, n);
-    out += fmt::format(" **{:.2f}** | {:.2f} … {:.2f} |\n", n == 0 ? 0.0 : static_cast<double>(correct) / n, low, high);
+    out += fmt::format(" **{:.2f}** | {:.2f} … {:.2f} |\n", n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n), low, high);
   }
   return out;
 }
@@ -162,7 +168,18 @@ TaskRow read_row(const nlohmann::json& r) {
   const RowReader in(r);
   TaskRow row;
   row.task = in.text("task");
+  if (std::find(task_names().begin(), task_names().end(), row.task) == task_names().end()) {
+    throw InputError(fmt::format("unknown task '{}' (known: {})", row.task, fmt::join(task_names(), ", ")));
+  }
   const std::string policy = in.text("policy");
+  if (policy != "full") {
+    const auto known = policies();
+    if (std::none_of(known.begin(), known.end(), [&](const PolicyInfo* p) { return p->name == policy; })) {
+      std::vector<std::string> names{"full"};
+      for (const PolicyInfo* p : known) names.push_back(p->name);
+      throw InputError(fmt::format("unknown policy '{}' (known: {})", policy, fmt::join(names, ", ")));
+    }
+  }
   const std::string moment = in.text("moment");
   const bool full = policy == "full";
   row.policy = full ? std::string() : policy;

@@ -89,10 +89,6 @@ std::size_t needle_cut(std::string_view filler, double depth) {
   return next == std::string_view::npos || next - at >= kNeedleShift ? at : next + 1;
 }
 
-const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names{"passkey", "multikey", "multivalue", "vartrack", "copy"};
-  return names;
-}
 
 Rng task_sample_rng(std::uint32_t seed, std::string_view task, std::uint32_t length, double depth,
                     std::uint32_t sample) {
@@ -288,8 +284,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     }
   }
   // The configurations: the full cache, then policy x budget x moment, each
-  // built with every layer's parameters (and a prefill moment's window
-  // checked against each layer's budget) before any work.
+  // built with every layer's parameters before any work.
   struct Config {
     RunSpec spec;
     Moment moment;
@@ -301,17 +296,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   compare.overrides = request.overrides;
   if (!request.budgets.empty()) {
     for (const RunSpec& spec : compare_specs(compare)) {
-      for (std::uint32_t l = 0; l < cfg.layers; ++l) {
-        const ParamMap params = head_params(spec, cfg, l);
-        find_policy(spec.policy).make(params);
-        for (const Moment m : request.moments) {
-          if (m == Moment::prefill || m == Moment::prefill_query) {
-            ParamMap without = params;
-            std::erase_if(without, [](const auto& kv) { return kv.first == "budget"; });
-            check_prefill(spec.policy, without, spec.budget, request.window);
-          }
-        }
-      }
+      for (std::uint32_t l = 0; l < cfg.layers; ++l) find_policy(spec.policy).make(head_params(spec, cfg, l));
       for (const Moment m : request.moments) configs.push_back({spec, m});
     }
   }
@@ -339,6 +324,24 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
           samples.push_back(make_task(request.tasks[t], request.lengths[l], depth, rng, filler));
         }
       }
+    }
+  }
+  // A prefill moment compresses each sample's first `n` bytes (the context,
+  // or the whole prompt) with min(window, n) rows, and only when n is above
+  // the budget; the longest such n decides whether any sample's window
+  // cannot fit (a shorter one uses no more rows), so it is checked here,
+  // on every layer's parameters, before any work.
+  for (const Config& c : configs) {
+    if (c.moment != Moment::prefill && c.moment != Moment::prefill_query) continue;
+    std::size_t longest = 0;
+    for (const TaskSample& sample : samples) {
+      longest = std::max<std::size_t>(longest, c.moment == Moment::prefill ? sample.question : sample.prompt.size());
+    }
+    if (static_cast<std::int64_t>(longest) <= c.spec.budget) continue;  // nothing is compressed
+    for (std::uint32_t l = 0; l < cfg.layers; ++l) {
+      ParamMap params = head_params(c.spec, cfg, l);
+      std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
+      check_prefill(c.spec.policy, params, c.spec.budget, std::min<std::size_t>(request.window, longest));
     }
   }
   const std::size_t per_sample = 1 + configs.size();

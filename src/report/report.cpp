@@ -662,7 +662,7 @@ Chart heatmap_chart(const std::vector<const TaskRow*>& rows, const std::vector<s
   c.svg += "<g class=\"data\" font-size=\"12\">\n";
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     for (std::size_t j = 0; j < depths.size(); ++j) {
-      std::uint32_t correct = 0, n = 0;
+      std::uint64_t correct = 0, n = 0;  // summed over rows: 64 bits cannot wrap
       for (const TaskRow* r : rows) {
         if (r->length == lengths[i] && r->depth == depths[j]) {
           correct += r->correct;
@@ -671,7 +671,7 @@ Chart heatmap_chart(const std::vector<const TaskRow*>& rows, const std::vector<s
       }
       const double x = f.x + cell_w * static_cast<double>(i), y = f.y + cell_h * static_cast<double>(j);
       if (n == 0) continue;
-      const double a = static_cast<double>(correct) / n;
+      const double a = static_cast<double>(correct) / static_cast<double>(n);
       c.svg += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"#fff\"><title>length {}, "
           "depth {:.0f} %: {} of {} correct</title></rect>\n<text x=\"{}\" y=\"{}\" dy=\"0.32em\" "
@@ -704,7 +704,7 @@ Chart task_budget_chart(const std::vector<TaskRow>& rows, Moment moment, bool st
   const Rect f{78, 58, 320, 290};
   std::vector<std::int64_t> budgets;
   std::vector<std::string> policies;
-  std::uint32_t full_correct = 0, full_n = 0;
+  std::uint64_t full_correct = 0, full_n = 0;  // summed over rows: 64 bits cannot wrap
   for (const TaskRow& r : rows) {
     if (r.policy.empty()) {
       full_correct += r.correct;
@@ -724,7 +724,7 @@ Chart task_budget_chart(const std::vector<TaskRow>& rows, Moment moment, bool st
   auto ymap = [&](double v) { return f.y + f.h - v * f.h; };
   std::vector<Line> lines;
   if (full_n > 0) {
-    const double a = static_cast<double>(full_correct) / full_n;
+    const double a = static_cast<double>(full_correct) / static_cast<double>(full_n);
     Line l;
     l.policy = "full";
     l.label = "full cache";
@@ -737,7 +737,7 @@ Chart task_budget_chart(const std::vector<TaskRow>& rows, Moment moment, bool st
     l.policy = policy;
     l.label = policy;
     for (const std::int64_t b : budgets) {
-      std::uint32_t correct = 0, n = 0;
+      std::uint64_t correct = 0, n = 0;
       for (const TaskRow& r : rows) {
         if (r.policy == policy && r.budget == b && r.moment == moment) {
           correct += r.correct;
@@ -745,7 +745,7 @@ Chart task_budget_chart(const std::vector<TaskRow>& rows, Moment moment, bool st
         }
       }
       if (n == 0) continue;
-      const double a = static_cast<double>(correct) / n;
+      const double a = static_cast<double>(correct) / static_cast<double>(n);
       const auto [lo, hi] = wilson_interval(correct, n);
       l.points.emplace_back(std::log2(static_cast<double>(b)), a);
       l.point_titles.push_back(

@@ -69,7 +69,9 @@ class Placement(unittest.TestCase):
             # and needles; it sits past start x the prompt before the question.
             question = prompt.index(b"\nWhich variables")
             self.assertGreaterEqual(offsets[0], int(start * (question - 200)), as_trained)
-            if not as_trained:
+            if as_trained:  # the training chain started at 0.7: well before 0.8 of the prompt
+                self.assertLess(offsets[0], int(0.8 * question))
+            else:
                 self.assertGreater(offsets[0], int(0.8 * question))
 
 

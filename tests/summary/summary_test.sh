@@ -125,15 +125,16 @@ tally "fuzz no build" "tests: 0 passed, 1 failed, 0 skipped" 1 \
   fuzz_tally "$tmp/fuzz-none.log" 1 5
 
 # The ctest entry `python` is one pytest run: its cases are counted in its
-# place (6 passed, 2 of them skipped here) and each skip is listed; a module
-# that ran no test failed the pytest run (ctest's failure) and is named.
+# place (6 passed and 2 skipped here) and each skip is listed; a module that
+# ran no test failed the pytest run (ctest's failure) and is named; failing
+# cases are counted one by one.
 cat "$tmp/LastTest.log" >"$tmp/LastTest-py.log"
 cat >>"$tmp/LastTest-py.log" <<'LOG'
 6/7 Testing: python
 6/7 Test: python
 Output:
 ----------------------------------------------------------
-........                                                                 [100%]
+......ss                                                                 [100%]
 =========================== short test summary info ============================
 SKIPPED [1] test_decode_loop.py:53: torch is not installed: PyTorch variant skipped (the NumPy variant ran)
 SKIPPED [1] test_model.py:31: the model folder lacks kvevict-tiny.kvm
@@ -151,10 +152,14 @@ sed -e 's/^6 passed, 2 skipped in 3.10s$/kvevict: FAILED: python: required modul
 sed -e 's/python ...........................   Passed /python ...........................***Failed /' \
     -e 's/100% tests passed, 0 tests failed out of 6/83% tests passed, 1 tests failed out of 6/' \
     "$tmp/ctest-ok.log" >"$tmp/ctest-py-bad.log"
-tally "pytest module skipped" "tests: 4 passed, 1 failed, 4 skipped" 1 \
+tally "pytest module skipped" "tests: 9 passed, 1 failed, 4 skipped" 1 \
   "kvevict: FAILED: python: required module test_distributed.py ran no test (skipped: Dask distributed is not installed)" -- \
   'ctest_tally release "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-bad.log" cli python;
    pytest_tally "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-bad.log"'
+sed -e 's/^6 passed, 2 skipped in 3.10s$/3 failed, 3 passed, 2 skipped in 3.10s/' "$tmp/LastTest-py.log" >"$tmp/LastTest-py-fail.log"
+tally "pytest cases failing" "tests: 7 passed, 3 failed, 3 skipped" 1 -- \
+  'ctest_tally release "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-fail.log" cli python;
+   pytest_tally "$tmp/ctest-py-bad.log" "$tmp/LastTest-py-fail.log"'
 
 # Suites add up; one missing suite fails a run that is otherwise green.
 tally "sum" "tests: 21 passed, 1 failed, 2 skipped" 1 "kvevict: FAILED: fuzz: not run (FUZZ_SECONDS=0)" -- \

@@ -118,10 +118,25 @@ def _skip_reason(report) -> str:
     return str(longrepr)
 
 
+_DESELECTED: set = set()  # modules with a test left out by -k or -m: not required to run one
+
+
 def pytest_collectreport(report):
-    # A module-level pytest.skip(..., allow_module_level=True) arrives here.
-    if report.skipped and report.nodeid.endswith(".py"):
+    # Every module collected gets an entry, so one that collected no test is
+    # seen; a module-level pytest.skip(..., allow_module_level=True) arrives
+    # here as a skipped report.
+    if not report.nodeid.endswith(".py"):
+        return
+    _MODULE_OUTCOMES.setdefault(_module_of(report.nodeid), {"passed": 0, "skipped": [], "failed": 0})
+    if report.skipped:
         _record(report.nodeid, "skipped", _skip_reason(report))
+    elif report.failed:
+        _record(report.nodeid, "failed")
+
+
+def pytest_deselected(items):
+    for item in items:
+        _DESELECTED.add(_module_of(item.nodeid))
 
 
 def pytest_runtest_logreport(report):
@@ -144,12 +159,9 @@ def required_module_problems(outcomes: dict, peer_present: bool) -> list:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    # Every module pytest was asked to run: those whose tests never reached a
-    # report (collected nothing) count as empty too.
-    for item in getattr(session, "items", []):
-        _MODULE_OUTCOMES.setdefault(_module_of(item.nodeid), {"passed": 0, "skipped": [], "failed": 0})
-    session.config._kvevict_required_problems = required_module_problems(
-        _MODULE_OUTCOMES, conformance_dir() is not None)
+    outcomes = {m: o for m, o in _MODULE_OUTCOMES.items()
+                if not (m in _DESELECTED and o["passed"] == 0 and not o["skipped"] and o["failed"] == 0)}
+    session.config._kvevict_required_problems = required_module_problems(outcomes, conformance_dir() is not None)
     if session.config._kvevict_required_problems and session.exitstatus == 0:
         session.exitstatus = 1
 

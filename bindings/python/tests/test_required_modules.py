@@ -52,6 +52,19 @@ def test_a_whole_pytest_run_with_a_skipped_module_fails(tmp_path: Path):
     assert ("kvevict: FAILED: python: required module test_gone.py ran no test "
             "(skipped: Dask distributed is not installed)") in run.stdout
     assert "1 passed, 1 skipped" in run.stdout
+    # A module that collects no test at all is named too.
+    (tmp_path / "test_gone.py").write_text("def helper():\n    return 1\n")
+    empty = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                            "--rootdir", str(tmp_path), str(tmp_path)],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert empty.returncode == 1, empty.stdout + empty.stderr
+    assert "required module test_gone.py ran no test (skipped: no test collected)" in empty.stdout
+    # -k leaving a module's tests out is not a failure.
+    (tmp_path / "test_gone.py").write_text("def test_other():\n    assert True\n")
+    picked = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "test_ok",
+                             "--rootdir", str(tmp_path), str(tmp_path)],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert picked.returncode == 0, picked.stdout + picked.stderr
     # Without the skipping module the same run passes.
     (tmp_path / "test_gone.py").unlink()
     again = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",

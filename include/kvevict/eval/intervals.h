@@ -10,8 +10,11 @@
 
 namespace kvevict {
 
-// The Wilson score interval (95 %) for `correct` of `n`; {0, 1} for n = 0.
-std::pair<double, double> wilson_interval(std::uint32_t correct, std::uint32_t n);
+// The Wilson score interval (95 %) for `correct` of `n`; {0, 1} for n = 0
+// (and for correct > n, which has no interval). It holds its point
+// correct / n, and is exactly 0 at the low end for 0 of n and 1 at the high
+// end for n of n.
+std::pair<double, double> wilson_interval(std::uint64_t correct, std::uint64_t n);
 
 // The two-sided 95 % quantile of Student's t with `dof` degrees of freedom
 // (dof >= 1): tabulated to 4 decimals up to 30, a Cornish-Fisher expansion

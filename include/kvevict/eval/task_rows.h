@@ -42,8 +42,16 @@ std::string tasks_json(const std::vector<TaskRow>& rows);
 std::string tasks_csv(const std::vector<TaskRow>& rows);
 std::string tasks_markdown(const std::vector<TaskRow>& rows);
 
+// The retrieval tasks kvevict tasks builds (model/tasks.h): passkey,
+// multikey, multivalue, vartrack, copy.
+const std::vector<std::string>& task_names();
+
 // The rows back from tasks_json's output; `source` names the input in the
 // InputError a malformed document gets (one line, naming the row and field).
+// Every field is checked: a known task, "full" or a registered policy, a
+// moment, whole numbers in range (samples 1 ... 2^32 - 1, correct <= samples,
+// a budget of 0 for the full cache and 1 ... 2^24 for a policy), a depth in
+// 0 ... 1.
 std::vector<TaskRow> read_task_rows(std::string_view json, const std::string& source);
 // The same from a file (InputError naming it when it cannot be read).
 std::vector<TaskRow> read_task_rows_file(const std::filesystem::path& file);

@@ -36,8 +36,8 @@
 
 namespace kvevict {
 
-// passkey, multikey, multivalue, vartrack, copy.
-const std::vector<std::string>& task_names();
+// task_names() (passkey, multikey, multivalue, vartrack, copy) is declared
+// in eval/task_rows.h, where the task-row reader checks names against it.
 
 struct TaskSample {
   std::string task;
@@ -100,9 +100,10 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
 
 // Every task x length x depth: the full cache, then each policy x budget x
 // moment, in that order. Every request is checked -- each policy built with
-// each layer's parameters, each compression's window against its budget,
-// the grid against kMaxTaskSamples, kMaxTaskDepths and kMaxTaskJobs -- and
-// every sample generated before any work; work runs on every core.
+// each layer's parameters, the grid against kMaxTaskSamples, kMaxTaskDepths
+// and kMaxTaskJobs, and (once every sample is generated) each prefill
+// moment's window against each layer's budget wherever a sample is longer
+// than the budget -- before any work; work runs on every core.
 std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
                                const TaskRequest& request, const ModelRunOptions& options = {});
 
