@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -17,6 +18,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/tasks.h"
+#include "parallel_jobs.h"
 #include "support.h"
 
 namespace kvevict {
@@ -315,6 +317,17 @@ TEST(Tasks, AWindowLargerThanABudgetThatHoldsEveryPromptIsNoError) {
   ASSERT_NO_THROW(rows = run_tasks(committed_model(), filler(), r));
   ASSERT_EQ(rows.size(), 1U + 2U * 2U);
   for (const TaskRow& row : rows) EXPECT_EQ(row.evicted, 0U) << row.policy;
+}
+
+// Progress counts jobs in 32 bits: past that the total once wrapped to 0 and
+// the progress line divided by it. More jobs than that are refused before
+// the first runs.
+TEST(Tasks, MoreJobsThanProgressCanCountAreRefusedBeforeAnyRuns) {
+  std::atomic<std::size_t> ran{0};
+  EXPECT_THROW(detail::parallel_jobs(std::size_t{1} << 32, {}, [&](std::size_t) { ++ran; }), ContractError);
+  EXPECT_EQ(ran.load(), 0U);
+  detail::parallel_jobs(3, {}, [&](std::size_t) { ++ran; });
+  EXPECT_EQ(ran.load(), 3U);
 }
 
 TEST(Tasks, SamplesAreReproducibleFromTheSeed) {
