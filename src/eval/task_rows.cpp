@@ -21,6 +21,14 @@ const std::vector<std::string>& task_names() {
   return names;
 }
 
+std::size_t task_index(std::string_view task) {
+  const auto it = std::find(task_names().begin(), task_names().end(), task);
+  if (it == task_names().end()) {
+    throw InputError(fmt::format("unknown task '{}' (known: {})", task, fmt::join(task_names(), ", ")));
+  }
+  return static_cast<std::size_t>(it - task_names().begin());
+}
+
 std::string_view moment_name(Moment m) {
   switch (m) {
     case Moment::full: return "full";
@@ -168,9 +176,7 @@ TaskRow read_row(const nlohmann::json& r) {
   const RowReader in(r);
   TaskRow row;
   row.task = in.text("task");
-  if (std::find(task_names().begin(), task_names().end(), row.task) == task_names().end()) {
-    throw InputError(fmt::format("unknown task '{}' (known: {})", row.task, fmt::join(task_names(), ", ")));
-  }
+  task_index(row.task);
   const std::string policy = in.text("policy");
   if (policy != "full") {
     const auto known = policies();

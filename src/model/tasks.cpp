@@ -83,6 +83,16 @@ std::size_t argmax(std::span<const float> logits) {
 
 }  // namespace
 
+namespace {
+
+void check_depth(std::string_view task, double depth) {
+  if (!(depth >= 0.0 && depth <= 1.0)) {
+    throw ParameterError(fmt::format("task {}: depth {} is outside 0 ... 1", task, depth));
+  }
+}
+
+}  // namespace
+
 std::size_t needle_cut(std::string_view filler, double depth) {
   const auto at = static_cast<std::size_t>(std::nearbyint(depth * static_cast<double>(filler.size())));
   const std::size_t next = filler.find(' ', at);
@@ -92,22 +102,18 @@ std::size_t needle_cut(std::string_view filler, double depth) {
 
 Rng task_sample_rng(std::uint32_t seed, std::string_view task, std::uint32_t length, double depth,
                     std::uint32_t sample) {
-  const auto it = std::find(task_names().begin(), task_names().end(), task);
-  if (it == task_names().end()) {
-    throw InputError(fmt::format("unknown task '{}' (known: {})", task, fmt::join(task_names(), ", ")));
-  }
+  const auto index = static_cast<std::uint32_t>(task_index(task));
   if (length >= (1U << 24)) throw InputError(fmt::format("task {}: length {} must be below 2^24 bytes", task, length));
-  if (!(depth >= 0.0 && depth <= 1.0)) throw ParameterError(fmt::format("task {}: depth {} is outside 0 ... 1", task, depth));
+  check_depth(task, depth);
   // Packed without loss: task index and length share a word (length < 2^24),
   // and depths at least 2^-30 apart round to different multiples of 2^-31.
-  const auto task_index = static_cast<std::uint32_t>(it - task_names().begin());
   const auto depth_code = static_cast<std::uint32_t>(std::llround(depth * 2147483648.0));
-  return Rng::from_key({seed, (task_index << 24) | length, depth_code, sample});
+  return Rng::from_key({seed, (index << 24) | length, depth_code, sample});
 }
 
 TaskSample make_task(std::string_view task, std::uint32_t length, double depth, Rng& rng,
                      std::span<const std::uint8_t> filler) {
-  if (!(depth >= 0.0 && depth <= 1.0)) throw ParameterError(fmt::format("task {}: depth {} is outside 0 ... 1", task, depth));
+  check_depth(task, depth);
   std::vector<std::string> needles;
   std::vector<double> depths;
   std::size_t asked = 0;  // the needle placed at `depth` (the row's depth)
@@ -244,9 +250,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   const ModelConfig& cfg = model->config();
   if (request.tasks.empty()) throw InputError("tasks: no task given");
   for (const std::string& t : request.tasks) {
-    if (std::find(task_names().begin(), task_names().end(), t) == task_names().end()) {
-      throw InputError(fmt::format("unknown task '{}' (known: {})", t, fmt::join(task_names(), ", ")));
-    }
+    task_index(t);
   }
   if (request.lengths.empty()) throw InputError("tasks: no length given");
   for (const std::uint32_t len : request.lengths) {
@@ -331,12 +335,14 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   // the budget; the longest such n decides whether any sample's window
   // cannot fit (a shorter one uses no more rows), so it is checked here,
   // on every layer's parameters, before any work.
+  std::size_t longest_context = 0, longest_prompt = 0;
+  for (const TaskSample& sample : samples) {
+    longest_context = std::max<std::size_t>(longest_context, sample.question);
+    longest_prompt = std::max(longest_prompt, sample.prompt.size());
+  }
   for (const Config& c : configs) {
     if (c.moment != Moment::prefill && c.moment != Moment::prefill_query) continue;
-    std::size_t longest = 0;
-    for (const TaskSample& sample : samples) {
-      longest = std::max<std::size_t>(longest, c.moment == Moment::prefill ? sample.question : sample.prompt.size());
-    }
+    const std::size_t longest = c.moment == Moment::prefill ? longest_context : longest_prompt;
     if (static_cast<std::int64_t>(longest) <= c.spec.budget) continue;  // nothing is compressed
     for (std::uint32_t l = 0; l < cfg.layers; ++l) {
       ParamMap params = head_params(c.spec, cfg, l);

@@ -45,6 +45,9 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows);
 // The retrieval tasks kvevict tasks builds (model/tasks.h): passkey,
 // multikey, multivalue, vartrack, copy.
 const std::vector<std::string>& task_names();
+// The index of `task` in task_names(); InputError "unknown task 'X' (known:
+// ...)" for any other name.
+std::size_t task_index(std::string_view task);
 
 // The rows back from tasks_json's output; `source` names the input in the
 // InputError a malformed document gets (one line, naming the row and field).
