@@ -274,39 +274,24 @@ struct Decoder::Impl {
   std::shared_ptr<const Model> model;
   ModelConfig cfg;
   std::uint32_t capacity = 0;
-  std::uint32_t block_size = 0;  // 0: contiguous store
+  bool own_pool = false;  // the pool is this decoder's alone
 
-  // One cache per (layer, KV head): keys and values of the held positions, in
-  // ascending position order, in logical slots 0 ... count-1. Contiguous:
-  // slot i is row i of the cache's own buffers. Paged: slot i is row
-  // i % block_size of pool block table[i / block_size]; every block but the
-  // last is full. Its query heads (config().group() of them) attend over the
-  // same positions.
+  // The keys and values (kv_store.h), and per cache what the step and its
+  // policy need. Cache h = layer * kv_heads + kv_head; its query heads
+  // (config().group() of them) attend over the same positions.
+  std::unique_ptr<SequenceStore> store;
   struct HeadCache {
-    std::vector<float> keys;    // contiguous: [capacity, head_dim]
-    std::vector<float> values;  // contiguous: [capacity, head_dim]
-    std::vector<std::uint32_t> table;  // paged: pool block of each logical block
-    std::vector<Position> positions;
-    std::uint32_t count = 0;
     std::vector<float> weights;              // last step's softmax (mean over the query heads), [count at that step]
     std::vector<Position> attended;          // positions those weights were over
     std::uint32_t attended_count = 0;
     Policy* policy = nullptr;
     std::int64_t budget = 0;
-    std::vector<std::uint8_t> is_victim;     // [capacity], scratch for compaction
   };
   std::vector<HeadCache> heads;
   std::vector<LayerBudget*> layer_budgets;   // per layer, null: none
   std::vector<std::int64_t> layer_budget_of;
-
-  // The paged store: one pool per decoder and its free list (a stack).
-  std::vector<float> pool_keys;    // [pool_blocks, block_size, head_dim]
-  std::vector<float> pool_values;
-  std::vector<std::uint32_t> free_list;
-  std::uint32_t free_count = 0;
-  std::vector<float> gather_keys;    // [capacity, head_dim]: one cache's rows, read through its table
-  std::vector<float> gather_values;
-  StoreStats stats;
+  // Identifies the tokens fed so far (prefix sharing's key, with positions).
+  std::uint64_t tokens = 0;
 
   // Set when a step threw part-way: the heads are then out of step with each
   // other and with their policies, and only reset() makes the decoder usable.
@@ -318,137 +303,16 @@ struct Decoder::Impl {
   std::vector<float> x, h, qkv, attn_out, ff, logits, scores, query_weights;
   std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
 
-  bool paged() const noexcept { return block_size != 0; }
-
-  float* key_row(HeadCache& hc, std::uint32_t slot) noexcept {
-    const std::size_t d = cfg.head_dim();
-    if (!paged()) return hc.keys.data() + std::size_t{slot} * d;
-    return pool_keys.data() + (std::size_t{hc.table[slot / block_size]} * block_size + slot % block_size) * d;
-  }
-  float* value_row(HeadCache& hc, std::uint32_t slot) noexcept {
-    const std::size_t d = cfg.head_dim();
-    if (!paged()) return hc.values.data() + std::size_t{slot} * d;
-    return pool_values.data() + (std::size_t{hc.table[slot / block_size]} * block_size + slot % block_size) * d;
-  }
-
-  void take_block(HeadCache& hc, std::uint32_t logical, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
-    if (free_count == 0) {
-      throw InputError(fmt::format("decoder: the block pool is exhausted at position {} (layer {}, KV head {}): "
-                                   "all {} blocks are in use",
-                                   pos, l, kv, free_list.size()));
-    }
-    hc.table[logical] = free_list[--free_count];
-    ++stats.blocks_in_use;
-    stats.peak_blocks = std::max(stats.peak_blocks, stats.blocks_in_use);
-  }
-  void give_back(std::uint32_t block) noexcept {
-    free_list[free_count++] = block;
-    --stats.blocks_in_use;
-  }
-
-  // Makes room for slot `slot` (= hc.count) and counts the position held.
-  void admit(HeadCache& hc, std::uint32_t slot, std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
-    if (paged() && slot % block_size == 0) take_block(hc, slot / block_size, pos, l, kv);
-    ++stats.positions_held;
-    stats.peak_positions = std::max(stats.peak_positions, stats.positions_held);
-  }
-
-  // The cache's first n rows, contiguous: its own buffers, or the pool's rows
-  // copied through the block table into the gather buffers.
-  std::pair<const float*, const float*> rows(HeadCache& hc, std::uint32_t n) noexcept {
-    if (!paged()) return {hc.keys.data(), hc.values.data()};
-    const std::size_t d = cfg.head_dim();
-    for (std::uint32_t b = 0; std::size_t{b} * block_size < n; ++b) {
-      const std::size_t len = std::min<std::size_t>(block_size, n - std::size_t{b} * block_size) * d;
-      const std::size_t from = std::size_t{hc.table[b]} * block_size * d;
-      const std::size_t to = std::size_t{b} * block_size * d;
-      std::copy_n(pool_keys.data() + from, len, gather_keys.data() + to);
-      std::copy_n(pool_values.data() + from, len, gather_values.data() + to);
-    }
-    return {gather_keys.data(), gather_values.data()};
-  }
-
-  // Physically removes the slots among the first `n` marked in is_victim:
-  // paged, blocks whose every slot is marked go back to the free list whole
-  // (no row moves); then the survivors are compacted in order, and trailing
-  // empty blocks go back. Returns what is held.
-  std::uint32_t remove_marked(HeadCache& hc, std::uint32_t n) {
-    const std::uint32_t d = cfg.head_dim();
-    std::uint32_t slots = n;
-    std::uint32_t kept_blocks = 0;
-    if (paged()) {
-      const std::uint32_t bs = block_size;
-      slots = 0;
-      for (std::uint32_t b = 0; std::size_t{b} * bs < n; ++b) {
-        const std::uint32_t begin = b * bs;
-        const std::uint32_t end = std::min(n, begin + bs);
-        bool all = true;
-        for (std::uint32_t i = begin; i < end && all; ++i) all = hc.is_victim[i] != 0;
-        if (all) {
-          give_back(hc.table[b]);
-          continue;
-        }
-        if (slots != begin) {  // every kept block before it is full: its slots start at kept_blocks * bs
-          hc.table[kept_blocks] = hc.table[b];
-          for (std::uint32_t i = begin; i < end; ++i) {
-            hc.positions[slots + (i - begin)] = hc.positions[i];
-            hc.is_victim[slots + (i - begin)] = hc.is_victim[i];
-          }
-        }
-        ++kept_blocks;
-        slots += end - begin;
-      }
-    }
-    std::uint32_t out = 0;
-    for (std::uint32_t i = 0; i < slots; ++i) {
-      if (hc.is_victim[i] != 0) continue;
-      if (out != i) {
-        std::copy_n(key_row(hc, i), d, key_row(hc, out));
-        std::copy_n(value_row(hc, i), d, value_row(hc, out));
-        hc.positions[out] = hc.positions[i];
-        ++stats.rows_moved;
-      }
-      ++out;
-    }
-    if (paged()) {
-      for (std::uint32_t b = (out + block_size - 1) / block_size; b < kept_blocks; ++b) give_back(hc.table[b]);
-    }
-    stats.positions_held -= n - out;
-    hc.count = out;
-    return out;
-  }
-
-  // Marks `victims` among the first n slots; throws ContractError for one not held or named twice.
-  void mark(HeadCache& hc, std::uint32_t n, std::span<const Position> victims, std::string_view who,
-            std::uint32_t pos, std::uint32_t l, std::uint32_t kv) {
-    std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
-    for (const Position victim : victims) {
-      const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, victim);
-      const auto at = static_cast<std::size_t>(found - hc.positions.data());
-      if (at == n || *found != victim || hc.is_victim[at] != 0) {
-        throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is not held", who,
-                                        victim, pos, l, kv));
-      }
-      hc.is_victim[at] = 1;
-    }
-  }
-
   void empty_store() noexcept {
-    for (HeadCache& hc : heads) {
-      hc.count = 0;
-      hc.attended_count = 0;
-    }
-    free_count = static_cast<std::uint32_t>(free_list.size());
-    for (std::uint32_t i = 0; i < free_count; ++i) free_list[i] = free_count - 1 - i;  // block 0 is taken first
-    const std::uint64_t pool = stats.pool_blocks;
-    stats = StoreStats{};
-    stats.block_size = block_size;
-    stats.pool_blocks = pool;
+    store->clear();
+    for (HeadCache& hc : heads) hc.attended_count = 0;
+    if (own_pool) store->pool()->reset_peaks();
+    tokens = 0x6B76657669637400ULL;  // "kvevict": any fixed start
   }
 };
 
 Decoder::Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity)
-    : Decoder(std::move(model), DecoderOptions{capacity, 0, 0}) {}
+    : Decoder(std::move(model), DecoderOptions{.capacity = capacity}) {}
 
 Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -463,42 +327,42 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
                                  capacity, m.cfg.context));
   }
   m.capacity = capacity;
-  m.block_size = options.block_size;
   const std::uint32_t d = m.cfg.head_dim();
   const std::uint32_t caches = m.cfg.head_count();
-  std::uint64_t pool = 0;
-  if (m.paged()) {
-    const std::uint64_t per_cache = (std::uint64_t{capacity} + m.block_size - 1) / m.block_size;
-    pool = options.pool_blocks == 0 ? per_cache * caches : options.pool_blocks;
-    if (pool < caches) {
+  std::shared_ptr<BlockPool> pool = options.pool;
+  if (pool) {
+    if (options.block_size != 0 && options.block_size != pool->block_size()) {
+      throw ParameterError(fmt::format("decoder: block_size {} differs from the shared pool's {}", options.block_size,
+                                       pool->block_size()));
+    }
+    if (options.pool_blocks != 0) {
+      throw ParameterError("decoder: pool_blocks is for a pool of the decoder's own, not a shared one");
+    }
+  } else if (options.block_size != 0) {
+    const std::uint64_t per_cache = (std::uint64_t{capacity} + options.block_size - 1) / options.block_size;
+    const std::uint64_t blocks = options.pool_blocks == 0 ? per_cache * caches : options.pool_blocks;
+    if (blocks < caches) {
       throw ParameterError(fmt::format("decoder: a pool of {} blocks cannot give each of the {} caches one",
-                                       pool, caches));
+                                       blocks, caches));
     }
-    if (pool * m.block_size * d > kMaxFloats) {
-      throw ParameterError(fmt::format("decoder: a pool of {} blocks of {} positions is too large", pool,
-                                       m.block_size));
+    if (blocks * options.block_size * d > kMaxFloats) {
+      throw ParameterError(fmt::format("decoder: a pool of {} blocks of {} positions is too large", blocks,
+                                       options.block_size));
     }
-    m.pool_keys.assign(pool * m.block_size * d, 0.0F);
-    m.pool_values.assign(pool * m.block_size * d, 0.0F);
-    m.free_list.assign(pool, 0);
-    m.gather_keys.assign(std::size_t{capacity} * d, 0.0F);
-    m.gather_values.assign(std::size_t{capacity} * d, 0.0F);
+    pool = std::make_shared<BlockPool>(d, options.block_size, blocks);
+    m.own_pool = true;
   } else if (options.pool_blocks != 0) {
     throw ParameterError("decoder: pool_blocks needs a paged store (block_size >= 1)");
   }
-  m.stats.pool_blocks = pool;
+  if (options.share_prefix && !pool) {
+    throw ParameterError("decoder: share_prefix needs a paged store (block_size >= 1 or a shared pool)");
+  }
+  m.store = std::make_unique<SequenceStore>(StoreShape{m.cfg.layers, m.cfg.kv_heads, d, capacity}, std::move(pool),
+                                            options.share_prefix);
   m.heads.resize(caches);
   for (Impl::HeadCache& hc : m.heads) {
-    if (m.paged()) {
-      hc.table.assign((capacity + m.block_size - 1) / m.block_size, 0);
-    } else {
-      hc.keys.assign(std::size_t{capacity} * d, 0.0F);
-      hc.values.assign(std::size_t{capacity} * d, 0.0F);
-    }
-    hc.positions.assign(capacity, 0);
     hc.weights.assign(capacity, 0.0F);
     hc.attended.assign(capacity, 0);
-    hc.is_victim.assign(capacity, 0);
   }
   m.layer_budgets.assign(m.cfg.layers, nullptr);
   m.layer_budget_of.assign(m.cfg.layers, 0);
@@ -575,7 +439,9 @@ void Decoder::set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::in
   m.layer_budget_of[layer] = layer_budget;
 }
 
-StoreStats Decoder::store() const noexcept { return impl_->stats; }
+StoreStats Decoder::store() const noexcept { return impl_->store->stats(); }
+
+const SequenceStore& Decoder::kv() const noexcept { return *impl_->store; }
 
 void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
   Impl& m = *impl_;
@@ -590,19 +456,20 @@ void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
   if (m.layer_budgets[h / m.cfg.kv_heads] != nullptr) {
     throw ContractError(fmt::format("decoder: cache {} is under a layer budget; drop() is for caches without one", h));
   }
-  const std::uint32_t n = hc.count;
-  std::fill_n(hc.is_victim.begin(), n, std::uint8_t{0});
-  for (const Position p : positions) {
-    const auto* found = std::lower_bound(hc.positions.data(), hc.positions.data() + n, p);
-    const auto at = static_cast<std::size_t>(found - hc.positions.data());
-    if (at == n || *found != p || hc.is_victim[at] != 0) {
+  SequenceStore& store = *m.store;
+  const std::span<const Position> held = store.positions(h);
+  std::vector<std::uint8_t> seen(held.size(), 0);
+  for (const Position p : positions) {  // first the decoder's own message, naming the cache
+    const auto* found = std::lower_bound(held.data(), held.data() + held.size(), p);
+    const auto at = static_cast<std::size_t>(found - held.data());
+    if (at == held.size() || *found != p || seen[at] != 0) {
       throw ContractError(fmt::format("decoder: cannot drop position {} from cache {}: {}", p, h,
-                                      at == n || *found != p ? "it is not held" : "it is named twice"));
+                                      at == held.size() || *found != p ? "it is not held" : "it is named twice"));
     }
-    hc.is_victim[at] = 1;
+    seen[at] = 1;
   }
-  const std::uint32_t out = m.remove_marked(hc, n);
-  evicted_ += n - out;
+  store.mark(h, positions, "decoder", fed_);
+  evicted_ += store.remove_marked(h);
 }
 
 void Decoder::reset() {
@@ -614,8 +481,7 @@ void Decoder::reset() {
 }
 
 std::span<const Position> Decoder::held(std::uint32_t h) const noexcept {
-  const Impl::HeadCache& hc = impl_->heads[h];
-  return {hc.positions.data(), hc.count};
+  return impl_->store->positions(h);
 }
 
 std::span<const Position> Decoder::attended(std::uint32_t h) const noexcept {
@@ -676,6 +542,10 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
   const float* cos_p = m.cos_table.data() + std::size_t{pos} * half;
   const float* sin_p = m.sin_table.data() + std::size_t{pos} * half;
 
+  // Every token so far, chained: with the positions it names a block for
+  // prefix sharing (kv_store.h), whose bytes are then compared anyway.
+  m.tokens = (m.tokens ^ (std::uint64_t{token} + 1)) * 0x9E3779B97F4A7C15ULL;
+  m.tokens ^= m.tokens >> 29;
   std::copy_n(model.embed() + std::size_t{token} * width, width, m.x.data());
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const Model::Layer& w = model.layer(l);
@@ -696,21 +566,21 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
     LayerBudget* const shared = m.layer_budgets[l];
     for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
-      Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
-      const std::uint32_t held = hc.count;  // positions held before this token
-      m.admit(hc, held, pos, l, kv);
-      float* k = m.key_row(hc, held);
+      const std::uint32_t cache = l * c.kv_heads + kv;
+      Impl::HeadCache& hc = m.heads[cache];
+      SequenceStore& store = *m.store;
+      const std::uint32_t held = store.count(cache);  // positions held before this token
+      const auto [k, v] = store.append(cache, pos);
       std::copy_n(k_rows + std::size_t{kv} * d, d, k);
       for (std::uint32_t i = 0; i < half; ++i) {  // the key is rotated once, where it is stored
         const float ka = k[i], kb = k[i + half];
         k[i] = ka * cos_p[i] - kb * sin_p[i];
         k[i + half] = ka * sin_p[i] + kb * cos_p[i];
       }
-      std::copy_n(v_rows + std::size_t{kv} * d, d, m.value_row(hc, held));
-      hc.positions[held] = pos;
+      std::copy_n(v_rows + std::size_t{kv} * d, d, v);
+      store.seal(cache, m.tokens);
       const std::uint32_t n = held + 1;
-      hc.count = n;
-      const auto [keys, values] = m.rows(hc, n);
+      const auto [keys, values] = store.rows(cache);
       // Each query head of the group: scores over the held positions and the
       // new token itself, softmax, output. The policy sees their mean.
       for (std::uint32_t g = 0; g < group; ++g) {
@@ -740,7 +610,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         const auto share = static_cast<float>(group);
         for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= share;
       }
-      std::copy_n(hc.positions.data(), n, hc.attended.data());
+      std::copy_n(store.positions(cache).data(), n, hc.attended.data());
       hc.attended_count = n;
 
       // The policy: the weights over the positions held before this token,
@@ -753,8 +623,8 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       if (hc.policy == nullptr) continue;
       hc.policy->on_decode_step(pos, std::span<const float>(hc.weights.data(), held));
       if (static_cast<std::int64_t>(n) <= hc.budget) continue;
-      m.mark(hc, n, hc.policy->evict(hc.budget), hc.policy->name(), pos, l, kv);
-      const std::uint32_t out = m.remove_marked(hc, n);
+      store.mark(cache, hc.policy->evict(hc.budget), hc.policy->name(), pos);
+      const std::uint32_t out = n - store.remove_marked(cache);
       evicted_ += n - out;
       if (static_cast<std::int64_t>(out) > hc.budget) {
         throw ContractError(fmt::format(
@@ -767,15 +637,15 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     if (shared != nullptr && pos != 0) {
       const std::int64_t budget = m.layer_budget_of[l];
       std::int64_t total = 0;
-      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) total += m.heads[std::size_t{l} * c.kv_heads + kv].count;
+      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) total += m.store->count(l * c.kv_heads + kv);
       if (total > budget) {
         shared->evict(budget);
         total = 0;
         for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
-          Impl::HeadCache& hc = m.heads[std::size_t{l} * c.kv_heads + kv];
-          const std::uint32_t n = hc.count;
-          m.mark(hc, n, shared->victims(kv), shared->head(kv).name(), pos, l, kv);
-          const std::uint32_t out = m.remove_marked(hc, n);
+          const std::uint32_t cache = l * c.kv_heads + kv;
+          const std::uint32_t n = m.store->count(cache);
+          m.store->mark(cache, shared->victims(kv), shared->head(kv).name(), pos);
+          const std::uint32_t out = n - m.store->remove_marked(cache);
           evicted_ += n - out;
           total += out;
         }

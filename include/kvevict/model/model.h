@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvevict/core/policy.h"
+#include "kvevict/model/kv_store.h"
 
 namespace kvevict {
 
@@ -94,17 +95,14 @@ struct DecoderOptions {
   // which (as any step that fails part-way) leaves the decoder refusing
   // further steps until reset().
   std::uint32_t pool_blocks = 0;
-};
-
-// What the store holds, measured (not computed from budgets).
-struct StoreStats {
-  std::uint32_t block_size = 0;       // 0: contiguous
-  std::uint64_t pool_blocks = 0;      // paged: blocks in the pool
-  std::uint64_t blocks_in_use = 0;    // paged: now
-  std::uint64_t peak_blocks = 0;      // paged: the most in use at once since construction or reset()
-  std::uint64_t positions_held = 0;   // every cache together, now
-  std::uint64_t peak_positions = 0;   // the most held at once since construction or reset()
-  std::uint64_t rows_moved = 0;       // key/value rows copied to close the gaps evictions left
+  // A pool shared with other decoders (a batch, docs/serving.md): the caches
+  // take their blocks from it; block_size must then be 0 or the pool's and
+  // pool_blocks 0. The decoder gives back every reference it holds when it
+  // is reset or destroyed.
+  std::shared_ptr<BlockPool> pool{};
+  // With a paged store: publish each block a cache fills, or reference an
+  // equal block another decoder on the pool published (kv_store.h).
+  bool share_prefix = false;
 };
 
 // One sequence through the model. All buffers are sized at construction for
@@ -175,6 +173,8 @@ class Decoder {
   std::uint64_t evicted() const noexcept { return evicted_; }
   // The store: blocks and positions in use now and at the peak.
   StoreStats store() const noexcept;
+  // The store itself: block tables, positions, the pool.
+  const SequenceStore& kv() const noexcept;
 
  private:
   std::span<const float> advance(std::uint8_t token);  // step()'s work, once checked
