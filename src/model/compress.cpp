@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "kvevict/core/errors.h"
 #include "kvevict/core/prefill.h"
 #include "kvevict/model/perplexity.h"
@@ -9,39 +11,64 @@
 namespace kvevict {
 
 PrefillCompressor::PrefillCompressor(const ModelConfig& config, const RunSpec& spec, std::uint32_t prompt,
-                                     std::uint32_t window)
-    : config_(config), spec_(spec), prompt_(prompt), window_(std::min(window, prompt)) {
+                                     std::uint32_t window, std::uint32_t chunk)
+    : config_(config), spec_(spec), prompt_(prompt), window_(std::min(window, prompt)),
+      chunk_(chunk == 0 ? prompt : std::min(chunk, prompt)) {
   if (prompt < 1) throw ContractError("prefill compression: the prompt is empty");
   rows_.assign(config.head_count(), {});
+  for (std::uint32_t h = 0; h < config.head_count(); ++h) {
+    ParamMap params = head_params(spec_, config_, h / config_.kv_heads);
+    std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
+    params_.push_back(std::move(params));
+  }
 }
 
 bool PrefillCompressor::after_step(Decoder& decoder, std::uint32_t i) {
   if (i >= prompt_) return false;
-  if (i + window_ >= prompt_) {
-    // Row for query i: its weights over positions 0 ... i (itself included;
-    // the cache is still full), zero after it: kvevict::prefill's layout.
+  const std::uint32_t chunk_begin = i / chunk_ * chunk_;
+  const std::uint32_t chunk_end = std::min(prompt_, chunk_begin + chunk_);
+  const std::uint32_t rows = std::min(window_, chunk_end - chunk_begin);
+  if (i + rows >= chunk_end) {
+    // The row for query i: its weights over the positions its cache holds
+    // (itself the last), ascending; nothing is dropped within a chunk, so
+    // each row is a prefix of the chunk's last row.
     for (std::uint32_t h = 0; h < config_.head_count(); ++h) {
       const std::span<const float> w = decoder.attention(h);
-      std::vector<float>& out = rows_[h];
-      const std::size_t begin = out.size();
-      out.resize(begin + prompt_, 0.0F);
-      std::copy(w.begin(), w.end(), out.begin() + static_cast<std::ptrdiff_t>(begin));
+      rows_[h].insert(rows_[h].end(), w.begin(), w.end());
     }
   }
-  if (i + 1 != prompt_) return false;
+  if (i + 1 != chunk_end) return false;
+  compress(decoder, rows);
+  return i + 1 == prompt_;
+}
+
+void PrefillCompressor::compress(Decoder& decoder, std::uint32_t rows) {
   for (std::uint32_t h = 0; h < config_.head_count(); ++h) {
-    ParamMap params = head_params(spec_, config_, h / config_.kv_heads);
-    params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
-                 params.end());
-    const std::vector<Position> kept =
-        prefill(spec_.policy, params, spec_.budget, PrefillWindow{rows_[h], window_, prompt_});
-    std::vector<Position> drop;
-    for (const Position p : decoder.held(h)) {
-      if (!std::binary_search(kept.begin(), kept.end(), p)) drop.push_back(p);
+    const std::span<const Position> held = decoder.held(h);
+    const std::size_t length = held.size();
+    // kvevict::prefill's layout: rows x length, each row its weights then 0.
+    matrix_.assign(std::size_t{rows} * length, 0.0F);
+    std::size_t from = 0;
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      const std::size_t n = decoder.attention(h).size() - (rows - 1 - r);  // the caches grow by one per row
+      std::copy_n(rows_[h].begin() + static_cast<std::ptrdiff_t>(from), n,
+                  matrix_.begin() + static_cast<std::ptrdiff_t>(r * length));
+      from += n;
     }
-    decoder.drop(h, drop);
+    const std::vector<Position> kept =
+        prefill(spec_.policy, params_[h], spec_.budget, PrefillWindow{matrix_, rows, length});
+    drop_.clear();
+    std::size_t k = 0;
+    for (std::size_t j = 0; j < length; ++j) {  // kept holds indices into `held`, ascending
+      if (k < kept.size() && kept[k] == j) {
+        ++k;
+      } else {
+        drop_.push_back(held[j]);
+      }
+    }
+    decoder.drop(h, drop_);
+    rows_[h].clear();
   }
-  return true;
 }
 
 }  // namespace kvevict

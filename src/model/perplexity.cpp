@@ -15,6 +15,7 @@
 #include "kvevict/core/prefill.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/compress.h"
+#include "kvevict/model/decoder_policies.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/files.h"
@@ -59,37 +60,6 @@ ParamMap without_budget(ParamMap params) {
   return params;
 }
 
-// Layer l's shared budget in layer mode: budget x kv_heads positions.
-std::unique_ptr<LayerBudget> make_layer(const RunSpec& spec, const ModelConfig& cfg, std::uint32_t l,
-                                        const PagedOptions& paged) {
-  LayerBudgetParams layer;
-  layer.heads = cfg.kv_heads;
-  layer.layer_budget = layer_budget_of(spec.budget, cfg.kv_heads, paged);
-  layer.head_floor = paged.head_floor;
-  return std::make_unique<LayerBudget>(find_policy(spec.policy).name, without_budget(head_params(spec, cfg, l)),
-                                       layer);
-}
-
-// The policies of one decoder (or one replay): one per cache, or one
-// LayerBudget per layer.
-struct Built {
-  std::vector<std::unique_ptr<Policy>> policies;
-  std::vector<std::unique_ptr<LayerBudget>> layers;
-};
-
-Built build(const RunSpec& spec, const ModelConfig& cfg, const PagedOptions& paged) {
-  Built b;
-  if (paged.layer_budget) {
-    for (std::uint32_t l = 0; l < cfg.layers; ++l) b.layers.push_back(make_layer(spec, cfg, l, paged));
-  } else {
-    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-      b.policies.push_back(make_run_policy(find_policy(spec.policy).name, head_params(spec, cfg, h / cfg.kv_heads),
-                                           spec.budget, paged));
-    }
-  }
-  return b;
-}
-
 struct WindowResult {
   double nll = 0.0;
   std::uint64_t evicted = 0;
@@ -106,18 +76,13 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<con
   store.capacity = w.length;
   store.block_size = static_cast<std::uint32_t>(paged.block_size);
   Decoder decoder(model, store);
-  Built built;
+  DecoderPolicies policies;
   std::optional<PrefillCompressor> compressor;
   if (spec != nullptr && options.prefill > 0) {
     compressor.emplace(cfg, *spec, options.prefill, options.prefill_window);
   } else if (spec != nullptr) {
-    built = build(*spec, cfg, paged);
-    for (std::uint32_t l = 0; l < built.layers.size(); ++l) {
-      decoder.set_layer_budget(l, built.layers[l].get(), built.layers[l]->layer_budget());
-    }
-    for (std::uint32_t h = 0; h < built.policies.size(); ++h) {
-      decoder.set_policy(h, built.policies[h].get(), spec->budget);
-    }
+    policies = DecoderPolicies(*spec, cfg, paged);
+    policies.attach(decoder);
   }
   WindowResult r;
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
@@ -251,7 +216,7 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     if (spec.budget < 1) {
       throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
     }
-    build(spec, cfg, options.paged);
+    DecoderPolicies(spec, cfg, options.paged);
     // The compression keeps everything when the prefill fits in the budget.
     if (options.prefill > 0 && compresses && spec.budget < std::int64_t{options.prefill}) {
       const std::size_t rows = std::min(options.prefill_window, options.prefill);
@@ -368,7 +333,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
         std::vector<Trace*> views;
         for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) views.push_back(heads[l * cfg.kv_heads + kv].get());
         for (const RunSpec& spec : specs) {
-          const auto lb = make_layer(spec, cfg, static_cast<std::uint32_t>(l), options.paged);
+          const auto lb = make_layer_budget(spec, cfg, static_cast<std::uint32_t>(l), options.paged);
           std::vector<RunTotals> totals = run_layer(*lb, lb->layer_budget(), views, views.front()->steps());
           for (std::uint32_t kv = 1; kv < cfg.kv_heads; ++kv) totals[kv].eviction_calls = 0;
           for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) add(l * cfg.kv_heads + kv, totals[kv]);
