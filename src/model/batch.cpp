@@ -48,17 +48,18 @@ SequenceId Batch::join(const RunSpec* spec, const PagedOptions& paged) {
   return id;
 }
 
-Batch::Member& Batch::find(SequenceId id, const char* what) {
+const Batch::Member& Batch::find(SequenceId id, const char* what) const {
   const auto it = members_.find(id);
   if (it == members_.end()) {
+    const auto failed = removed_.find(id);
     throw InputError(fmt::format("batch: cannot {} sequence {}: {}", what, id,
-                                 id < next_id_ ? "it has left" : "no sequence has that id"));
+                                 failed != removed_.end()
+                                     ? fmt::format("it left the batch when its step at position {} failed",
+                                                   failed->second)
+                                 : id < next_id_ ? std::string("it has left")
+                                                 : std::string("no sequence has that id")));
   }
   return it->second;
-}
-
-const Batch::Member& Batch::find(SequenceId id, const char* what) const {
-  return const_cast<Batch*>(this)->find(id, what);  // NOLINT: the same lookup, read-only
 }
 
 void Batch::leave(SequenceId id) {
@@ -67,17 +68,33 @@ void Batch::leave(SequenceId id) {
 }
 
 std::span<const float> Batch::step(SequenceId id, std::uint8_t token) {
-  Member& m = find(id, "step");
+  Decoder& d = *find(id, "step").decoder;  // the decoder is owned, not const
+  const std::uint32_t pos = d.position();
+  // A step that fails leaves the sequence's caches out of step with its
+  // policies; it leaves the batch, so that the blocks it held go back to the
+  // pool and the others go on.
+  auto preempt = [&] {
+    members_.erase(id);
+    removed_.emplace(id, pos);
+    return fmt::format(" (sequence {} left the batch; its blocks are back in the pool)", id);
+  };
   try {
-    return m.decoder->step(token);
+    return d.step(token);
   } catch (const InputError& e) {
-    throw InputError(fmt::format("sequence {}: {}", id, e.what()));
+    const std::string what = e.what();
+    throw InputError(fmt::format("sequence {}: {}{}", id, what, preempt()));
   } catch (const ContractError& e) {
-    throw ContractError(fmt::format("sequence {}: {}", id, e.what()));
+    const std::string what = e.what();
+    throw ContractError(fmt::format("sequence {}: {}{}", id, what, preempt()));
+  } catch (...) {
+    preempt();
+    throw;
   }
 }
 
 const Decoder& Batch::decoder(SequenceId id) const { return *find(id, "read").decoder; }
+
+Decoder& Batch::decoder(SequenceId id) { return *find(id, "read").decoder; }
 
 std::vector<SequenceId> Batch::sequences() const {
   std::vector<SequenceId> out;

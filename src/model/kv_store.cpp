@@ -249,6 +249,7 @@ std::pair<float*, float*> SequenceStore::append(std::uint32_t cache, Position po
   c.count = slot + 1;
   ++stats_.positions_held;
   stats_.peak_positions = std::max(stats_.peak_positions, stats_.positions_held);
+  stats_.peak_cache = std::max<std::uint64_t>(stats_.peak_cache, c.count);
   return {key_row(c, slot), value_row(c, slot)};
 }
 

@@ -267,6 +267,55 @@ int main(int argc, char** argv) {
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
+  // serve-bench
+  std::string sb_model;
+  std::string sb_text;
+  std::string sb_sequences = "4";
+  std::string sb_policies = "none";
+  std::int64_t sb_budget = 128;
+  std::string sb_modes = "token";
+  std::string sb_sharing = "on";
+  bool sb_no_sharing = false;
+  std::string sb_chunks = "0";
+  std::uint32_t sb_prefix = 512;
+  std::uint32_t sb_tokens = 0;
+  std::uint32_t sb_prompt = 0;
+  std::uint32_t sb_window = 32;
+  std::int64_t sb_block_size = 16;
+  std::uint64_t sb_pool = 0;
+  std::vector<std::string> sb_sets;
+  std::string sb_format = "table";
+  auto* sb = app.add_subcommand(
+      "serve-bench",
+      "Sequences decoding together over one block pool (docs/serving.md): peak blocks, blocks saved by prefix "
+      "sharing, positions held, evictions and tokens per second, per run");
+  sb->add_option("--model", sb_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  sb->add_option("--text", sb_text, "the bytes the sequences read, e.g. model/heldout-sample.txt")->required();
+  sb->add_option("--sequences", sb_sequences, "sequence counts, comma-separated (one run each)")->capture_default_str();
+  sb->add_option("--shared-prefix", sb_prefix, "bytes every sequence starts with (the text's first ones)")
+      ->capture_default_str();
+  sb->add_option("--tokens", sb_tokens, "bytes each sequence reads, its capacity (0 = the model's context)");
+  sb->add_option("--policy", sb_policies, "policy names, comma-separated, all, or none (the full cache)")
+      ->capture_default_str();
+  sb->add_option("--budget", sb_budget, "positions each cache keeps")->capture_default_str();
+  sb->add_option("--modes", sb_modes, "token, block or token,block: evict positions or whole blocks")
+      ->capture_default_str();
+  sb->add_option("--sharing", sb_sharing, "on, off or on,off: prefix sharing of equal full blocks")
+      ->capture_default_str();
+  sb->add_flag("--no-prefix-sharing", sb_no_sharing, "the same as --sharing off");
+  sb->add_option("--chunk", sb_chunks,
+                 "0 (evict while decoding) or chunk sizes, comma-separated: read the prompt in chunks, compressing "
+                 "after each (a chunk equal to the prompt is one-shot compression)")
+      ->capture_default_str();
+  sb->add_option("--prompt", sb_prompt, "with --chunk: bytes of each sequence read as the prompt (0 = all)");
+  sb->add_option("--window", sb_window, "with --chunk: attention rows each compression scores from")
+      ->capture_default_str();
+  sb->add_option("--block-size", sb_block_size, "positions per pool block")->capture_default_str();
+  sb->add_option("--pool-blocks", sb_pool, "blocks in the pool (0 = every cache of every sequence at capacity)");
+  sb->add_option("--set", sb_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  sb->add_option("--format", sb_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
   // tasks
   std::string task_model;
   std::string task_text;
@@ -555,6 +604,54 @@ int main(int argc, char** argv) {
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
       cli::print_perplexity(std::cout, rows, ppl_format);
+      return 0;
+    }
+
+    if (sb->parsed()) {
+      std::vector<std::uint32_t> sequences;
+      for (const std::int64_t n : parse_integer_list(sb_sequences, "--sequences")) {
+        if (n < 1 || n > 4096) throw ParameterError(fmt::format("--sequences: {} is not 1 ... 4096", n));
+        sequences.push_back(static_cast<std::uint32_t>(n));
+      }
+      std::vector<std::string> policies;
+      for (const std::string& p : split_list(sb_policies, "--policy")) {
+        if (p == "none") {
+          policies.push_back(p);
+        } else {
+          for (const std::string& q : parse_policy_list(p)) policies.push_back(q);
+        }
+      }
+      std::vector<bool> sharing;
+      if (sb_no_sharing) {
+        if (sb->count("--sharing") > 0) throw ParameterError("give --sharing or --no-prefix-sharing, not both");
+        sharing.push_back(false);
+      } else {
+        for (const std::string& v : split_list(sb_sharing, "--sharing")) {
+          if (v != "on" && v != "off") throw ParameterError(fmt::format("--sharing: '{}' is not on or off", v));
+          sharing.push_back(v == "on");
+        }
+      }
+      std::vector<std::uint32_t> chunks;
+      for (const std::int64_t c : parse_integer_list(sb_chunks, "--chunk")) {
+        if (c < 0 || c > std::int64_t{1} << 20) throw ParameterError(fmt::format("--chunk: {} is not a chunk size", c));
+        chunks.push_back(static_cast<std::uint32_t>(c));
+      }
+      if (sb_block_size < 1 || sb_block_size > std::int64_t{1} << 20) {
+        throw ParameterError(fmt::format("--block-size ({}) must be 1 ... 1048576", sb_block_size));
+      }
+      const auto model = Model::load(sb_model);
+      const std::vector<std::uint8_t> text = read_text(sb_text);
+      ServeBenchRequest request;
+      request.runs = serve_runs(sequences, policies, sb_budget, split_list(sb_modes, "--modes"), sharing, chunks);
+      request.shared_prefix = sb_prefix;
+      request.tokens = sb_tokens;
+      request.prompt = sb_prompt;
+      request.window = sb_window;
+      request.block_size = static_cast<std::uint32_t>(sb_block_size);
+      request.pool_blocks = sb_pool;
+      request.overrides = parse_sets(sb_sets);
+      request.progress = model_progress("serve-bench", "ticks");
+      cli::print_serve(std::cout, serve_bench(model, text, request), sb_format);
       return 0;
     }
 

@@ -10,6 +10,7 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/persistence.h"
+#include "kvevict/model/serve_bench.h"
 
 namespace kvevict::cli {
 
@@ -36,6 +37,10 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
 // Persistence rows as a table, CSV, Markdown or JSON.
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,
                        const std::string& format);
+
+// serve-bench rows as a table, CSV, Markdown or JSON (the JSON from the
+// row's one description, kvevict/model/serve_bench.h).
+void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format);
 
 // Plain aligned text table; the first row is the header.
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells);

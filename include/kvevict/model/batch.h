@@ -49,11 +49,14 @@ class Batch {
   // The sequence leaves; its blocks' references go back to the pool.
   void leave(SequenceId id);
   // Feeds sequence `id` its next token (Decoder::step). A failure (the pool
-  // exhausted, a policy's error) is rethrown naming the sequence; that
-  // sequence then refuses steps until it leaves, and the others go on.
+  // exhausted, a policy's error) is rethrown naming the sequence, which
+  // leaves the batch (its blocks go back to the pool: preemption), so the
+  // others go on; asking for it later says so.
   std::span<const float> step(SequenceId id, std::uint8_t token);
 
   const Decoder& decoder(SequenceId id) const;
+  // For Decoder::drop() (compression after a chunk of a prompt).
+  Decoder& decoder(SequenceId id);
   std::vector<SequenceId> sequences() const;
   std::size_t size() const noexcept { return members_.size(); }
   const BlockPool& pool() const noexcept { return *pool_; }
@@ -66,7 +69,6 @@ class Batch {
     DecoderPolicies policies;  // before the decoder: destroyed after it
     std::unique_ptr<Decoder> decoder;
   };
-  Member& find(SequenceId id, const char* what);
   const Member& find(SequenceId id, const char* what) const;
 
   std::shared_ptr<const Model> model_;
@@ -74,6 +76,7 @@ class Batch {
   std::uint32_t capacity_ = 0;
   bool share_ = true;
   std::map<SequenceId, Member> members_;
+  std::map<SequenceId, std::uint32_t> removed_;  // sequences whose step failed -> that step's position
   SequenceId next_id_ = 0;
 };
 

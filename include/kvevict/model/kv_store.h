@@ -37,6 +37,7 @@ struct StoreStats {
   std::uint64_t peak_blocks = 0;      // paged: the most referenced at once since construction or clear()
   std::uint64_t positions_held = 0;   // every cache together, now
   std::uint64_t peak_positions = 0;   // the most held at once since construction or clear()
+  std::uint64_t peak_cache = 0;       // the most positions any one cache held at once
   std::uint64_t rows_moved = 0;       // key/value rows copied to close the gaps evictions left
 };
 
