@@ -26,6 +26,11 @@ std::vector<ServeRun> serve_runs(const std::vector<std::uint32_t>& sequences, co
       throw ParameterError(fmt::format("--modes: '{}' is not a mode (token or block)", m));
     }
   }
+  const bool decode = std::find(chunks.begin(), chunks.end(), 0U) != chunks.end();
+  if (!decode && std::find(policies.begin(), policies.end(), "none") != policies.end()) {
+    throw ParameterError("serve-bench: --chunk compresses a prompt and needs a policy: the full cache runs with "
+                         "--chunk 0 only");
+  }
   std::vector<ServeRun> runs;
   for (const std::uint32_t n : sequences) {
     for (const std::string& policy : policies) {

@@ -205,7 +205,7 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
 }
 
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted) {
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk) {
   const ModelConfig& cfg = model->config();
   const std::size_t needed = sample.prompt.size() + sample.answer.size();
   if (needed > cfg.context) {
@@ -226,7 +226,7 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
   const auto compress_after = static_cast<std::uint32_t>(moment == Moment::prefill ? sample.question
                                                                                      : sample.prompt.size());
   std::optional<PrefillCompressor> compressor;
-  if (compress) compressor.emplace(cfg, *spec, compress_after, window);
+  if (compress) compressor.emplace(cfg, *spec, compress_after, window, chunk);
   std::span<const float> logits;
   for (std::size_t i = 0; i < sample.prompt.size(); ++i) {
     logits = decoder.step(sample.prompt[i]);
@@ -347,7 +347,8 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     for (std::uint32_t l = 0; l < cfg.layers; ++l) {
       ParamMap params = head_params(c.spec, cfg, l);
       std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
-      check_prefill(c.spec.policy, params, c.spec.budget, std::min<std::size_t>(request.window, longest));
+      check_prefill(c.spec.policy, params, c.spec.budget,
+                    std::min<std::size_t>({request.window, longest, request.chunk == 0 ? longest : request.chunk}));
     }
   }
   const std::size_t per_sample = 1 + configs.size();
@@ -357,7 +358,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     const std::size_t s = job / per_sample, c = job % per_sample;
     const RunSpec* spec = c == 0 ? nullptr : &configs[c - 1].spec;
     const Moment m = c == 0 ? Moment::full : configs[c - 1].moment;
-    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job]) ? 1 : 0;
+    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job], request.chunk) ? 1 : 0;
   });
   std::vector<TaskRow> rows;
   for (std::size_t cell = 0; cell < cells.size(); ++cell) {

@@ -62,7 +62,7 @@ ok  "sweep"            "recentWindow" -- sweep --policy h2o --param recentWindow
 ok  "vectors"          "passed, 0 failed" -- vectors "$src/vectors"
 ok  "schema"           '"name": "memoryBytes"' -- schema
 ok  "help"             "compare" -- --help
-for cmd in list run compare sweep trace vectors report perplexity record persistence schema tasks; do ok "help $cmd" "--help" -- "$cmd" --help; done
+for cmd in list run compare sweep trace vectors report perplexity record persistence schema tasks serve-bench; do ok "help $cmd" "--help" -- "$cmd" --help; done
 
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
@@ -249,6 +249,18 @@ alone "prefill window"   "SnapKV prefill: the window (32 rows) is larger than th
 alone "prefill nothing"  "--prefill (1023) leaves nothing to predict" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --prefill 1023 --max-windows 1
 alone "tasks window"     "PyramidKV prefill: the window (32 rows) is larger than layer 3's share" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies pyramidkv --budgets 40 --set recentWindow=4 --moments prefill
 alone "tasks grid"       "is more than the 100000 samples one run may make" -- tasks --model "$model" --text "$heldout" --depths 100 --samples 100000
+# serve-bench: the table and JSON rows, each bad request one line before any work.
+ok  "serve table"      "| full cache | full | on |" -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 96 --policy none,tova --budget 32 --format markdown
+ok  "serve json"       '"blocksSavedBySharing": 24' -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 48 --tokens 64 --block-size 16 --format json
+ok  "serve chunk"      '"peakCachePositions": 64' -- serve-bench --model "$model" --text "$heldout" --sequences 1 --shared-prefix 0 --tokens 96 --policy h2o --budget 48 --chunk 16 --window 8 --format json
+alone "serve chunk big" "a chunk of 200 positions is larger than the capacity of 96" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --policy h2o --budget 48 --chunk 200
+alone "serve prefix"   "--shared-prefix 512 is longer than the 96 bytes each sequence reads" -- serve-bench --model "$model" --text "$heldout" --tokens 96
+alone "serve text"     "serve-bench: the text has 400 bytes; 4 sequences of 1024 bytes sharing 512 need 2560" -- serve-bench --model "$model" --text "$tmp/text.txt"
+alone "serve pool"     "serve-bench: a pool of 3 blocks cannot hold one sequence, which needs 8" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --pool-blocks 3
+alone "serve mode"     "--modes: 'pages' is not a mode (token or block)" -- serve-bench --model "$model" --text "$heldout" --modes pages
+alone "serve sharing"  "--sharing: 'maybe' is not on or off" -- serve-bench --model "$model" --text "$heldout" --sharing maybe
+alone "serve both"     "give --sharing or --no-prefix-sharing, not both" -- serve-bench --model "$model" --text "$heldout" --sharing on --no-prefix-sharing
+alone "serve full chunk" "--chunk compresses a prompt and needs a policy: the full cache runs with --chunk 0 only" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --chunk 16
 # report --tasks: every field checked, one line, no page written.
 bad_rows() {  # NAME JSON EXPECTED
   printf '%s' "$2" >"$tmp/rows.json"

@@ -329,6 +329,7 @@ int main(int argc, char** argv) {
   std::uint32_t task_samples = 20;
   std::uint32_t task_seed = 1;
   std::uint32_t task_window = 32;
+  std::uint32_t task_chunk = 0;
   std::string task_format = "markdown";
   auto* tasks_cmd = app.add_subcommand(
       "tasks",
@@ -357,6 +358,9 @@ int main(int argc, char** argv) {
   tasks_cmd->add_option("--seed", task_seed, "samples are reproducible from this seed")->capture_default_str();
   tasks_cmd->add_option("--window", task_window, "prefill moments: attention rows the compression scores from")
       ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
+  tasks_cmd->add_option("--chunk", task_chunk,
+                        "prefill moments: read the prompt in chunks of N bytes, compressing after each (0 = once)")
+      ->check(CLI::Range(0U, 1U << 20))->capture_default_str();
   tasks_cmd->add_option("--format", task_format, "markdown, json or csv")
       ->check(CLI::IsMember({"markdown", "json", "csv"}))->capture_default_str();
 
@@ -683,6 +687,7 @@ int main(int argc, char** argv) {
       request.samples = task_samples;
       request.seed = task_seed;
       request.window = task_window;
+      request.chunk = task_chunk;
       ModelRunOptions options;
       options.progress = model_progress("tasks", "answers");
       const std::vector<TaskRow> rows = run_tasks(model, text, request, options);

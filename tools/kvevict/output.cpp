@@ -274,7 +274,7 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
   }
   const bool chunked = std::any_of(rows.begin(), rows.end(), [](const ServeRow& r) { return r.run.chunk != 0; });
   std::vector<std::vector<std::string>> cells;
-  std::vector<std::string> header{"policy", "budget", "mode", "sharing", "sequences"};
+  std::vector<std::string> header{"policy", "mode", "sharing", "budget", "sequences"};
   if (chunked) header.push_back("chunk");
   for (const char* h : {"peak blocks", "saved by sharing", "copied", "peak positions", "peak per cache",
                         "evicted", "tokens/s"}) {
@@ -283,9 +283,10 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
   cells.push_back(header);
   for (const ServeRow& r : rows) {
     const bool full = r.run.policy.empty();
-    std::vector<std::string> line{full ? "full cache" : r.run.policy, full ? "-" : std::to_string(r.run.budget),
+    std::vector<std::string> line{full ? "full cache" : r.run.policy,
                                   full ? "full" : r.run.chunk != 0 ? "chunked" : r.run.blocks ? "block" : "token",
-                                  r.run.share_prefix ? "on" : "off", std::to_string(r.run.sequences)};
+                                  r.run.share_prefix ? "on" : "off", full ? "-" : std::to_string(r.run.budget),
+                                  std::to_string(r.run.sequences)};
     if (chunked) line.push_back(r.run.chunk == 0 ? "-" : std::to_string(r.run.chunk));
     line.push_back(std::to_string(r.peak_blocks));
     line.push_back(std::to_string(r.blocks_saved));
@@ -296,7 +297,7 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
     line.push_back(fmt::format("{:.0f}", r.tokens_per_second));
     cells.push_back(std::move(line));
   }
-  print_cells(out, cells, format, 0);
+  print_cells(out, cells, format, 3);
 }
 
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,

@@ -91,12 +91,15 @@ struct TaskRequest {
   // Prefill moments: attention rows of the last `window` prompt bytes that
   // the compression scores from (SnapKV's observation window).
   std::uint32_t window = 32;
+  // Prefill moments: read the compressed bytes in chunks of `chunk`,
+  // compressing after each (docs/serving.md); 0: once, after them all.
+  std::uint32_t chunk = 0;
 };
 
 // Greedy exact match of one sample with the given policy (null spec: the
 // full cache). `evicted` receives the positions removed.
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr);
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr, std::uint32_t chunk = 0);
 
 // Every task x length x depth: the full cache, then each policy x budget x
 // moment, in that order. Every request is checked -- each policy built with
