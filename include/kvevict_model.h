@@ -51,6 +51,59 @@ kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_
                                         size_t param_count, uint32_t max_windows,
                                         kvevict_perplexity_result* result);
 
+/* ---- many sequences on one block pool (docs/serving.md) ------------------- */
+
+/* Sequences decoding together over one pool of KV blocks: each joins or
+ * leaves between steps, with its own policy per cache; with share_prefix,
+ * equal full blocks (same cache, tokens, positions and bytes) are held once
+ * and copied before a sequence changes them. Every sequence's logits equal its
+ * solo run's to the bit. A batch is used by one thread at a time. */
+typedef struct kvevict_batch kvevict_batch;
+
+typedef struct kvevict_batch_options {
+  uint32_t capacity;    /* positions per cache of each sequence (0: the model's context) */
+  uint32_t block_size;  /* positions per pool block, >= 1 */
+  uint64_t pool_blocks; /* blocks in the pool: at least layers x kv_heads */
+  int share_prefix;     /* nonzero: prefix sharing on */
+} kvevict_batch_options;
+
+typedef struct kvevict_pool_stats {
+  uint64_t blocks;      /* in the pool */
+  uint64_t free_blocks; /* on the free list now */
+  uint64_t in_use;      /* blocks with a reference, now */
+  uint64_t peak_in_use; /* the most at once */
+  uint64_t references;  /* block references of every cache of every sequence, now */
+  uint64_t peak_saved;  /* the most references beyond the blocks in use at once */
+  uint64_t shared;      /* times a sequence took a published equal block */
+  uint64_t copies;      /* shared blocks copied before a sequence changed them */
+} kvevict_pool_stats;
+
+/* KVEVICT_ERROR_PARAMETER for a block size of 0 or a pool too small for one
+ * sequence; KVEVICT_ERROR_INPUT for a capacity over the context. The batch
+ * keeps the model alive; destroy it with kvevict_batch_destroy. */
+kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
+                                    kvevict_batch** out);
+kvevict_status kvevict_batch_destroy(kvevict_batch* batch);
+
+/* A new sequence: the full cache when `policy` is NULL (budget and params
+ * ignored), else `policy` at `budget` per cache, evicting positions, or whole
+ * blocks of the pool's block size when `block_mode` is nonzero. *id receives
+ * its id (0, 1, ... never reused). KVEVICT_ERROR_INPUT when fewer blocks are
+ * free than the sequence has caches; KVEVICT_ERROR_PARAMETER for a bad
+ * policy, budget or parameter. The batch is unchanged on error. */
+kvevict_status kvevict_batch_join(kvevict_batch* batch, const char* policy, int64_t budget,
+                                  const kvevict_param* params, size_t param_count, int block_mode, uint64_t* id);
+kvevict_status kvevict_batch_leave(kvevict_batch* batch, uint64_t id);
+
+/* Feeds sequence `id` its next token; *logits (256 floats, *count = 256) stay
+ * valid until that sequence's next step or until it leaves. A failed step
+ * (KVEVICT_ERROR_INPUT: the pool exhausted; KVEVICT_ERROR_CONTRACT) removes
+ * the sequence from the batch, its blocks back in the pool; the others go
+ * on. An id that never joined or has left: KVEVICT_ERROR_INPUT. */
+kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint8_t token, const float** logits,
+                                  size_t* count);
+kvevict_status kvevict_batch_pool_stats(const kvevict_batch* batch, kvevict_pool_stats* stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,11 +9,16 @@
 #include <vector>
 
 #include "core/c_api_internal.h"
+#include "kvevict/model/batch.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/perplexity.h"
 
 struct kvevict_model {
   std::shared_ptr<const kvevict::Model> impl;
+};
+
+struct kvevict_batch {
+  std::unique_ptr<kvevict::Batch> impl;
 };
 
 using kvevict::c_api::ArgumentError;
@@ -68,6 +73,75 @@ kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_
     const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
     const kvevict::PerplexityRow& row = rows.back();
     *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
+  });
+}
+
+kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
+                                    kvevict_batch** out) {
+  return guard([&] {
+    need(out, "kvevict_batch_create", "out");
+    *out = nullptr;
+    check_live(model, "kvevict_batch_create");
+    need(options, "kvevict_batch_create", "options");
+    kvevict::BatchOptions o;
+    o.capacity = options->capacity;
+    o.block_size = options->block_size;
+    o.pool_blocks = options->pool_blocks;
+    o.share_prefix = options->share_prefix != 0;
+    auto handle = std::make_unique<kvevict_batch>();
+    handle->impl = std::make_unique<kvevict::Batch>(model->impl, o);
+    remember(handle.get());
+    *out = handle.release();
+  });
+}
+
+kvevict_status kvevict_batch_destroy(kvevict_batch* batch) {
+  return kvevict::c_api::destroy_handle(batch, "kvevict_batch_destroy");
+}
+
+kvevict_status kvevict_batch_join(kvevict_batch* batch, const char* policy, int64_t budget,
+                                  const kvevict_param* params, size_t param_count, int block_mode, uint64_t* id) {
+  return guard([&] {
+    check_live(batch, "kvevict_batch_join");
+    need(id, "kvevict_batch_join", "id");
+    kvevict::PagedOptions paged;
+    if (policy == nullptr) {
+      *id = batch->impl->join();
+      return;
+    }
+    kvevict::RunSpec spec{std::string(kvevict::find_policy(policy).name),
+                          param_map(params, param_count, "kvevict_batch_join"), budget};
+    if (block_mode != 0) paged.block_size = batch->impl->pool().block_size();
+    *id = batch->impl->join(&spec, paged);
+  });
+}
+
+kvevict_status kvevict_batch_leave(kvevict_batch* batch, uint64_t id) {
+  return guard([&] {
+    check_live(batch, "kvevict_batch_leave");
+    batch->impl->leave(id);
+  });
+}
+
+kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint8_t token, const float** logits,
+                                  size_t* count) {
+  return guard([&] {
+    check_live(batch, "kvevict_batch_step");
+    need(logits, "kvevict_batch_step", "logits");
+    need(count, "kvevict_batch_step", "count");
+    const std::span<const float> out = batch->impl->step(id, token);
+    *logits = out.data();
+    *count = out.size();
+  });
+}
+
+kvevict_status kvevict_batch_pool_stats(const kvevict_batch* batch, kvevict_pool_stats* stats) {
+  return guard([&] {
+    check_live(batch, "kvevict_batch_pool_stats");
+    need(stats, "kvevict_batch_pool_stats", "stats");
+    const kvevict::BlockPool& pool = batch->impl->pool();
+    const kvevict::PoolStats& s = pool.stats();
+    *stats = {s.blocks, pool.free_blocks(), s.in_use, s.peak_in_use, s.references, s.peak_saved, s.shared, s.copies};
   });
 }
 

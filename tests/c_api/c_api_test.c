@@ -149,6 +149,51 @@ static void trace_and_harness(void) {
   CHECK(kvevict_compare_json("h2o,nope", NULL, 0, NULL, 0, NULL, 0, &json) == KVEVICT_ERROR_PARAMETER);
 }
 
+/* Two sequences on one pool (docs/serving.md): they read the same 40 bytes,
+ * so with blocks of 8 the second holds none of its own -- its 5 full blocks
+ * per cache are the first's -- and their logits are equal; each bad request is
+ * one status, and the pool is whole once both left. */
+static void batch(const kvevict_model* model, uint64_t caches, const uint8_t* text) {
+  kvevict_batch* b = NULL;
+  kvevict_batch_options small = {64, 8, caches - 1, 1};
+  kvevict_batch_options options = {64, 8, 2 * caches * 8, 1};
+  kvevict_pool_stats stats;
+  const float* la = NULL;
+  const float* lb = NULL;
+  size_t na = 0, nb = 0;
+  uint64_t a = 99, c = 99, w = 99;
+  int t, same = 1;
+  CHECK(kvevict_batch_create(model, &small, &b) == KVEVICT_ERROR_PARAMETER && b == NULL);
+  CHECK(error_contains("cannot hold one sequence"));
+  CHECK(kvevict_batch_create(model, &options, &b) == KVEVICT_OK);
+  CHECK(kvevict_batch_join(b, NULL, 0, NULL, 0, 0, &a) == KVEVICT_OK && a == 0);
+  CHECK(kvevict_batch_join(b, NULL, 0, NULL, 0, 0, &c) == KVEVICT_OK && c == 1);
+  for (t = 0; t < 40; ++t) {
+    CHECK(kvevict_batch_step(b, a, text[t], &la, &na) == KVEVICT_OK && na == 256);
+    CHECK(kvevict_batch_step(b, c, text[t], &lb, &nb) == KVEVICT_OK && nb == 256);
+    if (memcmp(la, lb, 256 * sizeof(float)) != 0) same = 0;
+  }
+  CHECK(same);
+  CHECK(kvevict_batch_pool_stats(b, &stats) == KVEVICT_OK);
+  CHECK(stats.in_use == 5 * caches && stats.references == 10 * caches && stats.shared == 5 * caches);
+  CHECK(stats.copies == 0 && stats.free_blocks == stats.blocks - 5 * caches);
+  /* A windowed sequence in block mode: 8 positions, one block per cache at rest. */
+  CHECK(kvevict_batch_join(b, "sliding-window", 8, NULL, 0, 1, &w) == KVEVICT_OK && w == 2);
+  for (t = 0; t < 30; ++t) CHECK(kvevict_batch_step(b, w, text[t], &la, &na) == KVEVICT_OK);
+  CHECK(kvevict_batch_join(b, "lru", 8, NULL, 0, 0, &w) == KVEVICT_ERROR_PARAMETER);
+  CHECK(kvevict_batch_step(b, 7, 'a', &la, &na) == KVEVICT_ERROR_INPUT);
+  CHECK(error_contains("batch: cannot step sequence 7: no sequence has that id"));
+  CHECK(kvevict_batch_leave(b, a) == KVEVICT_OK);
+  CHECK(kvevict_batch_leave(b, a) == KVEVICT_ERROR_INPUT && error_contains("it has left"));
+  CHECK(kvevict_batch_leave(b, c) == KVEVICT_OK);
+  CHECK(kvevict_batch_leave(b, 2) == KVEVICT_OK);
+  CHECK(kvevict_batch_pool_stats(b, &stats) == KVEVICT_OK);
+  CHECK(stats.free_blocks == stats.blocks && stats.references == 0);
+  CHECK(kvevict_batch_step(b, a, 'a', NULL, &na) == KVEVICT_ERROR_ARGUMENT);
+  CHECK(kvevict_batch_destroy(b) == KVEVICT_OK);
+  CHECK(kvevict_batch_destroy(b) == KVEVICT_ERROR_ARGUMENT);
+}
+
 /* The real model, when KVEVICT_MODEL_FILE names it (the install test does). */
 static void real_model(void) {
   const char* path = getenv("KVEVICT_MODEL_FILE");
@@ -189,6 +234,7 @@ static void real_model(void) {
   CHECK(kvevict_model_perplexity(model, text, 1, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_INPUT);
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "lru", 8, NULL, 0, 0, &full) == KVEVICT_ERROR_PARAMETER);
   CHECK(kvevict_model_perplexity(model, NULL, 10, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_ARGUMENT);
+  batch(model, caches, text);
   CHECK(kvevict_model_destroy(model) == KVEVICT_OK);
   CHECK(kvevict_model_destroy(model) == KVEVICT_ERROR_ARGUMENT);
   CHECK(kvevict_model_get_config(model, &config) == KVEVICT_ERROR_ARGUMENT);

@@ -40,6 +40,7 @@ import inspect
 from typing import Any, Dict, Type
 
 from ._kvevict import (
+    Batch,
     BlockEvictor,
     Decoder,
     LayerBudget,
@@ -59,6 +60,7 @@ from ._kvevict import (
     run,
     run_vectors,
     select_simd,
+    serve_bench,
     simd,
     trace,
     trace_hash,
@@ -96,6 +98,8 @@ __all__ = [
     "record_attention",
     "persistence",
     "prefill",
+    "Batch",
+    "serve_bench",
     "__version__",
 ]
 

@@ -337,6 +337,78 @@ class Decoder:
     @property
     def head_count(self) -> int: ...
 
+class PoolStats(TypedDict):
+    blocks: int
+    free_blocks: int
+    in_use: int
+    peak_in_use: int
+    references: int
+    peak_saved: int
+    shared: int
+    copies: int
+
+class Batch:
+    """Sequences decoding together over one pool of KV blocks (docs/serving.md)."""
+
+    def __init__(
+        self, model: Model, pool_blocks: int, capacity: int = 0, block_size: int = 16, share_prefix: bool = True
+    ) -> None: ...
+    def join(
+        self,
+        policy: Optional[Union[str, Policy]] = None,
+        budget: Optional[int] = None,
+        params: Optional[Dict[str, int]] = None,
+        mode: str = "token",
+    ) -> int: ...
+    def step(self, id: int, token: int) -> npt.NDArray[np.float32]: ...
+    def leave(self, id: int) -> None: ...
+    @property
+    def sequences(self) -> List[int]: ...
+    def held(self, id: int, cache: int) -> List[int]: ...
+    def pool_stats(self) -> PoolStats: ...
+    def __len__(self) -> int: ...
+
+class ServeRow(TypedDict):
+    policy: Optional[str]  # None for the full cache
+    budget: Optional[int]  # None for the full cache
+    mode: str  # "full", "token", "block" or "chunked"
+    prefixSharing: str  # "on" or "off"
+    sequences: int
+    sharedPrefix: int
+    tokens: int
+    chunk: NotRequired[int]  # chunked runs
+    prompt: NotRequired[int]  # chunked runs
+    blockSize: int
+    poolBlocks: int
+    peakBlocks: int
+    blocksSavedBySharing: int
+    sharedBlocks: int
+    copiedBlocks: int
+    peakPositions: int
+    peakCachePositions: int
+    positionsHeld: int
+    evicted: int
+    leakedBlocks: int
+    tokensPerSecond: float
+    seconds: float
+
+def serve_bench(
+    model: Model,
+    text: _Text,
+    sequences: Sequence[int] = [4],
+    policies: Union[str, Sequence[str]] = "none",
+    budget: int = 128,
+    modes: Union[str, Sequence[str]] = "token",
+    sharing: Union[bool, Sequence[bool]] = True,
+    chunks: Sequence[int] = [0],
+    shared_prefix: int = 512,
+    tokens: int = 0,
+    prompt: int = 0,
+    window: int = 32,
+    block_size: int = 16,
+    pool_blocks: int = 0,
+    overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+) -> List[ServeRow]: ...
 def perplexity(
     model: Model,
     text: _Text,

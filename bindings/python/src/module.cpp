@@ -43,6 +43,8 @@
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/perplexity_rows.h"
+#include "kvevict/model/batch.h"
+#include "kvevict/model/serve_bench.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -1127,6 +1129,159 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
+// A str ("a,b") or a sequence of str -> the items; `what` names the argument.
+std::vector<std::string> str_items(py::handle value, const std::string& what) {
+  std::vector<std::string> out;
+  if (py::isinstance<py::str>(value)) {
+    const std::string text = value.cast<std::string>();
+    std::size_t begin = 0;
+    while (true) {
+      const std::size_t comma = text.find(',', begin);
+      out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+      if (comma == std::string::npos) break;
+      begin = comma + 1;
+    }
+  } else if (py::isinstance<py::iterable>(value)) {
+    for (const py::handle item : value) out.push_back(to_str(item, "an item of " + what));
+  } else {
+    throw py::type_error(what + " must be a str or a sequence of str, got " + type_name(value));
+  }
+  for (const std::string& item : out) {
+    if (item.empty()) throw py::value_error(what + ": empty item");
+  }
+  if (out.empty()) throw py::value_error(what + " is empty");
+  return out;
+}
+
+py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, const IntList& sequences_arg,
+                           const PolicyList& policies_arg, const Int& budget, const PolicyList& modes_arg,
+                           const py::object& sharing_arg, const IntList& chunks_arg, const Int& shared_prefix,
+                           const Int& tokens, const Int& prompt, const Int& window, const Int& block_size,
+                           const Int& pool_blocks, const Overrides& overrides) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  std::vector<std::uint32_t> sequences;
+  for (const std::int64_t n : budget_list(sequences_arg.obj)) {
+    if (n < 1 || n > 4096) throw py::value_error("sequences: " + std::to_string(n) + " is not 1 ... 4096");
+    sequences.push_back(static_cast<std::uint32_t>(n));
+  }
+  std::vector<std::string> policies;
+  for (const std::string& name : str_items(policies_arg.obj, "policies")) {
+    if (name == "none") {
+      policies.push_back(name);
+    } else {
+      for (const std::string& q : kvevict::parse_policy_list(name)) policies.push_back(q);
+    }
+  }
+  std::vector<bool> sharing;
+  if (py::isinstance<py::bool_>(sharing_arg)) {
+    sharing.push_back(sharing_arg.cast<bool>());
+  } else if (py::isinstance<py::iterable>(sharing_arg) && !py::isinstance<py::str>(sharing_arg)) {
+    for (const py::handle v : sharing_arg) {
+      if (!py::isinstance<py::bool_>(v)) throw py::type_error("sharing must hold bools, got " + type_name(v));
+      sharing.push_back(v.cast<bool>());
+    }
+  } else {
+    throw py::type_error("sharing must be a bool or a sequence of bools, got " + type_name(sharing_arg));
+  }
+  if (sharing.empty()) throw py::value_error("sharing is empty");
+  std::vector<std::uint32_t> chunks;
+  for (const std::int64_t c : budget_list(chunks_arg.obj)) {
+    chunks.push_back(to_u32(py::int_(c), "chunks", "must be at least 0 (0 = evict while decoding)"));
+  }
+  kvevict::ServeBenchRequest request;
+  request.runs = kvevict::serve_runs(sequences, policies, to_int(budget.obj, "budget"),
+                                     str_items(modes_arg.obj, "modes"), sharing, chunks);
+  request.shared_prefix = to_u32(shared_prefix.obj, "shared_prefix", "must be at least 0");
+  request.tokens = to_u32(tokens.obj, "tokens", "must be at least 0 (0 = the model's context)");
+  request.prompt = to_u32(prompt.obj, "prompt", "must be at least 0 (0 = every token)");
+  request.window = to_u32(window.obj, "window", "must be at least 1");
+  request.block_size = to_u32(block_size.obj, "block_size", "must be at least 1");
+  const std::int64_t pool = to_int(pool_blocks.obj, "pool_blocks");
+  if (pool < 0) throw py::value_error("pool_blocks (" + std::to_string(pool) + ") must be at least 0");
+  request.pool_blocks = static_cast<std::uint64_t>(pool);
+  request.overrides = overrides_of(overrides.obj);
+  const std::vector<kvevict::ServeRow> rows =
+      without_gil([&] { return kvevict::serve_bench(model, text, request); });
+  py::list out;
+  for (const kvevict::ServeRow& r : rows) {
+    DictBuilder builder;
+    kvevict::for_each_field(r, builder);
+    out.append(builder.take());
+  }
+  return out;
+}
+
+// Sequences on one block pool (kvevict/model/batch.h).
+class PyBatch {
+ public:
+  PyBatch(const std::shared_ptr<const kvevict::Model>& model, const kvevict::BatchOptions& options)
+      : batch_(model, options) {}
+
+  std::uint64_t join(py::handle policy, py::handle budget, py::handle params, py::handle mode) {
+    const std::string m = to_str(mode, "mode");
+    if (m != "token" && m != "block") throw py::value_error("mode must be \"token\" or \"block\", got '" + m + "'");
+    if (policy.is_none()) {
+      if (m == "block") throw py::value_error("mode \"block\" needs a policy (the full cache evicts nothing)");
+      return batch_.join();
+    }
+    py::dict given;
+    if (!params.is_none()) {
+      if (!py::isinstance<py::dict>(params)) throw py::type_error("params must be a dict, got " + type_name(params));
+      given = py::reinterpret_borrow<py::dict>(params);
+    }
+    const kvevict::RunSpec spec = spec_of(policy, budget, given);
+    kvevict::PagedOptions paged;
+    if (m == "block") paged.block_size = batch_.pool().block_size();
+    return batch_.join(&spec, paged);
+  }
+  py::array_t<float> step(py::handle id, py::handle token_obj) {
+    const std::int64_t token = to_int(token_obj, "token");
+    if (token < 0 || token > 255) {
+      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... 255 (a byte)");
+    }
+    return float_array(batch_.step(id_of(id), static_cast<std::uint8_t>(token)));
+  }
+  void leave(py::handle id) { batch_.leave(id_of(id)); }
+  py::list sequences() const {
+    py::list out;
+    for (const kvevict::SequenceId id : batch_.sequences()) out.append(id);
+    return out;
+  }
+  py::dict pool_stats() const {
+    const kvevict::BlockPool& pool = batch_.pool();
+    const kvevict::PoolStats& s = pool.stats();
+    py::dict d;
+    d["blocks"] = s.blocks;
+    d["free_blocks"] = pool.free_blocks();
+    d["in_use"] = s.in_use;
+    d["peak_in_use"] = s.peak_in_use;
+    d["references"] = s.references;
+    d["peak_saved"] = s.peak_saved;
+    d["shared"] = s.shared;
+    d["copies"] = s.copies;
+    return d;
+  }
+  py::list held(py::handle id, py::handle cache) const {
+    const kvevict::Decoder& d = batch_.decoder(id_of(id));
+    const std::int64_t h = to_int(cache, "cache");
+    if (h < 0 || h >= static_cast<std::int64_t>(d.config().head_count())) {
+      throw py::value_error("cache (" + std::to_string(h) + ") must be in 0 ... " +
+                            std::to_string(d.config().head_count() - 1) + " (layer * kv_heads + KV head)");
+    }
+    return position_list(d.held(static_cast<std::uint32_t>(h)));
+  }
+  std::size_t size() const noexcept { return batch_.size(); }
+
+ private:
+  static kvevict::SequenceId id_of(py::handle id) {
+    const std::int64_t v = to_int(id, "id");
+    if (v < 0) throw py::value_error("id (" + std::to_string(v) + ") must be at least 0");
+    return static_cast<kvevict::SequenceId>(v);
+  }
+  kvevict::Batch batch_;
+};
+
 py::array_t<float> model_record(const ModelArg& model_arg, const Text& text_arg, const Int& tokens_arg) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
@@ -1826,6 +1981,76 @@ meanwhile raises RuntimeError. A budget below 1 raises ValueError.
                    std::to_string(d.capacity()) + " heads=" + std::to_string(d.head_count()) + ">";
           },
           "<Decoder position=... capacity=... heads=...>.");
+
+  py::class_<PyBatch>(m, "Batch", R"doc(
+Sequences decoding together over one pool of KV blocks (docs/serving.md):
+each joins or leaves between steps, with its own policy per cache; with
+share_prefix, equal full blocks (same cache, tokens, positions and bytes) are
+held once and copied before a sequence changes them. Every sequence's logits
+equal its solo run's to the bit.
+
+Batch(model, pool_blocks, capacity=0, block_size=16, share_prefix=True):
+pool_blocks must give one sequence a block per cache (layers x kv_heads).
+)doc")
+      .def(py::init([](const ModelArg& model, const Int& pool_blocks, const Int& capacity, const Int& block_size,
+                       const py::object& share_prefix) {
+             kvevict::BatchOptions o;
+             const std::int64_t pool = to_int(pool_blocks.obj, "pool_blocks");
+             if (pool < 1) throw py::value_error("pool_blocks (" + std::to_string(pool) + ") must be at least 1");
+             o.pool_blocks = static_cast<std::uint64_t>(pool);
+             o.capacity = to_u32(capacity.obj, "capacity", "must be at least 0 (0 = the model's context)");
+             o.block_size = to_u32(block_size.obj, "block_size", "must be at least 1");
+             if (!py::isinstance<py::bool_>(share_prefix)) {
+               throw py::type_error("share_prefix must be a bool, got " + type_name(share_prefix));
+             }
+             o.share_prefix = share_prefix.cast<bool>();
+             return std::make_unique<PyBatch>(model_of(model.obj).shared(), o);
+           }),
+           py::arg("model"), py::arg("pool_blocks"), py::arg("capacity") = 0, py::arg("block_size") = 16,
+           py::arg("share_prefix") = true, "A batch over a new pool of `pool_blocks` blocks.")
+      .def(
+          "join",
+          [](PyBatch& self, const OptionalPolicy& policy, const OptionalInt& budget, const py::object& params,
+             const Str& mode) { return self.join(policy.obj, budget.obj, params, mode.obj); },
+          py::arg("policy") = py::none(), py::arg("budget") = py::none(), py::arg("params") = py::none(),
+          py::arg("mode") = "token",
+          "A new sequence; returns its id. policy None: the full cache; else a policy name (or Policy, whose "
+          "parameters are used) at `budget` per cache, evicting positions (mode \"token\") or whole pool "
+          "blocks (\"block\"). RuntimeError when fewer blocks are free than the sequence has caches.")
+      .def(
+          "step", [](PyBatch& self, const Int& id, const Int& token) { return self.step(id.obj, token.obj); },
+          py::arg("id"), py::arg("token"),
+          "Feeds sequence `id` its next byte; returns a copy of the logits (float32, 256). A failed step "
+          "(the pool exhausted) raises RuntimeError naming the sequence, which leaves the batch; the others go on.")
+      .def(
+          "leave", [](PyBatch& self, const Int& id) { self.leave(id.obj); }, py::arg("id"),
+          "Sequence `id` leaves; its block references go back to the pool.")
+      .def_property_readonly(
+          "sequences", [](const PyBatch& self) { return self.sequences(); }, "The ids of the sequences in the batch.")
+      .def(
+          "held", [](const PyBatch& self, const Int& id, const Int& cache) { return self.held(id.obj, cache.obj); },
+          py::arg("id"), py::arg("cache"), "Positions cache `cache` of sequence `id` holds, ascending.")
+      .def(
+          "pool_stats", [](const PyBatch& self) { return self.pool_stats(); },
+          "The pool, measured: {\"blocks\", \"free_blocks\", \"in_use\", \"peak_in_use\", \"references\", "
+          "\"peak_saved\", \"shared\", \"copies\"}.")
+      .def("__len__", [](const PyBatch& self) { return self.size(); }, "Sequences in the batch.");
+
+  m.def("serve_bench", &model_serve_bench, py::arg("model"), py::arg("text"), py::arg("sequences") = py::list(py::make_tuple(4)),
+        py::arg("policies") = "none", py::arg("budget") = 128, py::arg("modes") = "token",
+        py::arg("sharing") = true, py::arg("chunks") = py::list(py::make_tuple(0)), py::arg("shared_prefix") = 512,
+        py::arg("tokens") = 0, py::arg("prompt") = 0, py::arg("window") = 32, py::arg("block_size") = 16,
+        py::arg("pool_blocks") = 0, py::arg("overrides") = py::none(), R"doc(
+`kvevict serve-bench`: sequences decoding together over one block pool, one
+run per sequence count x policy ("none": the full cache) x mode ("token",
+"block") x sharing x chunk. Returns a list of dicts shaped as
+`kvevict serve-bench --format json` writes them: {"policy", "budget", "mode",
+"prefixSharing", "sequences", "sharedPrefix", "tokens", "blockSize",
+"poolBlocks", "peakBlocks", "blocksSavedBySharing", "sharedBlocks",
+"copiedBlocks", "peakPositions", "peakCachePositions", "positionsHeld",
+"evicted", "leakedBlocks", "tokensPerSecond", "seconds"} (chunked runs add
+"chunk" and "prompt"). docs/serving.md.
+)doc");
 
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
         py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
