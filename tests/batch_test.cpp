@@ -484,7 +484,7 @@ TEST(ServeBench, BadRequestsAreOneClearError) {
   expect_error<InputError>([&] { serve_bench(model, short_text, request); },
                            "serve-bench: the text has 500 bytes; 2 sequences of 256 bytes sharing 0 need 512");
   expect_error<ParameterError>([&] { serve_runs({1}, {"h2o"}, 64, {"tokens"}, {true}, {0}); },
-                               "--modes: 'tokens' is not a mode (token or block)");
+                               "serve-bench: mode 'tokens' is not token or block");
 }
 
 }  // namespace

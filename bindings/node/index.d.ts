@@ -475,6 +475,103 @@ export interface CompareModelRow extends PerplexityRow {
 /** The full cache first, then one row per run, in order. Synchronous. */
 export function perplexity(model: Model, text: Text, runs?: readonly ModelRun[] | null, options?: ModelRunOptions): PerplexityRow[];
 
+export interface BatchOptions {
+  /** Blocks in the pool: at least layers x kvHeads (one block per cache of one sequence). */
+  poolBlocks: number;
+  /** Positions per cache of each sequence (0: the model's context). */
+  capacity?: number;
+  /** Positions per pool block (default 16). */
+  blockSize?: number;
+  /** Equal full blocks held once (default true). */
+  sharePrefix?: boolean;
+}
+
+export interface PoolStats {
+  blocks: number;
+  freeBlocks: number;
+  inUse: number;
+  peakInUse: number;
+  references: number;
+  peakSaved: number;
+  shared: number;
+  copies: number;
+}
+
+/** Sequences decoding together over one block pool (docs/serving.md). */
+export class Batch {
+  constructor(model: Model, options: BatchOptions);
+  /** A new sequence's id: the full cache (policy null) or a policy per cache, evicting positions or whole blocks. */
+  join(policy?: string | Policy | null, budget?: number | null, params?: Params | null, mode?: 'token' | 'block'): number;
+  /** The sequence's next byte; its logits. A failed step removes the sequence (InputError); the others go on. */
+  step(id: number, token: number): Float32Array;
+  leave(id: number): void;
+  /** Positions cache `cache` (layer * kvHeads + KV head) of sequence `id` holds, ascending. */
+  held(id: number, cache: number): number[];
+  poolStats(): PoolStats;
+  readonly sequences: number[];
+}
+
+/** Options of serveBench(): the grid of runs and the sizes (docs/serving.md). */
+export interface ServeBenchOptions {
+  /** Sequence counts, one run each (default [4]). */
+  sequences?: readonly number[];
+  /** Policy names, "all", or "none" for the full cache (default "none"). */
+  policies?: readonly string[] | string;
+  /** Positions each cache keeps (default 128). */
+  budget?: number;
+  /** "token" and/or "block" (default "token"). */
+  modes?: readonly string[] | string;
+  /** Prefix sharing on (true) and/or off (default true). */
+  sharing?: boolean | readonly boolean[];
+  /** 0: evict while decoding; C: read the prompt in chunks of C, compressing after each (default [0]). */
+  chunks?: readonly number[];
+  /** Bytes every sequence starts with (default 512). */
+  sharedPrefix?: number;
+  /** Bytes each sequence reads (0: the model's context). */
+  tokens?: number;
+  /** Chunked runs: bytes read as the prompt (0: all). */
+  prompt?: number;
+  /** Chunked runs: attention rows each compression scores from (default 32). */
+  window?: number;
+  /** Positions per pool block (default 16). */
+  blockSize?: number;
+  /** Blocks in the pool (0: every cache of every sequence at capacity). */
+  poolBlocks?: number;
+}
+
+/** A row of `kvevict serve-bench --format json`. */
+export interface ServeRow {
+  /** null for the full cache. */
+  policy: string | null;
+  budget: number | null;
+  mode: 'full' | 'token' | 'block' | 'chunked';
+  prefixSharing: 'on' | 'off';
+  sequences: number;
+  sharedPrefix: number;
+  tokens: number;
+  chunk?: number;
+  prompt?: number;
+  blockSize: number;
+  poolBlocks: number;
+  /** Pool blocks in use at once, the most (measured). */
+  peakBlocks: number;
+  /** Block references beyond the blocks in use, the most at once. */
+  blocksSavedBySharing: number;
+  sharedBlocks: number;
+  copiedBlocks: number;
+  peakPositions: number;
+  peakCachePositions: number;
+  positionsHeld: number;
+  evicted: number;
+  /** Blocks in use after every sequence left: 0. */
+  leakedBlocks: number;
+  tokensPerSecond: number;
+  seconds: number;
+}
+
+/** Sequences decoding together over one block pool; synchronous (blocks the thread). */
+export function serveBench(model: Model, text: Text, options?: ServeBenchOptions): ServeRow[];
+
 export interface CompareModelOptions extends ModelRunOptions {
   /** Names, or "all" / "a,b" (default: every policy). */
   policies?: readonly string[] | string;

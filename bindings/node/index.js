@@ -235,6 +235,27 @@ Object.defineProperty(Decoder.prototype, Symbol.for('nodejs.util.inspect.custom'
 });
 
 /**
+ * Sequences decoding together over one block pool (docs/serving.md):
+ * new Batch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true}).
+ * join(policy = null, budget?, params?, mode = 'token') -> id; step(id, byte)
+ * -> logits (Float32Array); leave(id); held(id, cache); poolStats();
+ * sequences. Every sequence's logits equal its solo run's to the bit; a
+ * failed step removes that sequence, and the others go on.
+ */
+class Batch extends native.Batch {
+  constructor(model, options) {
+    super(model, options);
+  }
+}
+Object.defineProperty(Batch.prototype, Symbol.for('nodejs.util.inspect.custom'), {
+  value: function inspect() {
+    const s = this.poolStats();
+    return `Batch (${this.sequences.length} sequences, ${s.inUse} of ${s.blocks} blocks in use)`;
+  },
+  configurable: true,
+});
+
+/**
  * Whole-block eviction over any policy, for a paged KV cache (docs/paged.md):
  * new BlockEvictor(policy, blockBudget, {blockSize = 16, startBlocks = 0,
  * recentBlocks = 0, blockScore = 'sum'}?, params?). The policy's budget is
@@ -284,6 +305,11 @@ function compareModel(model, text, options) {
   return native.compareModel(model, text, options);
 }
 
+/** `kvevict serve-bench`: sequences over one block pool, one row per run (docs/serving.md); synchronous. */
+function serveBench(model, text, options) {
+  return native.serveBench(model, text, options);
+}
+
 /** The full cache's attention: {shape: [layers * heads, N, N], data: Float32Array}; synchronous. */
 function recordAttention(model, text, tokens) {
   return native.recordAttention(model, text, tokens);
@@ -316,10 +342,12 @@ module.exports = {
   runVectors,
   Model,
   Decoder,
+  Batch,
   BlockEvictor,
   LayerBudget,
   perplexity,
   compareModel,
+  serveBench,
   recordAttention,
   persistence,
   prefill,

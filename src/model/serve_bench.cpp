@@ -23,7 +23,7 @@ std::vector<ServeRun> serve_runs(const std::vector<std::uint32_t>& sequences, co
                                  const std::vector<bool>& sharing, const std::vector<std::uint32_t>& chunks) {
   for (const std::string& m : modes) {
     if (m != "token" && m != "block") {
-      throw ParameterError(fmt::format("--modes: '{}' is not a mode (token or block)", m));
+      throw ParameterError(fmt::format("serve-bench: mode '{}' is not token or block", m));
     }
   }
   const bool decode = std::find(chunks.begin(), chunks.end(), 0U) != chunks.end();

@@ -257,7 +257,7 @@ alone "serve chunk big" "a chunk of 200 positions is larger than the capacity of
 alone "serve prefix"   "--shared-prefix 512 is longer than the 96 bytes each sequence reads" -- serve-bench --model "$model" --text "$heldout" --tokens 96
 alone "serve text"     "serve-bench: the text has 400 bytes; 4 sequences of 1024 bytes sharing 512 need 2560" -- serve-bench --model "$model" --text "$tmp/text.txt"
 alone "serve pool"     "serve-bench: a pool of 3 blocks cannot hold one sequence, which needs 8" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --pool-blocks 3
-alone "serve mode"     "--modes: 'pages' is not a mode (token or block)" -- serve-bench --model "$model" --text "$heldout" --modes pages
+alone "serve mode"     "serve-bench: mode 'pages' is not token or block" -- serve-bench --model "$model" --text "$heldout" --modes pages
 alone "serve sharing"  "--sharing: 'maybe' is not on or off" -- serve-bench --model "$model" --text "$heldout" --sharing maybe
 alone "serve both"     "give --sharing or --no-prefix-sharing, not both" -- serve-bench --model "$model" --text "$heldout" --sharing on --no-prefix-sharing
 alone "serve full chunk" "--chunk compresses a prompt and needs a policy: the full cache runs with --chunk 0 only" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --chunk 16

@@ -37,6 +37,8 @@
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/perplexity_rows.h"
+#include "kvevict/model/serve_bench.h"
+#include "kvevict/model/batch.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -1161,6 +1163,116 @@ Napi::Value CompareModel(const Napi::CallbackInfo& info) {
   });
 }
 
+// A string "a,b" or an array of strings; `what` names the option.
+std::vector<std::string> string_items(const Napi::Value& v, const std::string& what) {
+  std::vector<std::string> out;
+  if (v.IsString()) {
+    const std::string text = v.As<Napi::String>().Utf8Value();
+    std::size_t begin = 0;
+    while (true) {
+      const std::size_t comma = text.find(',', begin);
+      out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+      if (comma == std::string::npos) break;
+      begin = comma + 1;
+    }
+  } else if (v.IsArray()) {
+    const auto array = v.As<Napi::Array>();
+    for (std::uint32_t i = 0; i < array.Length(); ++i) {
+      out.push_back(to_string(array.Get(i), what + "[" + std::to_string(i) + "]"));
+    }
+  } else {
+    throw Napi::TypeError::New(v.Env(), what + " must be a string or an array of strings, got " + type_name(v));
+  }
+  for (const std::string& item : out) {
+    if (item.empty()) throw Napi::TypeError::New(v.Env(), what + ": empty item");
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> u32_items(const Napi::Value& v, const std::string& what, const std::string& rule) {
+  if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), what + " must be an array of numbers, got " + type_name(v));
+  const auto array = v.As<Napi::Array>();
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < array.Length(); ++i) {
+    out.push_back(to_u32(array.Get(i), what + "[" + std::to_string(i) + "]", rule));
+  }
+  if (out.empty()) throw Napi::TypeError::New(v.Env(), what + " is empty");
+  return out;
+}
+
+// serveBench(model, text, {sequences?, policies?, budget?, modes?, sharing?, chunks?, sharedPrefix?, tokens?,
+// prompt?, window?, blockSize?, poolBlocks?}?) -> rows as `kvevict serve-bench --format json` prints them.
+Napi::Value ServeBench(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    const auto& model = model_of(info[0], "serveBench: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "serveBench");
+    const Napi::Object o = options_object(info[2], "serveBench");
+    const std::string w = "serveBench: options.";
+    auto u32_or = [&](const char* key, std::uint32_t fallback, const std::string& rule) {
+      const Napi::Value v = o.Get(key);
+      return v.IsUndefined() ? fallback : to_u32(v, w + key, rule);
+    };
+    std::vector<std::uint32_t> sequences{4};
+    if (!o.Get("sequences").IsUndefined()) {
+      sequences = u32_items(o.Get("sequences"), w + "sequences", "must be 1 ... 4096");
+      for (const std::uint32_t n : sequences) {
+        if (n < 1 || n > 4096) throw Napi::RangeError::New(env, w + "sequences: " + std::to_string(n) + " is not 1 ... 4096");
+      }
+    }
+    std::vector<std::string> policies{"none"};
+    if (!o.Get("policies").IsUndefined()) {
+      policies.clear();
+      for (const std::string& name : string_items(o.Get("policies"), w + "policies")) {
+        if (name == "none") {
+          policies.push_back(name);
+        } else {
+          for (const std::string& q : kvevict::parse_policy_list(name)) policies.push_back(q);
+        }
+      }
+    }
+    const std::int64_t budget = o.Get("budget").IsUndefined() ? 128 : to_integer(o.Get("budget"), w + "budget");
+    const std::vector<std::string> modes =
+        o.Get("modes").IsUndefined() ? std::vector<std::string>{"token"} : string_items(o.Get("modes"), w + "modes");
+    std::vector<bool> sharing{true};
+    const Napi::Value share = o.Get("sharing");
+    if (share.IsBoolean()) {
+      sharing = {share.As<Napi::Boolean>().Value()};
+    } else if (share.IsArray()) {
+      sharing.clear();
+      const auto array = share.As<Napi::Array>();
+      for (std::uint32_t i = 0; i < array.Length(); ++i) {
+        const Napi::Value v = array.Get(i);
+        if (!v.IsBoolean()) throw Napi::TypeError::New(env, w + "sharing must hold booleans, got " + type_name(v));
+        sharing.push_back(v.As<Napi::Boolean>().Value());
+      }
+      if (sharing.empty()) throw Napi::TypeError::New(env, w + "sharing is empty");
+    } else if (!share.IsUndefined()) {
+      throw Napi::TypeError::New(env, w + "sharing must be a boolean or an array of booleans, got " + type_name(share));
+    }
+    std::vector<std::uint32_t> chunks{0};
+    if (!o.Get("chunks").IsUndefined()) {
+      chunks = u32_items(o.Get("chunks"), w + "chunks", "must be at least 0 (0 = evict while decoding)");
+    }
+    kvevict::ServeBenchRequest request;
+    request.runs = kvevict::serve_runs(sequences, policies, budget, modes, sharing, chunks);
+    request.shared_prefix = u32_or("sharedPrefix", 512, "must be at least 0");
+    request.tokens = u32_or("tokens", 0, "must be at least 0 (0 = the model's context)");
+    request.prompt = u32_or("prompt", 0, "must be at least 0 (0 = every token)");
+    request.window = u32_or("window", 32, "must be at least 1");
+    request.block_size = u32_or("blockSize", 16, "must be at least 1");
+    request.pool_blocks = u32_or("poolBlocks", 0, "must be at least 0 (0 = every cache at capacity)");
+    const std::vector<kvevict::ServeRow> rows = kvevict::serve_bench(model, text, request);
+    Napi::Array out = Napi::Array::New(env, rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      ObjectBuilder builder(env);
+      kvevict::for_each_field(rows[i], builder);
+      out.Set(static_cast<std::uint32_t>(i), builder.take());
+    }
+    return out;
+  });
+}
+
 // recordAttention(model, text, tokens = 0) -> {shape: [heads, N, N], data: Float32Array}
 Napi::Value RecordAttention(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -1333,6 +1445,136 @@ Napi::Float32Array float_array(Napi::Env env, std::span<const float> w) {
   if (!w.empty()) std::memcpy(out.Data(), w.data(), w.size_bytes());
   return out;
 }
+
+// Sequences on one block pool (kvevict/model/batch.h).
+class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeBatch",
+                       {InstanceMethod<&BatchWrap::Join>("join"), InstanceMethod<&BatchWrap::Step>("step"),
+                        InstanceMethod<&BatchWrap::Leave>("leave"), InstanceMethod<&BatchWrap::Held>("held"),
+                        InstanceMethod<&BatchWrap::PoolStats>("poolStats"),
+                        InstanceAccessor<&BatchWrap::Sequences>("sequences")});
+  }
+
+  // new NativeBatch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true})
+  explicit BatchWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BatchWrap>(info) {
+    guard(info.Env(), [&](Call&) {
+      const auto& model = model_of(info[0], "Batch: model");
+      const Napi::Object o = to_object(info[1], "Batch: options");
+      kvevict::BatchOptions options;
+      const Napi::Value pool = o.Get("poolBlocks");
+      if (pool.IsUndefined()) throw Napi::TypeError::New(info.Env(), "Batch: options.poolBlocks is required");
+      options.pool_blocks = to_u32(pool, "Batch: options.poolBlocks", "must be at least 1");
+      if (!o.Get("capacity").IsUndefined()) {
+        options.capacity = to_u32(o.Get("capacity"), "Batch: options.capacity", "must be at least 0 (0 = the context)");
+      }
+      if (!o.Get("blockSize").IsUndefined()) {
+        options.block_size = to_u32(o.Get("blockSize"), "Batch: options.blockSize", "must be at least 1");
+      }
+      const Napi::Value share = o.Get("sharePrefix");
+      if (!share.IsUndefined()) {
+        if (!share.IsBoolean()) {
+          throw Napi::TypeError::New(info.Env(), "Batch: options.sharePrefix must be a boolean, got " + type_name(share));
+        }
+        options.share_prefix = share.As<Napi::Boolean>().Value();
+      }
+      batch_ = std::make_unique<kvevict::Batch>(model, options);
+    });
+  }
+
+ private:
+  kvevict::SequenceId id_of(const Napi::Value& v, const std::string& what) const {
+    const std::int64_t id = to_integer(v, what + ": id");
+    if (id < 0) throw Napi::RangeError::New(v.Env(), what + ": id (" + std::to_string(id) + ") must be at least 0");
+    return static_cast<kvevict::SequenceId>(id);
+  }
+
+  // join(policy = null, budget?, params?, mode = 'token') -> id
+  Napi::Value Join(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call& call) -> Napi::Value {
+      const std::string mode = absent(info[3]) ? "token" : to_string(info[3], "Batch.join: mode");
+      if (mode != "token" && mode != "block") {
+        throw Napi::RangeError::New(info.Env(), "Batch.join: mode must be 'token' or 'block', got '" + mode + "'");
+      }
+      if (absent(info[0])) {
+        if (mode == "block") throw Napi::RangeError::New(info.Env(), "Batch.join: mode 'block' needs a policy");
+        return Napi::Number::New(info.Env(), static_cast<double>(batch_->join()));
+      }
+      const Napi::Value none = info.Env().Undefined();  // null: as if not given
+      const kvevict::RunSpec spec =
+          spec_of(info[0], absent(info[1]) ? none : info[1], absent(info[2]) ? none : info[2], "Batch.join", call);
+      kvevict::PagedOptions paged;
+      if (mode == "block") paged.block_size = batch_->pool().block_size();
+      return Napi::Number::New(info.Env(), static_cast<double>(batch_->join(&spec, paged)));
+    });
+  }
+
+  // step(id, token) -> the next byte's logits, a new Float32Array
+  Napi::Value Step(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      const kvevict::SequenceId id = id_of(info[0], "Batch.step");
+      const std::int64_t token = to_integer(info[1], "Batch.step: token");
+      if (token < 0 || token > 255) {
+        throw Napi::RangeError::New(info.Env(), "Batch.step: token (" + std::to_string(token) + ") must be in 0 ... 255");
+      }
+      return float_array(info.Env(), batch_->step(id, static_cast<std::uint8_t>(token)));
+    });
+  }
+
+  Napi::Value Leave(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      batch_->leave(id_of(info[0], "Batch.leave"));
+      return info.Env().Undefined();
+    });
+  }
+
+  // held(id, cache) -> positions, ascending
+  Napi::Value Held(const Napi::CallbackInfo& info) {
+    return guard(info.Env(), [&](Call&) -> Napi::Value {
+      const kvevict::Decoder& d = batch_->decoder(id_of(info[0], "Batch.held"));
+      const std::int64_t h = to_integer(info[1], "Batch.held: cache");
+      if (h < 0 || h >= static_cast<std::int64_t>(d.config().head_count())) {
+        throw Napi::RangeError::New(info.Env(), "Batch.held: cache (" + std::to_string(h) + ") must be in 0 ... " +
+                                                    std::to_string(d.config().head_count() - 1));
+      }
+      const std::span<const kvevict::Position> held = d.held(static_cast<std::uint32_t>(h));
+      Napi::Array out = Napi::Array::New(info.Env(), held.size());
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        out.Set(static_cast<std::uint32_t>(i), Napi::Number::New(info.Env(), static_cast<double>(held[i])));
+      }
+      return out;
+    });
+  }
+
+  Napi::Value PoolStats(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    const kvevict::BlockPool& pool = batch_->pool();
+    const kvevict::PoolStats& s = pool.stats();
+    Napi::Object out = Napi::Object::New(env);
+    auto put = [&](const char* key, std::uint64_t v) { out.Set(key, Napi::Number::New(env, static_cast<double>(v))); };
+    put("blocks", s.blocks);
+    put("freeBlocks", pool.free_blocks());
+    put("inUse", s.in_use);
+    put("peakInUse", s.peak_in_use);
+    put("references", s.references);
+    put("peakSaved", s.peak_saved);
+    put("shared", s.shared);
+    put("copies", s.copies);
+    return out;
+  }
+
+  Napi::Value Sequences(const Napi::CallbackInfo& info) {
+    const std::vector<kvevict::SequenceId> ids = batch_->sequences();
+    Napi::Array out = Napi::Array::New(info.Env(), ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      out.Set(static_cast<std::uint32_t>(i), Napi::Number::New(info.Env(), static_cast<double>(ids[i])));
+    }
+    return out;
+  }
+
+  std::unique_ptr<kvevict::Batch> batch_;
+};
 
 // One sequence through a model, token by token. Holds a reference to every
 // policy it drives and marks each as driven (through a token that dies with
@@ -1511,7 +1753,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   data->model_class = Napi::Persistent(model);
   exports.Set("Model", model);
   exports.Set("Decoder", DecoderWrap::Define(env));
+  exports.Set("Batch", BatchWrap::Define(env));
   exports.Set("perplexity", Napi::Function::New<Perplexity>(env, "perplexity"));
+  exports.Set("serveBench", Napi::Function::New<ServeBench>(env, "serveBench"));
   exports.Set("compareModel", Napi::Function::New<CompareModel>(env, "compareModel"));
   exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
