@@ -15,6 +15,7 @@
 #include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/model/perplexity_rows.h"
+#include "kvevict/model/serve_bench.h"
 
 namespace kvevict {
 namespace {
@@ -250,7 +251,7 @@ TEST(PerplexityRowSchema, JsonTextIsPinned) {
 
 TEST(PerplexityRowSchema, ExportedBesideTheRunRow) {
   const Json schema = Json::parse(result_schema_json());
-  ASSERT_EQ(keys_of(schema), (std::vector<std::string>{"run", "compare", "perplexity"}));
+  ASSERT_EQ(keys_of(schema), (std::vector<std::string>{"run", "compare", "perplexity", "serve"}));
   ASSERT_EQ(schema.at("perplexity").size(), perplexity_row_schema().size());
   std::size_t i = 0;
   for (const FieldInfo& f : perplexity_row_schema()) {
@@ -259,6 +260,14 @@ TEST(PerplexityRowSchema, ExportedBesideTheRunRow) {
     EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
   }
   EXPECT_EQ(schema.at("run"), Json::parse(schema_json()).at("run"));
+  // The serve-bench row (kvevict/model/serve_bench.h): every field named and described.
+  ASSERT_EQ(schema.at("serve").size(), serve_row_schema().size());
+  i = 0;
+  for (const FieldInfo& f : serve_row_schema()) {
+    const Json& d = schema.at("serve").at(i++);
+    EXPECT_EQ(d.at("name"), std::string(f.name));
+    EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
+  }
 }
 
 }  // namespace

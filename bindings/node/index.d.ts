@@ -255,6 +255,8 @@ export interface RowSchema {
   compare: SchemaField[];
   /** The rows of perplexity() and compareModel(). */
   perplexity: SchemaField[];
+  /** The rows of serveBench(). */
+  serve: SchemaField[];
 }
 /** The row schema as `kvevict schema` prints it; a fresh copy on each call. */
 export function rowSchema(): RowSchema;

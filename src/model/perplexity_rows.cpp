@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kvevict/eval/json.h"
+#include "kvevict/model/serve_bench.h"
 
 namespace kvevict {
 
@@ -132,7 +133,7 @@ std::string perplexity_json(const std::vector<PerplexityRow>& rows, int indent) 
 }
 
 std::string result_schema_json(int indent) {
-  const SchemaEntry more[] = {{"perplexity", perplexity_row_schema()}};
+  const SchemaEntry more[] = {{"perplexity", perplexity_row_schema()}, {"serve", serve_row_schema()}};
   return schema_json(indent, more);
 }
 

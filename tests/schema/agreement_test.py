@@ -40,7 +40,8 @@ failures = []
 
 
 def same(a, b, where, node):
-    """a (the tool's) and b agree, keys in order; "seconds" is not compared.
+    """a (the tool's) and b agree, keys in order; the timings ("seconds",
+    "tokensPerSecond") are not compared.
     Against Python the types must match too (int stays int); JavaScript has one
     number type, so against Node only the values must."""
     if isinstance(a, dict):
@@ -48,7 +49,7 @@ def same(a, b, where, node):
             failures.append(f"{where}: keys {list(a)} != {list(b) if isinstance(b, dict) else b!r}")
             return
         for k in a:
-            if k != "seconds":
+            if k not in ("seconds", "tokensPerSecond"):
                 same(a[k], b[k], f"{where}.{k}", node)
     elif isinstance(a, list):
         if not isinstance(b, list) or len(a) != len(b):
@@ -167,6 +168,22 @@ model_case("compare --model --prefill",
            f"kv.compareModel({node_model}, {{policies: ['snapkv'], budgets: [64, 128], maxWindows: 1, prefill: 512, "
            "prefillWindow: 16})",
            lambda row: ["rank", "policy", "budget", "params", "prefill"] + plain[3:])
+
+# 5. serve-bench rows (docs/serving.md), from the serve row's one description.
+serve_tool = tool_json("serve-bench", "--model", model_path, "--text", text_path, "--sequences", "2",
+                       "--policy", "none,h2o", "--budget", "64", "--modes", "token,block", "--shared-prefix", "64",
+                       "--tokens", "128", "--format", "json")
+agree("serve-bench", serve_tool,
+      kvevict.serve_bench(model, text, sequences=[2], policies="none,h2o", budget=64, modes=["token", "block"],
+                          shared_prefix=64, tokens=128),
+      node_json(f"kv.serveBench({node_model}, {{sequences: [2], policies: 'none,h2o', budget: 64, "
+                "modes: ['token', 'block'], sharedPrefix: 64, tokens: 128})"))
+serve_names = [f["name"] for f in schema["serve"]]
+for i, row in enumerate(serve_tool):
+    if list(row) != [n for n in serve_names if n not in ("chunk", "prompt")]:
+        failures.append(f"serve-bench[{i}]: keys {list(row)} are not the schema's {serve_names}")
+if [r["mode"] for r in serve_tool] != ["full", "token", "block"]:
+    failures.append(f"serve-bench: expected the full cache, token and block modes, got {serve_tool!r}")
 
 for f in failures:
     print("FAIL:", f)

@@ -61,6 +61,7 @@ class RowSchema(TypedDict):
     run: List[SchemaField]
     compare: List[SchemaField]
     perplexity: List[SchemaField]
+    serve: List[SchemaField]
 
 class VectorReport(TypedDict):
     passed: int

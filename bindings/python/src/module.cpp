@@ -1856,11 +1856,11 @@ paged: as for run().
 
   m.def("row_schema", [] { return json_loads(kvevict::result_schema_json(-1)); }, R"doc(
 The fields of a result row as `kvevict schema` prints them: {"run": [...],
-"compare": [...], "perplexity": [...]}, each field a dict {"name", "type" ("string", "integer",
+"compare": [...], "perplexity": [...], "serve": [...]}, each field a dict {"name", "type" ("string", "integer",
 "number", "object" or "array"), "unit" (when it has one), "description",
 "presentWhen" (when not always present), "fields" (members of an object or
-of each array element)}, in the order run(), compare() and perplexity()
-return them.
+of each array element)}, in the order run(), compare(), perplexity() and
+serve_bench() return them.
 )doc");
 
   m.def("run_vectors", &run_vectors, py::arg("paths"), R"doc(

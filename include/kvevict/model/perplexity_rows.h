@@ -27,7 +27,8 @@ void for_each_field(const PerplexityRow& row, RowVisitor& visitor);
 // The rows as a JSON array of row objects (indent < 0: one line).
 std::string perplexity_json(const std::vector<PerplexityRow>& rows, int indent = 2);
 
-// schema_json() with the perplexity row added: {"run", "compare", "perplexity"}.
+// schema_json() with the model's rows added: {"run", "compare", "perplexity",
+// "serve"} (the serve-bench row: kvevict/model/serve_bench.h).
 std::string result_schema_json(int indent = 2);
 
 }  // namespace kvevict
