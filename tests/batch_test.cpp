@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/batch.h"
@@ -30,24 +31,12 @@
 namespace kvevict {
 namespace {
 
-std::shared_ptr<const Model> committed_model() {
-  static const std::shared_ptr<const Model> model = Model::load(testing::model_dir() / "kvevict-tiny.kvm");
-  return model;
-}
+using testing::committed_model;
+using testing::expect_error;
 
 const std::vector<std::uint8_t>& heldout() {
   static const std::vector<std::uint8_t> text = read_text(testing::model_dir() / "heldout-sample.txt");
   return text;
-}
-
-template <typename E>
-void expect_error(const std::function<void()>& f, const std::string& want) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected: " << want;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), want);
-  }
 }
 
 // Every block reference of every sequence, counted by the test, against the
@@ -407,25 +396,37 @@ TEST(ChunkedPrefill, EachChunkEndsWithTheBudgetAndNoCacheHoldsMoreThanBudgetPlus
   EXPECT_EQ(d.store().peak_cache, kBudget + kChunk);
 }
 
-TEST(ChunkedPrefill, AChunkAsLongAsThePromptIsOneShotCompression) {
+// One chunk as long as the prompt keeps what kvevict::prefill chooses from
+// the last 32 queries' rows, which the test lays out itself from a plain
+// full-cache decoder: the compressor's rows and its mapping back to
+// positions, checked against the core function directly.
+TEST(ChunkedPrefill, AChunkAsLongAsThePromptKeepsWhatPrefillChoosesFromTheLastRows) {
   const auto model = committed_model();
   const ModelConfig& c = model->config();
+  constexpr std::uint32_t kPrompt = 200;
+  constexpr std::uint32_t kRows = 32;
   for (const char* name : {"snapkv", "h2o", "streaming-llm"}) {
     const RunSpec spec{name, {}, 64};
-    Decoder one(model, DecoderOptions{.capacity = 256});
-    Decoder chunked(model, DecoderOptions{.capacity = 256});
-    PrefillCompressor a(c, spec, 200, 32);
-    PrefillCompressor b(c, spec, 200, 32, 200);
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      const std::span<const float> x = one.step(heldout()[i]);
-      const std::span<const float> y = chunked.step(heldout()[i]);
-      ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size_bytes()), 0) << name << " " << i;
-      a.after_step(one, i);
-      b.after_step(chunked, i);
+    Decoder full(model, DecoderOptions{.capacity = kPrompt});
+    Decoder chunked(model, DecoderOptions{.capacity = kPrompt});
+    PrefillCompressor compressor(c, spec, kPrompt, kRows, kPrompt);
+    std::vector<std::vector<float>> rows(c.head_count(), std::vector<float>(std::size_t{kRows} * kPrompt, 0.0F));
+    for (std::uint32_t i = 0; i < kPrompt; ++i) {
+      full.step(heldout()[i]);
+      chunked.step(heldout()[i]);
+      if (i >= kPrompt - kRows) {
+        for (std::uint32_t h = 0; h < c.head_count(); ++h) {
+          const std::span<const float> w = full.attention(h);  // over positions 0 ... i
+          ASSERT_EQ(w.size(), i + 1);
+          std::copy(w.begin(), w.end(), rows[h].begin() + std::ptrdiff_t{i - (kPrompt - kRows)} * kPrompt);
+        }
+      }
+      compressor.after_step(chunked, i);
     }
     for (std::uint32_t h = 0; h < c.head_count(); ++h) {
-      EXPECT_TRUE(std::ranges::equal(one.held(h), chunked.held(h)));
-      EXPECT_EQ(one.held(h).size(), 64U + 56U);  // the budget, then the 56 bytes after the prompt
+      const std::vector<Position> want = prefill(name, {}, 64, PrefillWindow{rows[h], kRows, kPrompt});
+      ASSERT_EQ(want.size(), 64U);
+      EXPECT_TRUE(std::ranges::equal(chunked.held(h), want)) << name << " cache " << h;
     }
   }
 }

@@ -367,15 +367,7 @@ TEST(DecoderPaged, StepsAllocateNothingOnAPagedStore) {
   }
 }
 
-template <typename E>
-void expect_error(const std::function<void()>& f, const std::string& want) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected: " << want;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), want);
-  }
-}
+using testing::expect_error;
 
 TEST(DecoderPaged, BadRequestsAreOneClearError) {
   const auto model = committed_model();

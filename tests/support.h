@@ -3,10 +3,13 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/model/model.h"
@@ -23,6 +26,17 @@ std::filesystem::path model_dir();
 std::shared_ptr<const Model> committed_model();
 // The first `bytes` of model_dir()/heldout-sample.txt (all of it when shorter).
 std::vector<std::uint8_t> heldout_prefix(std::size_t bytes);
+// `f` throws an E whose message is exactly `want`.
+template <typename E>
+void expect_error(const std::function<void()>& f, const std::string& want) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected: " << want;
+  } catch (const E& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+}
+
 // The peer's conformance folder, or nullopt (the test then skips, saying so).
 std::optional<std::filesystem::path> conformance_dir();
 

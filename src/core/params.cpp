@@ -24,6 +24,18 @@ std::int64_t parse_integer(std::string_view text, std::string_view what) {
   return value;
 }
 
+std::vector<std::string> split_list(std::string_view text, std::string_view what) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    out.emplace_back(text.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
+    if (out.back().empty()) throw ParameterError(fmt::format("{}: empty item in '{}'", what, text));
+    if (comma == std::string_view::npos) return out;
+    begin = comma + 1;
+  }
+}
+
 std::pair<std::string, std::int64_t> parse_assignment(std::string_view text) {
   const std::size_t eq = text.find('=');
   if (eq == std::string_view::npos) {

@@ -287,21 +287,30 @@ std::pair<const float*, const float*> SequenceStore::rows(std::uint32_t cache) n
   return {gather_keys_.data(), gather_values_.data()};
 }
 
-void SequenceStore::mark(std::uint32_t cache, std::span<const Position> victims, std::string_view who,
-                         Position pos) {
+std::optional<SequenceStore::BadVictim> SequenceStore::try_mark(std::uint32_t cache,
+                                                                std::span<const Position> victims) noexcept {
   Cache& c = caches_[cache];
   const std::uint32_t n = c.count;
   std::fill_n(c.marked.begin(), n, std::uint8_t{0});
   for (const Position victim : victims) {
     const auto* found = std::lower_bound(c.positions.data(), c.positions.data() + n, victim);
     const auto at = static_cast<std::size_t>(found - c.positions.data());
-    if (at == n || *found != victim || c.marked[at] != 0) {
+    const bool held = at != n && *found == victim;
+    if (!held || c.marked[at] != 0) {
       std::fill_n(c.marked.begin(), n, std::uint8_t{0});
-      throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is {}", who, victim, pos,
-                                      cache / shape_.kv_heads, cache % shape_.kv_heads,
-                                      at == n || *found != victim ? "not held" : "named twice"));
+      return BadVictim{victim, held};
     }
     c.marked[at] = 1;
+  }
+  return std::nullopt;
+}
+
+void SequenceStore::mark(std::uint32_t cache, std::span<const Position> victims, std::string_view who,
+                         Position pos) {
+  if (const auto bad = try_mark(cache, victims)) {
+    throw ContractError(fmt::format("{}: victim {} at position {} (layer {}, KV head {}) is {}", who, bad->position,
+                                    pos, cache / shape_.kv_heads, cache % shape_.kv_heads,
+                                    bad->repeated ? "named twice" : "not held"));
   }
 }
 

@@ -457,18 +457,10 @@ void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
     throw ContractError(fmt::format("decoder: cache {} is under a layer budget; drop() is for caches without one", h));
   }
   SequenceStore& store = *m.store;
-  const std::span<const Position> held = store.positions(h);
-  std::vector<std::uint8_t> seen(held.size(), 0);
-  for (const Position p : positions) {  // first the decoder's own message, naming the cache
-    const auto* found = std::lower_bound(held.data(), held.data() + held.size(), p);
-    const auto at = static_cast<std::size_t>(found - held.data());
-    if (at == held.size() || *found != p || seen[at] != 0) {
-      throw ContractError(fmt::format("decoder: cannot drop position {} from cache {}: {}", p, h,
-                                      at == held.size() || *found != p ? "it is not held" : "it is named twice"));
-    }
-    seen[at] = 1;
+  if (const auto bad = store.try_mark(h, positions)) {
+    throw ContractError(fmt::format("decoder: cannot drop position {} from cache {}: {}", bad->position, h,
+                                    bad->repeated ? "it is named twice" : "it is not held"));
   }
-  store.mark(h, positions, "decoder", fed_);
   evicted_ += store.remove_marked(h);
 }
 

@@ -56,6 +56,18 @@ std::vector<ServeRun> serve_runs(const std::vector<std::uint32_t>& sequences, co
   return runs;
 }
 
+std::vector<std::string> serve_policy_names(std::string_view list) {
+  std::vector<std::string> out;
+  for (const std::string& item : split_list(list, "serve-bench: policies")) {
+    if (item == "none") {
+      out.push_back(item);
+    } else {
+      for (std::string& name : parse_policy_list(item)) out.push_back(std::move(name));
+    }
+  }
+  return out;
+}
+
 namespace {
 
 struct Checked {
@@ -63,6 +75,14 @@ struct Checked {
   std::uint32_t prompt = 0;
   std::uint32_t prefix = 0;
 };
+
+// The run's pool: as given, or every cache of every sequence at `tokens` positions.
+std::uint64_t pool_blocks_of(const ServeBenchRequest& request, const ServeRun& run, const ModelConfig& cfg,
+                             std::uint32_t tokens) {
+  if (request.pool_blocks != 0) return request.pool_blocks;
+  const std::uint32_t bs = request.block_size;
+  return std::uint64_t{run.sequences} * cfg.head_count() * ((tokens + bs - 1) / bs);
+}
 
 // Everything about a run that can be wrong, before any work.
 std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& request, const ModelConfig& cfg,
@@ -105,9 +125,7 @@ ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const std:
   BatchOptions options;
   options.capacity = sizes.tokens;
   options.block_size = bs;
-  options.pool_blocks = request.pool_blocks != 0
-                            ? request.pool_blocks
-                            : std::uint64_t{run.sequences} * cfg.head_count() * ((sizes.tokens + bs - 1) / bs);
+  options.pool_blocks = pool_blocks_of(request, run, cfg, sizes.tokens);
   options.share_prefix = run.share_prefix;
   Batch batch(model, options);
   PagedOptions paged;
@@ -194,9 +212,7 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
     most = std::max(most, run.sequences);
     ticks += sizes.tokens;
     const std::uint32_t bs = request.block_size;
-    const std::uint64_t pool = request.pool_blocks != 0
-                                   ? request.pool_blocks
-                                   : std::uint64_t{run.sequences} * cfg.head_count() * ((sizes.tokens + bs - 1) / bs);
+    const std::uint64_t pool = pool_blocks_of(request, run, cfg, sizes.tokens);
     if (pool < cfg.head_count()) {
       throw ParameterError(fmt::format("serve-bench: a pool of {} blocks cannot hold one sequence, which needs {} (one "
                                        "per cache)",

@@ -67,19 +67,6 @@ ProgressFn model_progress(const std::string& what, const std::string& unit = "wi
   };
 }
 
-// "a,b,c" -> {a, b, c}; an empty item is an error naming the option.
-std::vector<std::string> split_list(const std::string& text, const std::string& option) {
-  std::vector<std::string> out;
-  std::size_t begin = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', begin);
-    out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
-    if (out.back().empty()) throw ParameterError(fmt::format("{}: empty item in '{}'", option, text));
-    if (comma == std::string::npos) return out;
-    begin = comma + 1;
-  }
-}
-
 ParamMap parse_sets(const std::vector<std::string>& sets) {
   ParamMap params;
   for (const std::string& s : sets) {
@@ -617,14 +604,7 @@ int main(int argc, char** argv) {
         if (n < 1 || n > 4096) throw ParameterError(fmt::format("--sequences: {} is not 1 ... 4096", n));
         sequences.push_back(static_cast<std::uint32_t>(n));
       }
-      std::vector<std::string> policies;
-      for (const std::string& p : split_list(sb_policies, "--policy")) {
-        if (p == "none") {
-          policies.push_back(p);
-        } else {
-          for (const std::string& q : parse_policy_list(p)) policies.push_back(q);
-        }
-      }
+      const std::vector<std::string> policies = serve_policy_names(sb_policies);
       std::vector<bool> sharing;
       if (sb_no_sharing) {
         if (sb->count("--sharing") > 0) throw ParameterError("give --sharing or --no-prefix-sharing, not both");

@@ -1121,9 +1121,10 @@ kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::s
   return out;
 }
 
-// Rows as `kvevict perplexity --format json` prints them, walked from the
-// perplexity row's one description (kvevict/model/perplexity_rows.h).
-Napi::Array row_array(Napi::Env env, const std::vector<kvevict::PerplexityRow>& rows) {
+// Rows as the tool's --format json prints them, walked from their row's one
+// description (kvevict/model/perplexity_rows.h, serve_bench.h).
+template <class Row>
+Napi::Array row_array(Napi::Env env, const std::vector<Row>& rows) {
   Napi::Array out = Napi::Array::New(env, rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     ObjectBuilder builder(env);
@@ -1163,29 +1164,18 @@ Napi::Value CompareModel(const Napi::CallbackInfo& info) {
   });
 }
 
-// A string "a,b" or an array of strings; `what` names the option.
+// A string "a,b" (split as the tool splits it) or an array of strings.
 std::vector<std::string> string_items(const Napi::Value& v, const std::string& what) {
-  std::vector<std::string> out;
-  if (v.IsString()) {
-    const std::string text = v.As<Napi::String>().Utf8Value();
-    std::size_t begin = 0;
-    while (true) {
-      const std::size_t comma = text.find(',', begin);
-      out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
-      if (comma == std::string::npos) break;
-      begin = comma + 1;
-    }
-  } else if (v.IsArray()) {
-    const auto array = v.As<Napi::Array>();
-    for (std::uint32_t i = 0; i < array.Length(); ++i) {
-      out.push_back(to_string(array.Get(i), what + "[" + std::to_string(i) + "]"));
-    }
-  } else {
+  if (v.IsString()) return kvevict::split_list(v.As<Napi::String>().Utf8Value(), what);
+  if (!v.IsArray()) {
     throw Napi::TypeError::New(v.Env(), what + " must be a string or an array of strings, got " + type_name(v));
   }
-  for (const std::string& item : out) {
-    if (item.empty()) throw Napi::TypeError::New(v.Env(), what + ": empty item");
+  const auto array = v.As<Napi::Array>();
+  std::vector<std::string> out;
+  for (std::uint32_t i = 0; i < array.Length(); ++i) {
+    out.push_back(to_string(array.Get(i), what + "[" + std::to_string(i) + "]"));
   }
+  if (out.empty()) throw Napi::TypeError::New(v.Env(), what + " is empty");
   return out;
 }
 
@@ -1223,12 +1213,8 @@ Napi::Value ServeBench(const Napi::CallbackInfo& info) {
     std::vector<std::string> policies{"none"};
     if (!o.Get("policies").IsUndefined()) {
       policies.clear();
-      for (const std::string& name : string_items(o.Get("policies"), w + "policies")) {
-        if (name == "none") {
-          policies.push_back(name);
-        } else {
-          for (const std::string& q : kvevict::parse_policy_list(name)) policies.push_back(q);
-        }
+      for (const std::string& item : string_items(o.Get("policies"), w + "policies")) {
+        for (std::string& name : kvevict::serve_policy_names(item)) policies.push_back(std::move(name));
       }
     }
     const std::int64_t budget = o.Get("budget").IsUndefined() ? 128 : to_integer(o.Get("budget"), w + "budget");
@@ -1262,14 +1248,7 @@ Napi::Value ServeBench(const Napi::CallbackInfo& info) {
     request.window = u32_or("window", 32, "must be at least 1");
     request.block_size = u32_or("blockSize", 16, "must be at least 1");
     request.pool_blocks = u32_or("poolBlocks", 0, "must be at least 0 (0 = every cache at capacity)");
-    const std::vector<kvevict::ServeRow> rows = kvevict::serve_bench(model, text, request);
-    Napi::Array out = Napi::Array::New(env, rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      ObjectBuilder builder(env);
-      kvevict::for_each_field(rows[i], builder);
-      out.Set(static_cast<std::uint32_t>(i), builder.take());
-    }
-    return out;
+    return row_array(env, kvevict::serve_bench(model, text, request));
   });
 }
 

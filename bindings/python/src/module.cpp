@@ -1092,11 +1092,12 @@ kvevict::ModelRunOptions model_options(py::handle max_windows, py::handle prefil
   return options;
 }
 
-// Rows as dicts, walked from the perplexity row's one description
-// (kvevict/model/perplexity_rows.h), as the tool's --format json writes them.
-py::list row_dicts(const std::vector<kvevict::PerplexityRow>& rows) {
+// Rows as dicts, walked from their row's one description (perplexity_rows.h,
+// serve_bench.h), as the tool's --format json writes them.
+template <class Row>
+py::list row_dicts(const std::vector<Row>& rows) {
   py::list out;
-  for (const kvevict::PerplexityRow& r : rows) {
+  for (const Row& r : rows) {
     DictBuilder builder;
     kvevict::for_each_field(r, builder);
     out.append(builder.take());
@@ -1129,26 +1130,14 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
-// A str ("a,b") or a sequence of str -> the items; `what` names the argument.
+// A str ("a,b", split as the tool splits it) or a sequence of str -> the items.
 std::vector<std::string> str_items(py::handle value, const std::string& what) {
-  std::vector<std::string> out;
-  if (py::isinstance<py::str>(value)) {
-    const std::string text = value.cast<std::string>();
-    std::size_t begin = 0;
-    while (true) {
-      const std::size_t comma = text.find(',', begin);
-      out.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
-      if (comma == std::string::npos) break;
-      begin = comma + 1;
-    }
-  } else if (py::isinstance<py::iterable>(value)) {
-    for (const py::handle item : value) out.push_back(to_str(item, "an item of " + what));
-  } else {
+  if (py::isinstance<py::str>(value)) return kvevict::split_list(value.cast<std::string>(), what);
+  if (!py::isinstance<py::iterable>(value)) {
     throw py::type_error(what + " must be a str or a sequence of str, got " + type_name(value));
   }
-  for (const std::string& item : out) {
-    if (item.empty()) throw py::value_error(what + ": empty item");
-  }
+  std::vector<std::string> out;
+  for (const py::handle item : value) out.push_back(to_str(item, "an item of " + what));
   if (out.empty()) throw py::value_error(what + " is empty");
   return out;
 }
@@ -1166,12 +1155,8 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
     sequences.push_back(static_cast<std::uint32_t>(n));
   }
   std::vector<std::string> policies;
-  for (const std::string& name : str_items(policies_arg.obj, "policies")) {
-    if (name == "none") {
-      policies.push_back(name);
-    } else {
-      for (const std::string& q : kvevict::parse_policy_list(name)) policies.push_back(q);
-    }
+  for (const std::string& item : str_items(policies_arg.obj, "policies")) {
+    for (std::string& name : kvevict::serve_policy_names(item)) policies.push_back(std::move(name));
   }
   std::vector<bool> sharing;
   if (py::isinstance<py::bool_>(sharing_arg)) {
@@ -1201,15 +1186,7 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
   if (pool < 0) throw py::value_error("pool_blocks (" + std::to_string(pool) + ") must be at least 0");
   request.pool_blocks = static_cast<std::uint64_t>(pool);
   request.overrides = overrides_of(overrides.obj);
-  const std::vector<kvevict::ServeRow> rows =
-      without_gil([&] { return kvevict::serve_bench(model, text, request); });
-  py::list out;
-  for (const kvevict::ServeRow& r : rows) {
-    DictBuilder builder;
-    kvevict::for_each_field(r, builder);
-    out.append(builder.take());
-  }
-  return out;
+  return row_dicts(without_gil([&] { return kvevict::serve_bench(model, text, request); }));
 }
 
 // Sequences on one block pool (kvevict/model/batch.h).

@@ -24,6 +24,10 @@ std::int64_t parse_integer(std::string_view text, std::string_view what);
 // Throws ParameterError when '=' or the key is missing.
 std::pair<std::string, std::int64_t> parse_assignment(std::string_view text);
 
+// "a,b,c" -> {a, b, c}, for every front end's list arguments. An empty item
+// throws ParameterError "WHAT: empty item in 'TEXT'".
+std::vector<std::string> split_list(std::string_view text, std::string_view what);
+
 // Parses a comma-separated list of integers ("256,512,1024"); names the bad
 // entry when one does not parse.
 std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_view what);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -154,6 +155,13 @@ class SequenceStore {
   // buffers, or the pool's rows copied through the block table.
   std::pair<const float*, const float*> rows(std::uint32_t cache) noexcept;
 
+  // Marks `victims` for removal. The first victim not held, or named twice,
+  // is returned instead, with nothing marked.
+  struct BadVictim {
+    Position position;
+    bool repeated;  // false: not held
+  };
+  std::optional<BadVictim> try_mark(std::uint32_t cache, std::span<const Position> victims) noexcept;
   // Marks `victims` (held, no repeats) for removal. Throws ContractError
   // "WHO: victim V at position P (layer L, KV head K) is not held" (or
   // "named twice"), changing nothing. `who` and `pos` only name the error.

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvevict/eval/evaluate.h"
@@ -54,6 +55,11 @@ struct ServeBenchRequest {
 std::vector<ServeRun> serve_runs(const std::vector<std::uint32_t>& sequences, const std::vector<std::string>& policies,
                                  std::int64_t budget, const std::vector<std::string>& modes,
                                  const std::vector<bool>& sharing, const std::vector<std::uint32_t>& chunks);
+
+// "a,b", "all" or "none" (the full cache), mixed: the policy names in
+// order, "none" kept as it is. Throws ParameterError for an empty item or an
+// unknown name. The tool, Python and Node read their policy lists with it.
+std::vector<std::string> serve_policy_names(std::string_view list);
 
 struct ServeRow {
   ServeRun run;
