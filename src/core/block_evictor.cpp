@@ -127,13 +127,17 @@ BlockEvictor::BlockEvictor(std::string_view policy, const ParamMap& params, cons
   kept_ = n;
 }
 
-void BlockEvictor::on_decode_step(std::int64_t pos, Attention attn) {
+void BlockEvictor::on_decode_step(std::int64_t pos, Attention attn) { on_step(pos, StepInputs{.attention = attn}); }
+
+void BlockEvictor::on_origin(const StepInputs& in) { policy_->on_origin(in); }
+
+void BlockEvictor::on_step(std::int64_t pos, const StepInputs& in) {
   if (kept_ + 1 > capacity_) {
     throw ContractError(fmt::format(
         "{}: asked to hold {} positions with a budget of {} blocks of {}; call evict_blocks after every step",
         kTitle, kept_ + 1, block_.block_budget, block_size_));
   }
-  policy_->on_decode_step(pos, attn);  // checks the position and the weights before changing anything
+  policy_->on_step(pos, in);  // checks the position and the signals before changing anything
   ++steps_;
   positions_[kept_] = static_cast<Position>(pos);
   admitted_[kept_] = steps_;

@@ -129,6 +129,16 @@ void LayerBudget::on_decode_step(std::size_t head, std::int64_t pos, Attention a
   heads_[head]->on_decode_step(pos, attn);
 }
 
+void LayerBudget::on_step(std::size_t head, std::int64_t pos, const StepInputs& in) {
+  check_head(head, "on_step");
+  heads_[head]->on_step(pos, in);
+}
+
+void LayerBudget::on_origin(std::size_t head, const StepInputs& in) {
+  check_head(head, "on_origin");
+  heads_[head]->on_origin(in);
+}
+
 std::size_t LayerBudget::kept_count(std::size_t head) const {
   check_head(head, "kept_count");
   return heads_[head]->kept_count();

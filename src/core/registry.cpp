@@ -69,12 +69,45 @@ const QueryInfo* PolicyInfo::find_query(std::string_view query_name) const {
   return nullptr;
 }
 
-std::vector<std::string> parse_policy_list(std::string_view text) {
+std::vector<std::string> policy_names(Signals available) {
   std::vector<std::string> out;
-  if (text == "all") {
-    for (const PolicyInfo* info : policies()) out.push_back(info->name);
-    return out;
+  for (const PolicyInfo* info : policies()) {
+    if ((info->signals & ~available) == 0) out.push_back(info->name);
   }
+  return out;
+}
+
+std::string_view signal_name(Signal signal) noexcept {
+  switch (signal) {
+    case kSignalAttention: return "attention";
+    case kSignalKey: return "key";
+    case kSignalValue: return "value";
+    case kSignalQueries: return "queries";
+  }
+  return "unknown signal";
+}
+
+std::string signal_names(Signals signals) {
+  std::string out;
+  for (Signals bit = 1; bit <= kSignalQueries; bit <<= 1) {
+    if ((signals & bit) != 0) out += (out.empty() ? "" : ", ") + std::string(signal_name(static_cast<Signal>(bit)));
+  }
+  return out.empty() ? "none" : out;
+}
+
+void check_signals_available(const PolicyInfo& info, Signals available, std::string_view source) {
+  const Signals missing = info.signals & ~available;
+  if (missing == 0) return;
+  Signals first = 1;
+  while ((missing & first) == 0) first <<= 1;
+  throw ParameterError(fmt::format("{} reads the new token's {} ({}), which {} does not supply", info.name,
+                                   signal_name(static_cast<Signal>(first)), signal_names(info.signals),
+                                   source.empty() ? std::string_view("this source") : source));
+}
+
+std::vector<std::string> parse_policy_list(std::string_view text, Signals available, std::string_view source) {
+  std::vector<std::string> out;
+  if (text == "all") return policy_names(available);
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
@@ -82,7 +115,9 @@ std::vector<std::string> parse_policy_list(std::string_view text) {
     if (item.empty()) {
       throw ParameterError(fmt::format("empty policy name in the list '{}'", text));
     }
-    out.emplace_back(find_policy(item).name);
+    const PolicyInfo& info = find_policy(item);
+    check_signals_available(info, available, source);
+    out.emplace_back(info.name);
     start = comma + 1;
   }
   return out;

@@ -179,9 +179,7 @@ BenchReport run_bench(const BenchOptions& options) {
   report.read_bandwidth_gb_s = measure_read_bandwidth();
 
   std::vector<std::string> names = options.policies;
-  if (names.empty()) {
-    for (const PolicyInfo* info : policies()) names.push_back(info->name);
-  }
+  if (names.empty()) names = policy_names(kSignalAttention);
   for (const std::string& name : names) {
     for (const std::int64_t budget : options.budgets) {
       if (options.progress) options.progress(name + " @ " + std::to_string(budget));
@@ -268,6 +266,7 @@ BenchReport run_bench(const BenchOptions& options) {
     if (options.progress) options.progress("canonical compare, run by run");
     start = Clock::now();
     for (const PolicyInfo* info : policies()) {
+      if ((info->signals & ~kSignalAttention) != 0) continue;  // the canonical compare's policies
       for (const std::int64_t b : kCanonicalBudgets) {
         auto policy = info->make({{"budget", b}});
         DecodeTrace trace;

@@ -103,9 +103,8 @@ std::int64_t ranking_budget(std::vector<std::int64_t> budgets) {
 
 std::vector<RunSpec> compare_specs(const CompareRequest& request) {
   std::vector<std::string> names = request.policies;
-  if (names.empty()) {
-    for (const PolicyInfo* info : policies()) names.push_back(info->name);
-  }
+  // A trace carries attention only: the key-aware policies need recorded keys.
+  if (names.empty()) names = policy_names(kSignalAttention);
   std::vector<std::int64_t> budgets = request.budgets;
   if (budgets.empty()) throw ParameterError("compare: the budget list is empty");
   std::sort(budgets.begin(), budgets.end());

@@ -24,6 +24,9 @@ class BlockPolicy final : public Policy {
 
   std::string_view name() const noexcept override { return name_; }
   void on_decode_step(std::int64_t pos, Attention attn) override { evictor_.on_decode_step(pos, attn); }
+  Signals signals() const noexcept override { return evictor_.policy().signals(); }
+  void on_step(std::int64_t pos, const StepInputs& in) override { evictor_.on_step(pos, in); }
+  void on_origin(const StepInputs& in) override { evictor_.on_origin(in); }
   std::span<const Position> evict(std::int64_t budget) override {
     evictor_.evict_blocks(budget < 0 ? budget : budget / static_cast<std::int64_t>(evictor_.block_size()));
     return evictor_.evicted_positions();

@@ -102,6 +102,38 @@ std::vector<float> attention_of(const json& a) {
   return w;
 }
 
+// onStep's and onOrigin's signals object: {"attention": [...]|null, "key":
+// [...], "value": [...], "queries": [...]}, every field optional (absent: not
+// given). `storage` keeps the float32 copies the spans in the result view.
+StepInputs step_inputs_of(const json& signals, std::vector<std::vector<float>>& storage) {
+  if (!signals.is_object()) throw Malformed("a step's signals must be an object {attention, key, value, queries}");
+  StepInputs in;
+  storage.clear();
+  storage.reserve(4);
+  for (auto it = signals.begin(); it != signals.end(); ++it) {
+    const std::string& field = it.key();
+    if (field != "attention" && field != "key" && field != "value" && field != "queries") {
+      throw Malformed(fmt::format("unknown signal '{}' (known: attention, key, value, queries)", field));
+    }
+    if (field == "attention" && it.value().is_null()) continue;  // absent: no information
+    if (!it.value().is_array()) throw Malformed(fmt::format("signal '{}' must be an array of numbers", field));
+    std::vector<float>& values = storage.emplace_back();
+    for (std::size_t i = 0; i < it.value().size(); ++i) {
+      if (!it.value()[i].is_number()) {
+        throw Malformed(fmt::format("signal '{}' component {} must be a number, got {}", field, i,
+                                    it.value()[i].dump()));
+      }
+      values.push_back(static_cast<float>(it.value()[i].get<double>()));
+    }
+    const std::span<const float> view(values);
+    if (field == "attention") in.attention = view;
+    if (field == "key") in.key = view;
+    if (field == "value") in.value = view;
+    if (field == "queries") in.queries = view;
+  }
+  return in;
+}
+
 // Executes one step and returns its result (null for onDecodeStep).
 json execute(const PolicyInfo& info, Policy& policy, const json& step) {
   if (!step.is_object()) throw Malformed("a step must be an object");
@@ -121,6 +153,19 @@ json execute(const PolicyInfo& info, Policy& policy, const json& step) {
       const std::vector<float> w = attention_of(args[1]);
       policy.on_decode_step(pos, std::span<const float>(w));
     }
+    return nullptr;
+  }
+  if (call == "onStep") {
+    if (args.size() != 2) throw Malformed("onStep takes [pos, {attention, key, value, queries}]");
+    const std::int64_t pos = as_integer(args[0], "onStep's position");
+    std::vector<std::vector<float>> storage;
+    policy.on_step(pos, step_inputs_of(args[1], storage));
+    return nullptr;
+  }
+  if (call == "onOrigin") {
+    if (args.size() != 1) throw Malformed("onOrigin takes [{key, value, queries}]");
+    std::vector<std::vector<float>> storage;
+    policy.on_origin(step_inputs_of(args[0], storage));
     return nullptr;
   }
   if (call == "evict") {

@@ -301,6 +301,10 @@ struct Decoder::Impl {
 
   // Scratch, sized once.
   std::vector<float> x, h, qkv, attn_out, ff, logits, scores, query_weights;
+  std::vector<float> raw_queries;  // this layer's queries before RoPE and scaling, [heads, head_dim]: a signal
+  // The cache's new key and value as stored, copied: sealing a block may swap
+  // it for an equal published one, so the policy reads its own copy.
+  std::vector<float> step_key, step_value;
   std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
 
   void empty_store() noexcept {
@@ -370,6 +374,9 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.x.assign(m.cfg.width, 0.0F);
   m.h.assign(m.cfg.width, 0.0F);
   m.qkv.assign(std::size_t{m.cfg.heads + 2 * m.cfg.kv_heads} * d, 0.0F);
+  m.raw_queries.assign(std::size_t{m.cfg.heads} * d, 0.0F);
+  m.step_key.assign(d, 0.0F);
+  m.step_value.assign(d, 0.0F);
   m.attn_out.assign(m.cfg.width, 0.0F);
   m.ff.assign(m.cfg.ff, 0.0F);
   m.logits.assign(m.cfg.vocab, 0.0F);
@@ -544,6 +551,9 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
     const std::uint32_t group = c.group();
     matvec(w.qkv, m.h.data(), m.qkv.data(), (c.heads + 2 * c.kv_heads) * d, width);
+    // The queries as projected, for policies that model them (expected
+    // attention): they are rotated and scaled in place below.
+    std::copy_n(m.qkv.data(), std::size_t{c.heads} * d, m.raw_queries.data());
     for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
       // Rotate q at this token's true position, then scale it (the trainer
       // scales q, not the scores).
@@ -570,6 +580,8 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         k[i + half] = ka * sin_p[i] + kb * cos_p[i];
       }
       std::copy_n(v_rows + std::size_t{kv} * d, d, v);
+      std::copy_n(k, d, m.step_key.data());
+      std::copy_n(v, d, m.step_value.data());
       store.seal(cache, m.tokens);
       const std::uint32_t n = held + 1;
       const auto [keys, values] = store.rows(cache);
@@ -606,14 +618,29 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       hc.attended_count = n;
 
       // The policy: the weights over the positions held before this token,
-      // ascending, then the token is admitted; evict down to the budget.
-      if (pos == 0) continue;  // position 0 exists before step 1
+      // ascending, and the token's key (as stored), value and queries (before
+      // RoPE, every query head of the group); then the token is admitted;
+      // evict down to the budget. Position 0 exists before step 1: a policy
+      // is given its signals alone (on_origin).
+      const StepInputs inputs{
+          .attention = std::span<const float>(hc.weights.data(), held),
+          .key = std::span<const float>(m.step_key),
+          .value = std::span<const float>(m.step_value),
+          .queries = std::span<const float>(m.raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d)};
       if (shared != nullptr) {
-        shared->on_decode_step(kv, pos, std::span<const float>(hc.weights.data(), held));
+        if (pos == 0) {
+          shared->on_origin(kv, inputs);
+        } else {
+          shared->on_step(kv, pos, inputs);
+        }
         continue;
       }
       if (hc.policy == nullptr) continue;
-      hc.policy->on_decode_step(pos, std::span<const float>(hc.weights.data(), held));
+      if (pos == 0) {
+        hc.policy->on_origin(inputs);
+        continue;
+      }
+      hc.policy->on_step(pos, inputs);
       if (static_cast<std::int64_t>(n) <= hc.budget) continue;
       store.mark(cache, hc.policy->evict(hc.budget), hc.policy->name(), pos);
       const std::uint32_t out = n - store.remove_marked(cache);

@@ -87,7 +87,7 @@ ReportData build_report(const ReportRequest& request, const EvaluateOptions& opt
   ReportData data;
   CompareRequest cmp = request.compare;
   if (cmp.policies.empty()) {
-    for (const PolicyInfo* info : policies()) data.policies.push_back(info->name);
+    data.policies = policy_names(kSignalAttention);  // a trace has attention only
   } else {
     for (const std::string& name : cmp.policies) {
       const std::string canonical = find_policy(name).name;
@@ -199,8 +199,7 @@ ReportData build_report(const ReportRequest& request, const EvaluateOptions& opt
     data.mass.push_back(std::move(series));
   }
   data.strips = std::move(strips);
-  std::vector<std::string> registry;
-  for (const PolicyInfo* info : policies()) registry.push_back(info->name);
+  const std::vector<std::string> registry = policy_names(kSignalAttention);
   data.command = command_of(request, data, options, data.policies == registry);
   return data;
 }

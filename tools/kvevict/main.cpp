@@ -35,6 +35,9 @@
 
 namespace {
 
+// What a trace replay can feed: attention rows, no keys.
+constexpr std::string_view kTraceSource = "a trace (attention weights only)";
+
 using namespace kvevict;
 
 // Progress on stderr for long evaluations, only when a person is watching.
@@ -726,7 +729,7 @@ int main(int argc, char** argv) {
 
     if (cmp->parsed()) {
       CompareRequest request;
-      request.policies = parse_policy_list(cmp_policies);
+      request.policies = parse_policy_list(cmp_policies, kSignalAttention, kTraceSource);
       request.budgets = parse_integer_list(cmp_budgets, "--budgets");
       request.overrides = parse_sets(cmp_sets);
       EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
@@ -806,7 +809,7 @@ int main(int argc, char** argv) {
       if (rep_policies.find_first_not_of(" ,") == std::string::npos) {
         throw ParameterError("--policies: the policy list is empty (name at least one policy, or all)");
       }
-      request.compare.policies = parse_policy_list(rep_policies);
+      request.compare.policies = parse_policy_list(rep_policies, kSignalAttention, kTraceSource);
       request.compare.budgets = parse_integer_list(rep_budgets, "--budgets");
       request.compare.overrides = parse_sets(rep_sets);
       request.strip_budget = rep_strip_budget;

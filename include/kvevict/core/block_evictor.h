@@ -72,6 +72,10 @@ class BlockEvictor {
   // the next; the step that would admit a second is refused (call
   // evict_blocks after every step).
   void on_decode_step(std::int64_t pos, Attention attn);
+  // The same step with every signal the caller has (Policy::on_step), and
+  // position 0's signals before the first step (Policy::on_origin).
+  void on_step(std::int64_t pos, const StepInputs& in);
+  void on_origin(const StepInputs& in);
 
   // Evicts whole blocks so that at most min(block_budget, the policy's cap /
   // block_size) blocks remain (PyramidKV caps at its share), at least

@@ -52,6 +52,10 @@ class LayerBudget {
 
   // One decode step of one head (step every head once per decode step).
   void on_decode_step(std::size_t head, std::int64_t pos, Attention attn);
+  // The same with every signal the caller has, and position 0's signals
+  // before the first step (Policy::on_step, Policy::on_origin).
+  void on_step(std::size_t head, std::int64_t pos, const StepInputs& in);
+  void on_origin(std::size_t head, const StepInputs& in);
 
   // Evicts so that the heads hold at most min(layer_budget, heads x the
   // policy's cap at the fair share layer_budget / heads -- PyramidKV's layer

@@ -34,6 +34,30 @@ using Position = std::uint32_t;
 // order. std::nullopt means "no information" -- never "all zeros".
 using Attention = std::optional<std::span<const float>>;
 
+// What a decode step can carry for one cache besides the weights (docs/signals.md).
+// An engine with fused attention (FlashAttention, paged attention, SDPA) never
+// writes the weights, but always has the new token's key, value and queries:
+// a policy declares which of them it reads, and a step that lacks one is
+// refused with an error naming the policy and the signal.
+enum Signal : std::uint32_t {
+  kSignalAttention = 1U,  // the softmax weights over the held positions
+  kSignalKey = 2U,        // the admitted token's key as the cache stores it (after RoPE)
+  kSignalValue = 4U,      // the admitted token's value
+  kSignalQueries = 8U,    // the admitted token's queries before RoPE, every query head of the cache's group
+};
+using Signals = std::uint32_t;
+inline constexpr Signals kEverySignal = kSignalAttention | kSignalKey | kSignalValue | kSignalQueries;
+
+// One step's signals. Spans are views valid for the call only; an empty span
+// means "not given". `queries` is head-major: query head g of the group is
+// queries[g * head_dim, (g + 1) * head_dim).
+struct StepInputs {
+  Attention attention{};
+  std::span<const float> key{};
+  std::span<const float> value{};
+  std::span<const float> queries{};
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -55,6 +79,22 @@ class Policy {
   virtual std::span<const Position> evict(std::int64_t budget) = 0;
 
   virtual std::size_t kept_count() const noexcept = 0;
+
+  // ---- Steps with more than attention (docs/signals.md) ----
+  // The signals on_step reads (kSignal* bits): the attention policies
+  // kSignalAttention, the positional ones none, the key-aware ones their keys,
+  // values or queries. The registry records the same (PolicyInfo::signals).
+  virtual Signals signals() const noexcept { return kSignalAttention; }
+  // One decode step with every signal the caller has: for an attention policy
+  // exactly on_decode_step(pos, in.attention) (the other signals are not
+  // read); a key-aware policy refuses, before changing anything, a step that
+  // lacks a signal it reads, naming itself and the signal.
+  virtual void on_step(std::int64_t pos, const StepInputs& in) { on_decode_step(pos, in.attention); }
+  // Position 0 exists before the first step, so no step admits it: a
+  // key-aware policy is given its key, value and queries here, at most once
+  // and before step 1. Until then position 0 is unobserved and never evicted
+  // (as TOVA's unobserved positions). Policies that read no keys ignore it.
+  virtual void on_origin(const StepInputs& /*in*/) {}
 
   // Bytes of per-slot state (bytes per slot x capacity), allocated at
   // construction: the hot path never allocates. The victim buffer returned by

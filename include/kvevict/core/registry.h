@@ -35,6 +35,8 @@ struct PolicyInfo {
   std::string summary;  // one line
   std::vector<ParamInfo> params;
   std::vector<QueryInfo> queries;
+  // The signals its steps read (policy.h): what a source must supply.
+  Signals signals = kSignalAttention;
   // Builds the policy from named parameters (missing ones take defaults).
   // Throws ParameterError for an unknown name or a value that breaks a rule.
   std::function<std::unique_ptr<Policy>(const ParamMap&)> make;
@@ -54,6 +56,22 @@ const PolicyInfo& find_policy(std::string_view name);
 std::unique_ptr<Policy> make_policy(std::string_view name, const ParamMap& params = {});
 
 // "a,b,c" or "all" -> policy names, each checked against the registry.
-std::vector<std::string> parse_policy_list(std::string_view text);
+// `available` is what the caller's source supplies: "all" names only the
+// policies it can feed, and a named policy that reads a signal outside it is
+// refused (ParameterError naming the policy, the signal and `source`).
+std::vector<std::string> parse_policy_list(std::string_view text, Signals available = kEverySignal,
+                                           std::string_view source = {});
+
+// The names of the policies a source supplying `available` can feed, in
+// catalogue order: kSignalAttention for a trace, kEverySignal for the model.
+std::vector<std::string> policy_names(Signals available = kEverySignal);
+
+// "attention", "key", "value", "queries": the name of one kSignal* bit.
+std::string_view signal_name(Signal signal) noexcept;
+// "key, value": every bit of `signals`, in bit order ("none" when empty).
+std::string signal_names(Signals signals);
+// Refuses a policy whose signals are not all in `available`:
+// "<policy> reads the new token's <signal>, which <source> does not supply".
+void check_signals_available(const PolicyInfo& info, Signals available, std::string_view source);
 
 }  // namespace kvevict

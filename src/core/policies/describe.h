@@ -47,6 +47,8 @@ PolicyInfo describe(const char* name, const char* title, const char* summary,
   const Params defaults{};
   for (const auto& f : fields) info.params.push_back({f.name, defaults.*(f.member), f.help});
   info.queries = std::move(queries);
+  // The signals a policy reads: its class's kSignals, or the weights.
+  if constexpr (requires { P::kSignals; }) info.signals = P::kSignals;
   std::string policy_title = title;
   info.make = [fields, policy_title](const ParamMap& given) -> std::unique_ptr<Policy> {
     Params params{};

@@ -19,6 +19,9 @@ class SlidingWindow final : public Policy {
 
   explicit SlidingWindow(const SlidingWindowParams& params = {});
 
+  // Reads no signal: positions alone decide.
+  static constexpr Signals kSignals = 0;
+  Signals signals() const noexcept override { return kSignals; }
   std::string_view name() const noexcept override { return "sliding-window"; }
   void on_decode_step(std::int64_t pos, Attention attn) override;
   std::span<const Position> evict(std::int64_t budget) override;

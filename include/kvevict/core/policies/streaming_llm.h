@@ -21,6 +21,9 @@ class StreamingLLM final : public Policy {
 
   explicit StreamingLLM(const StreamingLLMParams& params = {});
 
+  // Reads no signal: positions alone decide.
+  static constexpr Signals kSignals = 0;
+  Signals signals() const noexcept override { return kSignals; }
   std::string_view name() const noexcept override { return "streaming-llm"; }
   void on_decode_step(std::int64_t pos, Attention attn) override;
   std::span<const Position> evict(std::int64_t budget) override;
