@@ -196,6 +196,61 @@ Checked check_request(std::string_view policy, const ParamMap& params, std::int6
 
 }  // namespace
 
+std::vector<Position> prefill_signals(std::string_view policy, const ParamMap& params, std::int64_t budget,
+                                      const PrefillSignals& prompt) {
+  const Checked c = check_request(policy, params, budget);
+  const PolicyInfo& info = *c.info;
+  if ((info.signals & kSignalKey) == 0) {
+    throw ParameterError(fmt::format("prefill: {} scores attention rows, not keys: give it a window of attention (prefill)",
+                                     info.name));
+  }
+  const std::size_t n = prompt.length;
+  const std::size_t d = prompt.head_dim;
+  const auto rows_of = [&](std::span<const float> data, std::size_t width, const char* what) {
+    if (data.empty()) return;
+    if (data.size() != n * width) {
+      throw InputError(fmt::format("prefill: {} holds {} floats; a prompt of {} positions x {} needs {}", what,
+                                   data.size(), n, width, n * width));
+    }
+  };
+  rows_of(prompt.keys, d, "keys");
+  rows_of(prompt.values, d, "values");
+  rows_of(prompt.queries, prompt.query_width, "queries");
+  const auto b = static_cast<std::size_t>(budget);
+  if (b >= n) {  // the prompt fits: nothing to compress
+    std::vector<Position> all(n);
+    std::iota(all.begin(), all.end(), Position{0});
+    return all;
+  }
+  // Room for the whole prompt: the policy evicts once, after the last position.
+  ParamMap whole = params;
+  set_param(whole, "budget", static_cast<std::int64_t>(n));
+  const std::unique_ptr<Policy> scorer = info.make(whole);
+  const auto inputs = [&](std::size_t i) {
+    const auto row = [&](std::span<const float> data, std::size_t width) {
+      return data.empty() ? std::span<const float>{} : data.subspan(i * width, width);
+    };
+    return StepInputs{.attention = std::nullopt,
+                      .key = row(prompt.keys, d),
+                      .value = row(prompt.values, d),
+                      .queries = row(prompt.queries, prompt.query_width)};
+  };
+  scorer->on_origin(inputs(0));
+  for (std::size_t i = 1; i < n; ++i) scorer->on_step(static_cast<std::int64_t>(i), inputs(i));
+  const std::span<const Position> victims = scorer->evict(budget);
+  std::vector<Position> kept;
+  kept.reserve(n - victims.size());
+  std::size_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (v < victims.size() && victims[v] == i) {
+      ++v;
+    } else {
+      kept.push_back(static_cast<Position>(i));
+    }
+  }
+  return kept;
+}
+
 void check_prefill(std::string_view policy, const ParamMap& params, std::int64_t budget, std::size_t rows) {
   const Checked c = check_request(policy, params, budget);
   if (c.info->name == "snapkv" || c.info->name == "pyramidkv") check_window_fits(c.info->title, rows, c.target, c.what_target);
@@ -206,6 +261,10 @@ std::vector<Position> prefill(std::string_view policy, const ParamMap& params, s
   const Checked c = check_request(policy, params, budget);
   const PolicyInfo& info = *c.info;
   const ParamMap& p = c.effective;
+  if ((info.signals & ~kSignalAttention) != 0) {
+    throw ParameterError(fmt::format("prefill: {} reads the prompt's {}, not attention rows: use prefill_signals",
+                                     info.name, signal_names(info.signals)));
+  }
   check_window(window);
 
   const std::size_t n = window.length;

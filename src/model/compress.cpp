@@ -6,6 +6,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/prefill.h"
+#include "kvevict/core/registry.h"
 #include "kvevict/model/perplexity.h"
 
 namespace kvevict {
@@ -43,9 +44,24 @@ bool PrefillCompressor::after_step(Decoder& decoder, std::uint32_t i) {
 }
 
 void PrefillCompressor::compress(Decoder& decoder, std::uint32_t rows) {
+  const bool reads_keys = (find_policy(spec_.policy).signals & kSignalKey) != 0;
   for (std::uint32_t h = 0; h < config_.head_count(); ++h) {
     const std::span<const Position> held = decoder.held(h);
     const std::size_t length = held.size();
+    if (reads_keys) {
+      // A key-aware policy scores the held keys and values themselves; the
+      // attention rows are not needed.
+      const std::size_t d = config_.head_dim();
+      const auto [keys, values] = decoder.held_rows(h);
+      keep(decoder, h, prefill_signals(spec_.policy, params_[h], spec_.budget,
+                                       PrefillSignals{.length = length,
+                                                      .head_dim = d,
+                                                      .keys = {keys, length * d},
+                                                      .values = {values, length * d},
+                                                      .queries = {},
+                                                      .query_width = 0}));
+      continue;
+    }
     // kvevict::prefill's layout: rows x length, each row its weights then 0.
     matrix_.assign(std::size_t{rows} * length, 0.0F);
     std::size_t from = 0;
@@ -55,20 +71,23 @@ void PrefillCompressor::compress(Decoder& decoder, std::uint32_t rows) {
                   matrix_.begin() + static_cast<std::ptrdiff_t>(r * length));
       from += n;
     }
-    const std::vector<Position> kept =
-        prefill(spec_.policy, params_[h], spec_.budget, PrefillWindow{matrix_, rows, length});
-    drop_.clear();
-    std::size_t k = 0;
-    for (std::size_t j = 0; j < length; ++j) {  // kept holds indices into `held`, ascending
-      if (k < kept.size() && kept[k] == j) {
-        ++k;
-      } else {
-        drop_.push_back(held[j]);
-      }
-    }
-    decoder.drop(h, drop_);
-    rows_[h].clear();
+    keep(decoder, h, prefill(spec_.policy, params_[h], spec_.budget, PrefillWindow{matrix_, rows, length}));
   }
+}
+
+void PrefillCompressor::keep(Decoder& decoder, std::uint32_t h, const std::vector<Position>& kept) {
+  const std::span<const Position> held = decoder.held(h);
+  drop_.clear();
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < held.size(); ++j) {  // kept holds indices into `held`, ascending
+    if (k < kept.size() && kept[k] == j) {
+      ++k;
+    } else {
+      drop_.push_back(held[j]);
+    }
+  }
+  decoder.drop(h, drop_);
+  rows_[h].clear();
 }
 
 }  // namespace kvevict

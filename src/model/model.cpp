@@ -483,6 +483,8 @@ std::span<const Position> Decoder::held(std::uint32_t h) const noexcept {
   return impl_->store->positions(h);
 }
 
+std::pair<const float*, const float*> Decoder::held_rows(std::uint32_t h) { return impl_->store->rows(h); }
+
 std::span<const Position> Decoder::attended(std::uint32_t h) const noexcept {
   const Impl::HeadCache& hc = impl_->heads[h];
   return {hc.attended.data(), hc.attended_count};

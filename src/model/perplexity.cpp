@@ -169,6 +169,10 @@ ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32
     if (!names_param(spec.params, "numLayers")) set_param(params, "numLayers", config.layers);
     if (!names_param(spec.params, "layer")) set_param(params, "layer", layer);
   }
+  // A key-aware policy's sizes are the model's: the length of a key, and the
+  // query heads that share a cache.
+  if (info.has_param("headDim") && !names_param(spec.params, "headDim")) set_param(params, "headDim", config.head_dim());
+  if (info.has_param("groups") && !names_param(spec.params, "groups")) set_param(params, "groups", config.group());
   return params;
 }
 

@@ -41,6 +41,28 @@ struct PrefillWindow {
 std::vector<Position> prefill(std::string_view policy, const ParamMap& params, std::int64_t budget,
                               const PrefillWindow& window);
 
+// A prompt as a key-aware policy reads it (docs/signals.md): every
+// position's key as stored, value and queries, row-major and ascending, one
+// row per position 0 ... length-1. A policy's unread signals may be empty.
+struct PrefillSignals {
+  std::size_t length = 0;
+  std::size_t head_dim = 0;
+  std::span<const float> keys;     // length x head_dim
+  std::span<const float> values;   // length x head_dim
+  std::span<const float> queries;  // length x (groups x head_dim), before RoPE
+  std::size_t query_width = 0;     // groups x head_dim
+};
+
+// The positions (ascending) a key-aware policy keeps of the prompt: the
+// policy, built with room for the whole prompt, is given position 0's
+// signals (on_origin) and every later position's (on_step), then evicts once
+// down to `budget` -- so it scores the whole prompt at once, as kvpress's
+// presses do after a prefill. Every position when budget >= length. The
+// parameters are checked with `budget` as prefill() checks them; a policy
+// that does not read keys is refused (use prefill() with attention rows).
+std::vector<Position> prefill_signals(std::string_view policy, const ParamMap& params, std::int64_t budget,
+                                      const PrefillSignals& prompt);
+
 // Checks a prefill request before there is a window to compress: the policy's
 // parameters and budget, as prefill() does, and for SnapKV/PyramidKV that a
 // window of `rows` rows fits in the budget (or the layer's share), which

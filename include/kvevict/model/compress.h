@@ -37,6 +37,8 @@ class PrefillCompressor {
 
  private:
   void compress(Decoder& decoder, std::uint32_t rows);
+  // Drops from cache `h` every held position whose index is not in `kept`.
+  void keep(Decoder& decoder, std::uint32_t h, const std::vector<Position>& kept);
 
   const ModelConfig& config_;
   const RunSpec& spec_;
