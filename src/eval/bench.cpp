@@ -42,6 +42,17 @@ std::vector<float> attention_pool(std::int64_t budget, std::size_t& vectors) {
   for (float& x : pool) x = dist(rng);
   return pool;
 }
+// Keys for the key-aware policies' timed steps, 64 MiB of them as for the
+// attention: components drawn from a normal distribution, so norms and
+// directions differ from key to key.
+std::vector<float> key_pool(std::size_t head_dim, std::size_t& vectors) {
+  vectors = std::max<std::size_t>(16, (std::size_t{64} << 20) / (head_dim * sizeof(float)));
+  std::vector<float> pool(vectors * head_dim);
+  std::mt19937 rng(54321);
+  std::normal_distribution<float> dist(0.0F, 1.0F);
+  for (float& x : pool) x = dist(rng);
+  return pool;
+}
 }  // namespace
 
 float sum_floats(const float* data, std::size_t n) noexcept { return simd::sum_floats(data, n); }
@@ -184,21 +195,43 @@ BenchReport run_bench(const BenchOptions& options) {
     for (const std::int64_t budget : options.budgets) {
       if (options.progress) options.progress(name + " @ " + std::to_string(budget));
       auto policy = make_policy(name, {{"budget", budget}});
+      // A key-aware policy is given a key per step (its default headDim), and
+      // its floor reads that key and the policy's whole held state once: what
+      // its step and eviction must at least touch. The others read a row of
+      // attention, and their floor is that row.
+      const bool keyed = (find_policy(name).signals & kSignalKey) != 0;
+      std::size_t head_dim = 0;
+      for (const auto& [key, value] : find_policy(name).effective({})) {
+        if (keyed && key == "headDim") head_dim = static_cast<std::size_t>(value);
+      }
       std::size_t vectors = 0;
-      const std::vector<float> pool = attention_pool(budget, vectors);
-      const auto len = static_cast<std::size_t>(budget);
+      const std::vector<float> pool = keyed ? key_pool(head_dim, vectors) : attention_pool(budget, vectors);
+      const std::size_t row_floats = keyed ? head_dim : static_cast<std::size_t>(budget);
+      // The floor's read per step, row by row from the pool, plus (keyed) a
+      // buffer as large as the held state.
+      const std::vector<float> state(keyed ? policy->memory_bytes() / sizeof(float) : 0, 1.0F);
+      const std::size_t len = row_floats;
       std::int64_t pos = 0;
+      if (keyed) policy->on_origin(StepInputs{.attention = std::nullopt, .key = {pool.data(), head_dim}});
       // Fill to the steady state: budget held before each step.
       while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
-        policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
+        if (keyed) {
+          policy->on_step(++pos, StepInputs{.attention = std::nullopt, .key = {pool.data() + head_dim, head_dim}});
+        } else {
+          policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
+        }
       }
       // The next row of the pool, wrapping with a compare: a division per
       // step would cost as much as the cheapest policies' whole step.
       std::size_t next_row = 0;
       auto step = [&](std::size_t /*k*/) {
-        const float* attn = pool.data() + next_row * len;
+        const float* row = pool.data() + next_row * len;
         next_row = next_row + 1 == vectors ? 0 : next_row + 1;
-        policy->on_decode_step(++pos, std::span<const float>(attn, policy->kept_count()));
+        if (keyed) {
+          policy->on_step(++pos, StepInputs{.attention = std::nullopt, .key = {row, head_dim}});
+        } else {
+          policy->on_decode_step(++pos, std::span<const float>(row, policy->kept_count()));
+        }
         if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
       };
       for (std::size_t k = 0; k < std::min<std::size_t>(vectors, 2000); ++k) step(k);  // warm-up
@@ -228,6 +261,7 @@ BenchReport run_bench(const BenchOptions& options) {
           float total = 0.0F;
           for (int k = 0; k < 64; ++k) {
             total += sum_floats(pool.data() + read * len, len);
+            if (keyed) total += sum_floats(state.data(), state.size());
             read = read + 1 == vectors ? 0 : read + 1;
           }
           sink = sink + total;
@@ -240,7 +274,7 @@ BenchReport run_bench(const BenchOptions& options) {
       row.policy = name;
       row.budget = budget;
       row.ns_per_step = median(step_ns);
-      row.attention_bytes = static_cast<double>(len * sizeof(float));
+      row.attention_bytes = static_cast<double>((len + state.size()) * sizeof(float));
       row.gb_per_s = row.attention_bytes / row.ns_per_step;
       row.floor_ns = median(floor_ns);
       row.ratio_to_floor = row.ns_per_step / row.floor_ns;

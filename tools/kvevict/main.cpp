@@ -539,7 +539,10 @@ int main(int argc, char** argv) {
         throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
       }
       CompareRequest request;
-      request.policies = parse_policy_list(cmp_policies);
+      // Its retained mass replays the model's recorded attention, which has no keys.
+      request.policies = parse_policy_list(cmp_policies, kSignalAttention,
+                                           "compare --model (its retained mass replays the model's attention; run "
+                                           "key-aware policies with perplexity or tasks)");
       request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
       request.overrides = parse_sets(cmp_sets);
       const auto model = Model::load(cmp_model);

@@ -24,7 +24,8 @@ struct BenchRow {
   std::string policy;
   std::int64_t budget = 0;
   double ns_per_step = 0.0;      // on_decode_step + evict, attention given
-  double attention_bytes = 0.0;  // bytes of attention the policy must read per step
+  double attention_bytes = 0.0;  // bytes the policy must read per step: its attention row, or (key-aware)
+                                 // the step's key and its whole held state
   double gb_per_s = 0.0;         // attention_bytes / ns_per_step
   double floor_ns = 0.0;         // a plain sum over one row from the same pool (reading it from memory)
   double ratio_to_floor = 0.0;   // ns_per_step / floor_ns (1 = memory speed); medians of alternating rounds
