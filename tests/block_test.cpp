@@ -17,6 +17,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/core/registry.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -36,7 +37,7 @@ Attention draw_attention(WeightSource& weights, std::size_t held, std::int64_t t
 }
 
 const PolicyInfo& any_policy() {
-  const auto all = policies();
+  const auto all = testing::attention_policies();
   std::vector<std::size_t> indices(all.size());
   for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = i;
   return *all[*rc::gen::noShrink(rc::gen::elementOf(indices))];

@@ -84,7 +84,7 @@ TEST(Canonical, RankedByRetainedMassAtTheMiddleBudget) {
 }
 
 TEST(Canonical, EveryPolicyButTheWindowBeatsTheWindowOnBothMetrics) {
-  for (const PolicyInfo* info : policies()) {
+  for (const PolicyInfo* info : testing::attention_policies()) {
     if (info->name == "sliding-window") continue;
     for (const std::int64_t b : {256, 512, 1024}) {
       const auto& m = testing::canonical_row(info->name, b).metrics;
@@ -96,7 +96,7 @@ TEST(Canonical, EveryPolicyButTheWindowBeatsTheWindowOnBothMetrics) {
 }
 
 TEST(Canonical, RetainedMassRisesWithTheBudget) {
-  for (const PolicyInfo* info : policies()) {
+  for (const PolicyInfo* info : testing::attention_policies()) {
     const double m256 = testing::canonical_row(info->name, 256).metrics.retained_attention_mass;
     const double m512 = testing::canonical_row(info->name, 512).metrics.retained_attention_mass;
     const double m1024 = testing::canonical_row(info->name, 1024).metrics.retained_attention_mass;

@@ -10,6 +10,7 @@
 #include "kvevict/eval/harness.h"
 #include "kvevict/core/registry.h"
 #include "oracle/oracle.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -91,7 +92,7 @@ void check_against_oracle(const PolicyInfo& info, const ParamMap& params, std::i
 }
 
 RC_GTEST_PROP(Differential, EveryPolicyChoosesTheOraclesVictims, ()) {
-  const auto all = policies();
+  const auto all = testing::attention_policies();
   std::vector<std::size_t> indices(all.size());
   for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = i;
   const PolicyInfo& info = *all[*rc::gen::noShrink(rc::gen::elementOf(indices))];

@@ -17,6 +17,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -73,7 +74,7 @@ TEST(PrefillVectors, EveryCaseReplaysThroughCpp) {
   for (const json& c : doc.at("cases")) {
     if (c.contains("expect")) covered.insert(c.at("policy").get<std::string>());
   }
-  EXPECT_EQ(covered.size(), policies().size());
+  EXPECT_EQ(covered.size(), testing::attention_policies().size());
   EXPECT_GE(replayed, 20U);
 }
 
@@ -98,7 +99,7 @@ ParamMap small_params(const std::string& policy) {
 
 TEST(Prefill, ABudgetOfAtLeastThePromptKeepsEveryPosition) {
   const std::vector<float> w = even_window(4, 12);
-  for (const PolicyInfo* info : policies()) {
+  for (const PolicyInfo* info : testing::attention_policies()) {
     for (const std::int64_t budget : {12, 13, 1000}) {
       const auto kept = prefill(info->name, small_params(info->name), budget, {w, 4, 12});
       ASSERT_EQ(kept.size(), 12U) << info->name << " " << budget;
@@ -115,7 +116,7 @@ TEST(Prefill, EveryPolicyKeepsExactlyTheBudgetAscending) {
   for (std::size_t i = 0; i < rows; ++i) {
     for (std::size_t j = 0; j <= n - rows + i; ++j) w[i * n + j] = static_cast<float>((j * 7 + i * 3) % 11) / 64.0F;
   }
-  for (const PolicyInfo* info : policies()) {
+  for (const PolicyInfo* info : testing::attention_policies()) {
     for (const std::int64_t budget : {6, 7, 20, 39}) {
       const auto kept = prefill(info->name, small_params(info->name), budget, {w, rows, n});
       EXPECT_EQ(kept.size(), static_cast<std::size_t>(budget)) << info->name << " " << budget;

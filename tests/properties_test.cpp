@@ -13,6 +13,7 @@
 #include "generators.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -23,8 +24,8 @@ struct Step {
 };
 
 RC_GTEST_PROP(Properties, EveryPolicyKeepsItsPromises, ()) {
-  const auto policies_list = policies();
-  const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::elementOf(std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}))];
+  const auto policies_list = testing::attention_policies();
+  const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::inRange<std::size_t>(0, policies_list.size()))];
   const std::int64_t budget = random_budget();
   const ParamMap params = random_params(info, budget);
   const std::int64_t recent = param_or(params, "recentWindow", -1);
@@ -118,8 +119,8 @@ RC_GTEST_PROP(Properties, EveryPolicyKeepsItsPromises, ()) {
 RC_GTEST_PROP(Properties, RefusedStepsChangeNothing, ()) {
   // A NaN, infinite or negative weight is refused before any state moves:
   // the same policy then decides exactly like one that never saw the step.
-  const auto policies_list = policies();
-  const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::elementOf(std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6}))];
+  const auto policies_list = testing::attention_policies();
+  const PolicyInfo& info = *policies_list[*rc::gen::noShrink(rc::gen::inRange<std::size_t>(0, policies_list.size()))];
   const std::int64_t budget = random_budget();
   const ParamMap params = random_params(info, budget);
   auto a = info.make(params);

@@ -16,11 +16,13 @@ std::string error_of(const std::function<void()>& f) {
   return "no error";
 }
 
-TEST(Registry, HoldsTheSevenPoliciesFlagshipFirst) {
+TEST(Registry, HoldsTheNinePoliciesFlagshipFirstTheKeyAwareLast) {
   std::vector<std::string> names;
   for (const PolicyInfo* info : policies()) names.push_back(info->name);
   EXPECT_EQ(names, (std::vector<std::string>{"scissorhands", "h2o", "streaming-llm", "sliding-window",
-                                             "tova", "snapkv", "pyramidkv"}));
+                                             "tova", "snapkv", "pyramidkv", "knorm", "keydiff"}));
+  EXPECT_EQ(find_policy("knorm").signals, Signals{kSignalKey});
+  EXPECT_EQ(find_policy("keydiff").signals, Signals{kSignalKey});
 }
 
 TEST(Registry, EveryPolicyBuildsWithDefaultsAndStartsHoldingZero) {
@@ -38,7 +40,7 @@ TEST(Registry, EveryPolicyBuildsWithDefaultsAndStartsHoldingZero) {
 TEST(Registry, UnknownPolicyListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("lru"); }),
             "unknown policy 'lru' (known: scissorhands, h2o, streaming-llm, sliding-window, tova, "
-            "snapkv, pyramidkv)");
+            "snapkv, pyramidkv, knorm, keydiff)");
 }
 
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
@@ -66,7 +68,14 @@ TEST(Registry, QueriesAreFoundByTheirVectorNames) {
 }
 
 TEST(Registry, PolicyLists) {
-  EXPECT_EQ(parse_policy_list("all").size(), 7U);
+  EXPECT_EQ(parse_policy_list("all").size(), 9U);
+  // A source with attention only (a trace): "all" is the seven it can feed,
+  // and a key-aware policy named is refused with the signal it lacks.
+  EXPECT_EQ(parse_policy_list("all", kSignalAttention).size(), 7U);
+  EXPECT_EQ(error_of([] { parse_policy_list("h2o,knorm", kSignalAttention, "a trace"); }),
+            "knorm reads the new token's key (key), which a trace does not supply");
+  EXPECT_EQ(parse_policy_list("knorm,keydiff", kSignalAttention | kSignalKey),
+            (std::vector<std::string>{"knorm", "keydiff"}));
   EXPECT_EQ(parse_policy_list("h2o,tova"), (std::vector<std::string>{"h2o", "tova"}));
   EXPECT_THROW(parse_policy_list("h2o,,tova"), ParameterError);
   EXPECT_THROW(parse_policy_list("h2o,nope"), ParameterError);

@@ -244,7 +244,7 @@ TEST(Report, MetricsEqualCompareForTheSameArguments) {
   expect_same_rows(data.rows, compare(request.compare, options));
   EXPECT_EQ(data.strip_budget, 64);
   EXPECT_EQ(data.ranking_budget, 128);
-  EXPECT_EQ(data.strips.size(), policies().size());
+  EXPECT_EQ(data.strips.size(), testing::attention_policies().size());
 }
 
 TEST(Report, CanonicalMetricsEqualTheCanonicalComparison) {
@@ -505,7 +505,7 @@ TEST(ReportHtml, EveryChartHasData) {
     EXPECT_NE(svg.find("<title>"), std::string::npos);
   }
   // Every policy in every view.
-  for (const PolicyInfo* info : policies()) {
+  for (const PolicyInfo* info : testing::attention_policies()) {
     EXPECT_NE(html.find("data-chart=\"strip-" + info->name + "-256\""), std::string::npos) << info->name;
     EXPECT_GE(count_of(html, "class=\"series\" data-policy=\"" + info->name + "\""), 3U) << info->name;
     EXPECT_GE(count_of(html, "<td class=\"policy\"><span class=\"swatch\" style=\"background:"), 21U);

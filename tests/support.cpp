@@ -68,4 +68,12 @@ std::vector<Position> held_after_run(Policy& policy, Trace& trace, std::int64_t 
   return kept;
 }
 
+std::vector<const PolicyInfo*> attention_policies() {
+  std::vector<const PolicyInfo*> out;
+  for (const PolicyInfo* info : policies()) {
+    if ((info->signals & ~kSignalAttention) == 0) out.push_back(info);
+  }
+  return out;
+}
+
 }  // namespace kvevict::testing

@@ -16,6 +16,8 @@
 #include "kvevict/core/policy.h"
 #include "kvevict/eval/trace.h"
 
+#include "kvevict/core/registry.h"
+
 namespace kvevict::testing {
 
 std::filesystem::path source_dir();
@@ -24,6 +26,9 @@ std::filesystem::path source_dir();
 std::filesystem::path model_dir();
 // The model in model_dir(), loaded once per process.
 std::shared_ptr<const Model> committed_model();
+// The registered policies a trace can feed (their signals: attention or
+// none), catalogue order: the seven of the canonical compare and the peer's.
+std::vector<const PolicyInfo*> attention_policies();
 // The first `bytes` of model_dir()/heldout-sample.txt (all of it when shorter).
 std::vector<std::uint8_t> heldout_prefix(std::size_t bytes);
 // `f` throws an E whose message is exactly `want`.

@@ -17,7 +17,9 @@ namespace kvevict {
   X(sliding_window)          \
   X(tova)                    \
   X(snapkv)                  \
-  X(pyramidkv)
+  X(pyramidkv)               \
+  X(knorm)                   \
+  X(keydiff)
 
 namespace detail {
 #define KVEVICT_DECLARE(entry) const PolicyInfo& entry##_info();

@@ -1,0 +1,75 @@
+// What the key-aware policies that score each held key on its own share
+// (KNorm, KeyDiff; docs/signals.md): the held positions with their keys'
+// squared norms (and, where the score needs them, the keys), position 0
+// unobserved until on_origin gives its key, sinks and a recent window that
+// are never evicted, and the reference eviction -- one score per held slot,
+// computed once per evict() call, then a repeated strict argmin over the
+// evictable slots (ties to the lower position).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kvevict/core/policy.h"
+
+namespace kvevict {
+
+struct KeyScoredParams {
+  std::int64_t budget = 512;
+  std::int64_t head_dim = 128;     // floats in a key
+  std::int64_t sinks = 0;          // positions < sinks are never evicted
+  std::int64_t recent_window = 0;  // newest held positions never evicted
+  // Rules: budget >= 1, 1 <= headDim <= 4096, sinks >= 0, recentWindow >= 0,
+  // sinks + recentWindow < budget.
+};
+
+class KeyScoredPolicy : public Policy {
+ public:
+  static constexpr Signals kSignals = kSignalKey;
+  Signals signals() const noexcept override { return kSignals; }
+  // Refused: the weights alone are not what these policies score.
+  void on_decode_step(std::int64_t pos, Attention attn) override;
+  void on_step(std::int64_t pos, const StepInputs& in) override;
+  void on_origin(const StepInputs& in) override;
+  std::span<const Position> evict(std::int64_t budget) override;
+  std::size_t kept_count() const noexcept override { return kept_; }
+
+  // The score interface (policy.h): the score evict() would use now,
+  // +infinity for a protected slot.
+  std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
+  void remove(std::span<const Position> victims) override;
+  ScoreRules score_rules() const override;
+
+  const KeyScoredParams& params() const noexcept { return params_; }
+  // ||k|| of a held, observed position; -1 otherwise.
+  double key_norm_of(std::int64_t pos) const noexcept;
+
+ protected:
+  KeyScoredPolicy(std::string_view title, const KeyScoredParams& params, bool keeps_keys);
+  // Fills score_[0, kept_) with every held slot's score (the lowest goes);
+  // unobserved slots may hold anything: they are never candidates.
+  virtual void fill_scores() const noexcept = 0;
+  bool is_protected(std::size_t slot) const noexcept;
+  const float* key(std::size_t slot) const noexcept { return keys_.data() + slot * dim_; }
+
+  std::string_view title_;
+  KeyScoredParams params_;
+  std::size_t dim_;
+  std::size_t capacity_;
+  std::size_t kept_ = 0;
+  bool stepped_ = false;
+  std::vector<Position> positions_;
+  std::vector<double> squared_norms_;
+  std::vector<std::uint8_t> observed_;
+  std::vector<float> keys_;  // [capacity, head_dim] when the score reads the keys; else empty
+  mutable std::vector<double> score_;  // scratch, filled by fill_scores() (queries too)
+  std::vector<std::uint8_t> marked_;
+  std::vector<Position> victims_;
+
+ private:
+  void admit(std::size_t slot, std::span<const float> key) noexcept;
+  std::size_t compact_marked() noexcept;
+};
+
+}  // namespace kvevict
