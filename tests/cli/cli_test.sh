@@ -134,6 +134,10 @@ bad "npy wraps"        "huge.npy: shape (8192, 16777216, 16777216) of 8-byte ite
 if [[ $(wc -c <"$tmp/huge.npy") -eq 192 && $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else fail "npy wraps: $(wc -c <"$tmp/huge.npy") bytes, stderr $(cat "$tmp/err")"; fi
 bad "report empty"     "--policies: the policy list is empty (name at least one policy, or all)" -- report --policies "" --out "$tmp/x.html"
 bad "report empty item" "empty policy name in the list 'h2o,'" -- report --policies h2o, --out "$tmp/x.html"
+# A trace has attention only: the key-aware policies are refused naming the signal, and "all" is the seven.
+bad "compare keys"      "knorm reads the new token's key (key), which a trace (attention weights only) does not supply" -- compare --policies h2o,knorm
+ok  "list key-aware"    "keydiff" -- list
+ok  "vectors key-aware" "16 passed, 0 failed" -- vectors "$src/vectors/knorm.vectors.json" "$src/vectors/keydiff.vectors.json"
 bad "report strip"     "report: the strip budget 100 is not one of the budgets (64, 128)" -- report --steps 50 --budgets 64,128 --strip-budget 100 --out "$tmp/x.html"
 bad "report param"     "--set h2o.window: H2O has no parameter 'window'" -- report --steps 50 --set h2o.window=3 --out "$tmp/x.html"
 bad "report no out"    "--out" -- report --steps 50

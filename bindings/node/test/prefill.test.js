@@ -16,7 +16,7 @@ describe('prefill vectors (vectors/prefill.json)', () => {
     assert.equal(doc.kind, 'kv-cache/prefill');
     assert.equal(doc.version, 1);
     const covered = [...new Set(doc.cases.filter((c) => 'expect' in c).map((c) => c.policy))].sort();
-    assert.deepEqual(covered, kv.policies().map((p) => p.name).sort());
+    assert.deepEqual(covered, kv.policies().filter((p) => p.signals.every((s) => s === 'attention')).map((p) => p.name).sort());
   });
   for (const c of doc.cases) {
     for (const typed of [true, false]) {
@@ -41,7 +41,8 @@ describe('prefill', () => {
   it('keeps every position when the budget holds the prompt', () => {
     const n = 7;
     const window = [0, 1, 2].map((i) => Array.from({ length: n }, (_, j) => (j <= n - 3 + i ? 0.125 : 0)));
-    for (const p of kv.policies()) {
+    // The attention and positional policies: the key-aware ones score keys.
+    for (const p of kv.policies().filter((q) => q.signals.every((s) => s === 'attention'))) {
       const params = p.name === 'streaming-llm' ? { sinks: 1 } : ['h2o', 'scissorhands', 'snapkv', 'pyramidkv'].includes(p.name) ? { recentWindow: 2 } : {};
       for (const budget of [n, n + 1, 4096]) assert.deepEqual(kv.prefill(p.name, window, budget, params), [0, 1, 2, 3, 4, 5, 6], p.name);
     }

@@ -19,7 +19,7 @@ CASES = DOC["cases"]
 def test_the_file_is_a_prefill_vector_file():
     assert DOC["kind"] == "kv-cache/prefill" and DOC["version"] == 1
     compressing = {c["policy"] for c in CASES if "expect" in c}
-    assert compressing == {p["name"] for p in kvevict.policies()}
+    assert compressing == {p["name"] for p in kvevict.policies() if set(p["signals"]) <= {"attention"}}
 
 
 @pytest.mark.parametrize("mode", ["numpy", "list"])
@@ -55,7 +55,8 @@ def test_snake_case_parameters_and_other_dtypes():
     assert kvevict.prefill("h2o", wide[:, ::2], 3, recentWindow=1) == [0, 1, 5]
 
 
-@pytest.mark.parametrize("policy", [p["name"] for p in kvevict.policies()])
+# The attention and positional policies: the key-aware ones score keys (prefill_signals).
+@pytest.mark.parametrize("policy", [p["name"] for p in kvevict.policies() if set(p["signals"]) <= {"attention"}])
 def test_a_budget_of_at_least_the_prompt_keeps_everything(policy):
     n = 9
     window = np.tril(np.ones((n, n), dtype=np.float32))[-3:] / 4
