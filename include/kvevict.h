@@ -57,6 +57,16 @@ kvevict_status kvevict_policy_param_count(const char* policy, size_t* count);
 kvevict_status kvevict_policy_param_at(const char* policy, size_t index, const char** name,
                                        int64_t* default_value);
 
+/* The signals a step can carry (docs/signals.md): bits of a policy's mask. */
+#define KVEVICT_SIGNAL_ATTENTION 1u /* the weights over the held positions */
+#define KVEVICT_SIGNAL_KEY 2u       /* the admitted token's key as stored (after RoPE), headDim floats */
+#define KVEVICT_SIGNAL_VALUE 4u     /* the admitted token's value, headDim floats */
+#define KVEVICT_SIGNAL_QUERIES 8u   /* its queries before RoPE, groups x headDim floats, head-major */
+
+/* The signals a registered policy's steps read (KVEVICT_SIGNAL_* bits): what a
+ * caller must give kvevict_policy_step. */
+kvevict_status kvevict_policy_signals_of(const char* policy, uint32_t* signals);
+
 /* ---- a policy instance ---------------------------------------------------- */
 
 typedef struct kvevict_policy kvevict_policy;
@@ -71,6 +81,32 @@ kvevict_status kvevict_policy_destroy(kvevict_policy* policy);
  * ascending position order (attn NULL = absent), then admits pos. */
 kvevict_status kvevict_policy_on_decode_step(kvevict_policy* policy, int64_t pos,
                                              const float* attn, size_t attn_len);
+/* One step's signals, each a pointer and a length, valid for the call only.
+ * attention: NULL means absent (no information, never all zeros), as for
+ * kvevict_policy_on_decode_step. key, value, queries: NULL (length 0) means
+ * not given; a NULL pointer with a non-zero length is KVEVICT_ERROR_ARGUMENT. */
+typedef struct kvevict_step_inputs {
+  const float* attention;
+  size_t attention_len;
+  const float* key;
+  size_t key_len;
+  const float* value;
+  size_t value_len;
+  const float* queries;
+  size_t queries_len;
+} kvevict_step_inputs;
+
+/* The signals this policy's steps read (KVEVICT_SIGNAL_* bits). */
+kvevict_status kvevict_policy_signals(const kvevict_policy* policy, uint32_t* signals);
+/* One decode step with every signal the caller has, then admits pos. For an
+ * attention or positional policy exactly kvevict_policy_on_decode_step(pos,
+ * attention) (the other signals are not read); a key-aware policy refuses a
+ * step that lacks a signal it reads, or gives one of the wrong length, with
+ * KVEVICT_ERROR_CONTRACT naming itself and the signal; nothing changes. */
+kvevict_status kvevict_policy_step(kvevict_policy* policy, int64_t pos, const kvevict_step_inputs* inputs);
+/* Position 0's key, value and queries (its attention is ignored), once and
+ * before step 1: no step admits position 0. Policies that read no keys ignore it. */
+kvevict_status kvevict_policy_origin(kvevict_policy* policy, const kvevict_step_inputs* inputs);
 /* Evicts down to budget (PyramidKV: its own share) and writes the victims in
  * ascending order. `capacity` must be at least kvevict_policy_kept_count():
  * otherwise nothing is evicted and KVEVICT_ERROR_ARGUMENT is returned. */
@@ -121,6 +157,10 @@ kvevict_status kvevict_block_evictor_destroy(kvevict_block_evictor* evictor);
 /* As kvevict_policy_on_decode_step (attn NULL: absent). */
 kvevict_status kvevict_block_evictor_on_decode_step(kvevict_block_evictor* evictor, int64_t pos, const float* attn,
                                                     size_t attn_len);
+/* As kvevict_policy_step and kvevict_policy_origin. */
+kvevict_status kvevict_block_evictor_step(kvevict_block_evictor* evictor, int64_t pos,
+                                          const kvevict_step_inputs* inputs);
+kvevict_status kvevict_block_evictor_origin(kvevict_block_evictor* evictor, const kvevict_step_inputs* inputs);
 /* Evicts whole blocks down to block_budget; writes the evicted logical block
  * indices (numbered before the call), ascending, into blocks[0 .. *count).
  * `capacity` must be at least the blocks held (kvevict_block_evictor_counts). */
@@ -148,6 +188,11 @@ kvevict_status kvevict_layer_budget_destroy(kvevict_layer_budget* layer);
 /* One decode step of one head; step every head once per decode step. */
 kvevict_status kvevict_layer_budget_on_decode_step(kvevict_layer_budget* layer, size_t head, int64_t pos,
                                                    const float* attn, size_t attn_len);
+/* As kvevict_policy_step and kvevict_policy_origin, for one head. */
+kvevict_status kvevict_layer_budget_step(kvevict_layer_budget* layer, size_t head, int64_t pos,
+                                         const kvevict_step_inputs* inputs);
+kvevict_status kvevict_layer_budget_origin(kvevict_layer_budget* layer, size_t head,
+                                           const kvevict_step_inputs* inputs);
 /* Evicts so the heads hold at most layer_budget together; *evicted gets how many went. */
 kvevict_status kvevict_layer_budget_evict(kvevict_layer_budget* layer, int64_t layer_budget, size_t* evicted);
 /* Of the last evict: head's victims, ascending. */

@@ -15,6 +15,25 @@ export type Position = number;
  */
 export type Attention = Float32Array | readonly number[] | null | undefined;
 
+/** A step signal other than attention (a key, value or queries): read like Attention. */
+export type Signal = Float32Array | readonly number[] | null | undefined;
+
+/** What a step can carry (docs/signals.md); a missing field is not given. */
+export interface StepSignals {
+  /** As onDecodeStep's attn: null (or omitted) is "no information". */
+  attention?: Attention;
+  /** The admitted token's key as the cache stores it (after RoPE): headDim floats. */
+  key?: Signal;
+  /** The admitted token's value: headDim floats. */
+  value?: Signal;
+  /** Its queries before RoPE, every query head of the group, head-major: groups x headDim floats. */
+  queries?: Signal;
+}
+/** Position 0's signals (onOrigin): no attention, since no step admits it. */
+export type OriginSignals = Omit<StepSignals, 'attention'>;
+/** The signals a policy's steps read. */
+export type SignalName = 'attention' | 'key' | 'value' | 'queries';
+
 /** Named integer parameters, camelCase; omitted ones take their defaults. */
 export type Params = { readonly [name: string]: number | undefined };
 
@@ -43,6 +62,24 @@ export interface PyramidKVParams {
   obsWindow?: number;
   poolKernel?: number;
 }
+export interface KNormParams {
+  budget?: number;
+  /** Floats in a key (the model's head size). */
+  headDim?: number;
+  /** Positions < sinks are never evicted. */
+  sinks?: number;
+  /** The newest held positions that are never evicted. */
+  recentWindow?: number;
+}
+export interface KeyDiffParams {
+  budget?: number;
+  /** Floats in a key (the model's head size). */
+  headDim?: number;
+  /** Positions < sinks are never evicted. */
+  sinks?: number;
+  /** The newest held positions that are never evicted. */
+  recentWindow?: number;
+}
 
 /** Base of every policy; not constructed directly. */
 export abstract class Policy {
@@ -59,6 +96,18 @@ export abstract class Policy {
    * NaN, infinite or negative weight.
    */
   onDecodeStep(pos: Position, attn?: Attention): void;
+  /**
+   * One decode step with every signal the caller has, then admits `pos`. For
+   * an attention or positional policy exactly onDecodeStep(pos, attention):
+   * the other signals are not read. A key-aware policy throws ContractError,
+   * naming itself and the signal, before changing anything, when a signal it
+   * reads is missing or of the wrong length. An unknown field is a TypeError.
+   */
+  onStep(pos: Position, signals?: StepSignals | null): void;
+  /** Position 0's key, value and queries, once, before step 1 (ignored by policies that read no keys). */
+  onOrigin(signals?: OriginSignals | null): void;
+  /** What onStep reads: ["attention"] for the scoring policies, [] for the positional ones, e.g. ["key"]. */
+  readonly signals: SignalName[];
   /** Drops positions so that at most `budget` remain; the victims, ascending (a copy). */
   evict(budget: number): Position[];
   keptCount(): number;
@@ -110,6 +159,21 @@ export class PyramidKV extends Policy {
   windowScoreOf(pos: Position): number;
 }
 
+export class KNorm extends Policy {
+  constructor(params?: KNormParams);
+  static readonly policyName: 'knorm';
+  /** L2 norm of a held position's key, -1 when it is not held or its key was never given. */
+  keyNormOf(pos: Position): number;
+}
+export class KeyDiff extends Policy {
+  constructor(params?: KeyDiffParams);
+  static readonly policyName: 'keydiff';
+  /** Cosine of a held position's key with the held keys' mean direction; -2 when not held or never given. */
+  cosineOf(pos: Position): number;
+  /** L2 norm of a held position's key, -1 when it is not held or its key was never given. */
+  keyNormOf(pos: Position): number;
+}
+
 export interface PolicyClasses {
   scissorhands: typeof Scissorhands;
   h2o: typeof H2O;
@@ -118,6 +182,8 @@ export interface PolicyClasses {
   tova: typeof TOVA;
   snapkv: typeof SnapKV;
   pyramidkv: typeof PyramidKV;
+  knorm: typeof KNorm;
+  keydiff: typeof KeyDiff;
 }
 /** Registry name -> class, for every registered policy. */
 export const policyClasses: PolicyClasses & { readonly [name: string]: (new (params?: Params) => Policy) | undefined };
@@ -137,6 +203,8 @@ export interface PolicyInfo {
   summary: string;
   params: ParamInfo[];
   queries: QueryInfo[];
+  /** What its steps read (a trace supplies only "attention"). */
+  signals: SignalName[];
 }
 /** Every registered policy, in catalogue order. */
 export function policies(): PolicyInfo[];
@@ -304,6 +372,9 @@ export class BlockEvictor {
   readonly policy: string;
   readonly blockSize: number;
   onDecodeStep(pos: number, attn: Attention): void;
+  /** As Policy.onStep / Policy.onOrigin. */
+  onStep(pos: number, signals?: StepSignals | null): void;
+  onOrigin(signals?: OriginSignals | null): void;
   /** The evicted logical block indices (numbered before the call), ascending. */
   evictBlocks(blockBudget: number): number[];
   evictedPositions(): number[];
@@ -326,6 +397,9 @@ export class LayerBudget {
   readonly headFloor: number;
   readonly headBudget: number;
   onDecodeStep(head: number, pos: number, attn: Attention): void;
+  /** As Policy.onStep / Policy.onOrigin, for one head. */
+  onStep(head: number, pos: number, signals?: StepSignals | null): void;
+  onOrigin(head: number, signals?: OriginSignals | null): void;
   /** How many positions went, all heads together. */
   evict(layerBudget: number): number;
   victims(head: number): number[];

@@ -36,6 +36,33 @@ using kvevict::c_api::need;
 using kvevict::c_api::param_map;
 using kvevict::c_api::remember;
 
+namespace {
+
+// A C step's signals as the core's StepInputs: a NULL attention is absent, a
+// NULL key/value/queries is not given (an empty span); a NULL pointer with a
+// length is the caller's mistake, named rather than read.
+std::span<const float> signal_span(const float* p, size_t len, const char* what, const char* field) {
+  if (p == nullptr) {
+    if (len != 0) {
+      throw ArgumentError(fmt::format("{}: inputs->{} is NULL but {}_len is {}", what, field, field, len));
+    }
+    return {};
+  }
+  return {p, len};
+}
+
+kvevict::StepInputs step_inputs(const kvevict_step_inputs* in, const char* what) {
+  need(in, what, "inputs");
+  kvevict::StepInputs out;
+  if (in->attention != nullptr) out.attention = std::span<const float>(in->attention, in->attention_len);
+  out.key = signal_span(in->key, in->key_len, what, "key");
+  out.value = signal_span(in->value, in->value_len, what, "value");
+  out.queries = signal_span(in->queries, in->queries_len, what, "queries");
+  return out;
+}
+
+}  // namespace
+
 namespace kvevict::c_api {
 
 namespace {
@@ -122,6 +149,14 @@ kvevict_status kvevict_policy_param_at(const char* policy, size_t index, const c
   });
 }
 
+kvevict_status kvevict_policy_signals_of(const char* policy, uint32_t* signals) {
+  return guard([&] {
+    need(policy, "kvevict_policy_signals_of", "policy");
+    need(signals, "kvevict_policy_signals_of", "signals");
+    *signals = kvevict::find_policy(policy).signals;
+  });
+}
+
 kvevict_status kvevict_policy_create(const char* name, const kvevict_param* params,
                                      size_t param_count, kvevict_policy** out) {
   return guard([&] {
@@ -150,6 +185,28 @@ kvevict_status kvevict_policy_on_decode_step(kvevict_policy* policy, int64_t pos
     } else {
       policy->impl->on_decode_step(pos, std::span<const float>(attn, attn_len));
     }
+  });
+}
+
+kvevict_status kvevict_policy_signals(const kvevict_policy* policy, uint32_t* signals) {
+  return guard([&] {
+    check_live(policy, "kvevict_policy_signals");
+    need(signals, "kvevict_policy_signals", "signals");
+    *signals = policy->impl->signals();
+  });
+}
+
+kvevict_status kvevict_policy_step(kvevict_policy* policy, int64_t pos, const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(policy, "kvevict_policy_step");
+    policy->impl->on_step(pos, step_inputs(inputs, "kvevict_policy_step"));
+  });
+}
+
+kvevict_status kvevict_policy_origin(kvevict_policy* policy, const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(policy, "kvevict_policy_origin");
+    policy->impl->on_origin(step_inputs(inputs, "kvevict_policy_origin"));
   });
 }
 
@@ -302,6 +359,21 @@ kvevict_status kvevict_block_evictor_on_decode_step(kvevict_block_evictor* evict
   });
 }
 
+kvevict_status kvevict_block_evictor_step(kvevict_block_evictor* evictor, int64_t pos,
+                                          const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_step");
+    evictor->impl->on_step(pos, step_inputs(inputs, "kvevict_block_evictor_step"));
+  });
+}
+
+kvevict_status kvevict_block_evictor_origin(kvevict_block_evictor* evictor, const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(evictor, "kvevict_block_evictor_origin");
+    evictor->impl->on_origin(step_inputs(inputs, "kvevict_block_evictor_origin"));
+  });
+}
+
 kvevict_status kvevict_block_evictor_evict(kvevict_block_evictor* evictor, int64_t block_budget, uint32_t* blocks,
                                            size_t capacity, size_t* count) {
   return guard([&] {
@@ -368,6 +440,22 @@ kvevict_status kvevict_layer_budget_on_decode_step(kvevict_layer_budget* layer, 
   return guard([&] {
     check_live(layer, "kvevict_layer_budget_on_decode_step");
     layer->impl->on_decode_step(head, pos, attention_of(attn, attn_len));
+  });
+}
+
+kvevict_status kvevict_layer_budget_step(kvevict_layer_budget* layer, size_t head, int64_t pos,
+                                         const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_step");
+    layer->impl->on_step(head, pos, step_inputs(inputs, "kvevict_layer_budget_step"));
+  });
+}
+
+kvevict_status kvevict_layer_budget_origin(kvevict_layer_budget* layer, size_t head,
+                                           const kvevict_step_inputs* inputs) {
+  return guard([&] {
+    check_live(layer, "kvevict_layer_budget_origin");
+    layer->impl->on_origin(head, step_inputs(inputs, "kvevict_layer_budget_origin"));
   });
 }
 

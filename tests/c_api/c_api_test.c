@@ -31,9 +31,10 @@ static void registry(void) {
   size_t count = 0;
   const char* name = NULL;
   int64_t def = 0;
-  CHECK(kvevict_policy_count() == 7);
+  CHECK(kvevict_policy_count() == 9); /* the seven attention and positional ones, knorm, keydiff */
   CHECK(strcmp(kvevict_policy_name_at(0), "scissorhands") == 0);
-  CHECK(kvevict_policy_name_at(7) == NULL);
+  CHECK(strcmp(kvevict_policy_name_at(8), "keydiff") == 0);
+  CHECK(kvevict_policy_name_at(9) == NULL);
   CHECK(kvevict_policy_param_count("snapkv", &count) == KVEVICT_OK && count == 4);
   CHECK(kvevict_policy_param_at("snapkv", 2, &name, &def) == KVEVICT_OK);
   CHECK(strcmp(name, "obsWindow") == 0 && def == 16);
@@ -271,6 +272,144 @@ static void prefill(void) {
   CHECK(error_contains("unknown policy 'lru'"));
 }
 
+/* Steps that carry more than attention (docs/signals.md). */
+static void signals(void) {
+  const float s1[] = {1.0f};
+  const float s2[] = {0.9375f, 0.0625f};
+  const float s3[] = {0.0625f, 0.5f, 0.4375f};
+  const float* steps[] = {s1, s2, s3};
+  const kvevict_param sh_params[] = {{"budget", 2}, {"recentWindow", 1}};
+  const kvevict_param kn_params[] = {{"budget", 2}, {"headDim", 2}};
+  const float k0[] = {3.0f, 4.0f}, k1[] = {1.0f, 0.0f}, k2[] = {0.0f, 2.0f};
+  const float three[] = {1.0f, 0.0f, 0.0f};
+  kvevict_policy* plain = NULL;
+  kvevict_policy* stepped = NULL;
+  kvevict_policy* kn = NULL;
+  kvevict_step_inputs in;
+  uint32_t mask = 99, va[8], vb[8];
+  size_t na = 99, nb = 98, kept = 0;
+  double value = 0.0;
+  int64_t arg = 0;
+  int t;
+  CHECK(kvevict_policy_signals_of("h2o", &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_ATTENTION);
+  CHECK(kvevict_policy_signals_of("sliding-window", &mask) == KVEVICT_OK && mask == 0);
+  CHECK(kvevict_policy_signals_of("knorm", &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_KEY);
+  CHECK(kvevict_policy_signals_of("lru", &mask) == KVEVICT_ERROR_PARAMETER && error_contains("unknown policy 'lru'"));
+  CHECK(kvevict_policy_signals_of("h2o", NULL) == KVEVICT_ERROR_ARGUMENT);
+
+  /* Scissorhands: a step given attention plus a key it does not read decides
+   * exactly as on_decode_step (position 0: two votes of 3 -- below 1/3 at
+   * steps 2 and 3 -- so it goes). */
+  CHECK(kvevict_policy_create("scissorhands", sh_params, 2, &plain) == KVEVICT_OK);
+  CHECK(kvevict_policy_create("scissorhands", sh_params, 2, &stepped) == KVEVICT_OK);
+  CHECK(kvevict_policy_signals(stepped, &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_ATTENTION);
+  memset(&in, 0, sizeof in);
+  in.key = k1;
+  in.key_len = 2;
+  CHECK(kvevict_policy_origin(stepped, &in) == KVEVICT_OK); /* ignored: it reads no keys */
+  for (t = 0; t < 3; ++t) {
+    in.attention = steps[t];
+    in.attention_len = (size_t)t + 1;
+    CHECK(kvevict_policy_on_decode_step(plain, t + 1, steps[t], (size_t)t + 1) == KVEVICT_OK);
+    CHECK(kvevict_policy_step(stepped, t + 1, &in) == KVEVICT_OK);
+  }
+  CHECK(kvevict_policy_query(stepped, "votesOf", &arg, 1, &value) == KVEVICT_OK && value == 2.0);
+  CHECK(kvevict_policy_evict(plain, 2, va, 8, &na) == KVEVICT_OK);
+  CHECK(kvevict_policy_evict(stepped, 2, vb, 8, &nb) == KVEVICT_OK);
+  CHECK(na == 2 && nb == 2 && va[0] == 0 && vb[0] == 0 && va[1] == vb[1]);
+  /* Absent attention through the struct is absent, as a NULL attn is; a
+   * refused step is the same refusal. */
+  in.attention = NULL;
+  in.attention_len = 0;
+  CHECK(kvevict_policy_step(stepped, 3, &in) == KVEVICT_ERROR_CONTRACT &&
+        error_contains("must be greater than every position held"));
+  CHECK(kvevict_policy_step(stepped, 4, NULL) == KVEVICT_ERROR_ARGUMENT &&
+        error_contains("kvevict_policy_step: inputs is NULL"));
+  in.key = NULL;
+  in.key_len = 2;
+  CHECK(kvevict_policy_step(stepped, 4, &in) == KVEVICT_ERROR_ARGUMENT &&
+        error_contains("inputs->key is NULL but key_len is 2"));
+  CHECK(kvevict_policy_kept_count(stepped, &kept) == KVEVICT_OK && kept == 2); /* nothing changed */
+  CHECK(kvevict_policy_destroy(plain) == KVEVICT_OK);
+  CHECK(kvevict_policy_destroy(stepped) == KVEVICT_OK);
+  CHECK(kvevict_policy_step(stepped, 5, &in) == KVEVICT_ERROR_ARGUMENT && error_contains("not a live one"));
+  CHECK(kvevict_policy_signals(stepped, &mask) == KVEVICT_ERROR_ARGUMENT);
+
+  /* KNorm on keys alone: norms 5, 1, 2, so position 0 goes. */
+  CHECK(kvevict_policy_create("knorm", kn_params, 2, &kn) == KVEVICT_OK);
+  CHECK(kvevict_policy_signals(kn, &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_KEY);
+  memset(&in, 0, sizeof in);
+  in.key = k0;
+  in.key_len = 2;
+  CHECK(kvevict_policy_origin(kn, &in) == KVEVICT_OK);
+  in.key = k1;
+  CHECK(kvevict_policy_step(kn, 1, &in) == KVEVICT_OK);
+  /* Refused before anything changes: no key, a key of 3 floats, weights alone. */
+  memset(&in, 0, sizeof in);
+  in.attention = three;
+  in.attention_len = 2;
+  CHECK(kvevict_policy_step(kn, 2, &in) == KVEVICT_ERROR_CONTRACT && error_contains("KNorm") &&
+        error_contains("key"));
+  in.key = three;
+  in.key_len = 3;
+  CHECK(kvevict_policy_step(kn, 2, &in) == KVEVICT_ERROR_CONTRACT && error_contains("KNorm"));
+  CHECK(kvevict_policy_on_decode_step(kn, 2, three, 2) == KVEVICT_ERROR_CONTRACT && error_contains("KNorm"));
+  CHECK(kvevict_policy_kept_count(kn, &kept) == KVEVICT_OK && kept == 2);
+  in.attention = NULL;
+  in.attention_len = 0;
+  in.key = k2;
+  in.key_len = 2;
+  CHECK(kvevict_policy_step(kn, 2, &in) == KVEVICT_OK);
+  arg = 0;
+  CHECK(kvevict_policy_query(kn, "keyNormOf", &arg, 1, &value) == KVEVICT_OK && value == 5.0);
+  arg = 2;
+  CHECK(kvevict_policy_query(kn, "keyNormOf", &arg, 1, &value) == KVEVICT_OK && value == 2.0);
+  CHECK(kvevict_policy_evict(kn, 2, va, 8, &na) == KVEVICT_OK && na == 1 && va[0] == 0);
+  CHECK(kvevict_policy_destroy(kn) == KVEVICT_OK);
+
+  {
+    /* The same keys through a block evictor (blocks of 1, nothing protected
+     * but the partial block -- none with size 1) and a layer budget's head 1. */
+    kvevict_block_params bp = {1, 0, 0, 2, "sum"};
+    kvevict_block_evictor* ev = NULL;
+    kvevict_layer_budget* layer = NULL;
+    const kvevict_param kn1[] = {{"headDim", 2}};
+    uint32_t blocks[8];
+    size_t n = 99, held = 0, evicted = 0;
+    memset(&in, 0, sizeof in);
+    in.key_len = 2;
+    CHECK(kvevict_block_evictor_create("knorm", kn1, 1, &bp, &ev) == KVEVICT_OK);
+    in.key = k0;
+    CHECK(kvevict_block_evictor_origin(ev, &in) == KVEVICT_OK);
+    in.key = k1;
+    CHECK(kvevict_block_evictor_step(ev, 1, &in) == KVEVICT_OK);
+    in.key = k2;
+    CHECK(kvevict_block_evictor_step(ev, 2, &in) == KVEVICT_OK);
+    CHECK(kvevict_block_evictor_evict(ev, 2, blocks, 8, &n) == KVEVICT_OK && n == 1 && blocks[0] == 0);
+    CHECK(kvevict_block_evictor_step(ev, 3, NULL) == KVEVICT_ERROR_ARGUMENT);
+    in.key = NULL;
+    in.key_len = 0;
+    CHECK(kvevict_block_evictor_step(ev, 3, &in) == KVEVICT_ERROR_CONTRACT && error_contains("KNorm"));
+    CHECK(kvevict_block_evictor_counts(ev, &held, NULL) == KVEVICT_OK && held == 2);
+    CHECK(kvevict_block_evictor_destroy(ev) == KVEVICT_OK);
+
+    CHECK(kvevict_layer_budget_create("knorm", kn1, 1, 2, 4, 1, &layer) == KVEVICT_OK);
+    in.key_len = 2;
+    in.key = k1;
+    CHECK(kvevict_layer_budget_origin(layer, 0, &in) == KVEVICT_OK);
+    CHECK(kvevict_layer_budget_step(layer, 0, 1, &in) == KVEVICT_OK);
+    CHECK(kvevict_layer_budget_step(layer, 0, 2, &in) == KVEVICT_OK);
+    in.key = k0;
+    CHECK(kvevict_layer_budget_origin(layer, 1, &in) == KVEVICT_OK);
+    CHECK(kvevict_layer_budget_step(layer, 1, 1, &in) == KVEVICT_OK);
+    in.key = k2;
+    CHECK(kvevict_layer_budget_step(layer, 1, 2, &in) == KVEVICT_OK);
+    CHECK(kvevict_layer_budget_origin(layer, 2, &in) == KVEVICT_ERROR_CONTRACT && error_contains("head 2"));
+    CHECK(kvevict_layer_budget_destroy(layer) == KVEVICT_OK);
+    (void)evicted;
+  }
+}
+
 /* Block eviction and a shared layer budget, on the worked cases of
  * docs/paged.md (tests/block_test.cpp works them out). */
 static void paged(void) {
@@ -354,6 +493,7 @@ int main(int argc, char** argv) {
   real_model();
   prefill();
   paged();
+  signals();
   if (argc > 1) {
     CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
                               &report) == KVEVICT_OK);

@@ -205,6 +205,61 @@ Napi::Object params_object(Napi::Env env, const kvevict::ParamMap& params) {
   return out;
 }
 
+// ---- step signals (docs/signals.md) ------------------------------------------------
+
+kvevict::Attention attention_arg(Napi::Env env, const Napi::Value& a, std::vector<float>& scratch,
+                                 const std::string& what);
+
+// Conversion buffers for a step's number[] signals; a Float32Array is read in place.
+struct StepScratch {
+  std::vector<float> attention, key, value, queries;
+};
+
+// onStep's {attention, key, value, queries} / onOrigin's {key, value, queries}:
+// each field a Float32Array or number[]; undefined or null is not given (for
+// attention: no information). An unknown field is a TypeError, not ignored,
+// so a misspelt "keys" cannot silently leave a key-aware policy without one.
+kvevict::StepInputs step_inputs_arg(Napi::Env env, const Napi::Value& v, StepScratch& scratch, const std::string& what,
+                                    bool origin) {
+  kvevict::StepInputs in;
+  if (absent(v)) return in;
+  if (!v.IsObject() || v.IsArray() || v.IsTypedArray()) {
+    throw Napi::TypeError::New(env, what + " must be an object {" + (origin ? "" : "attention, ") +
+                                        "key, value, queries}, got " + type_name(v));
+  }
+  const Napi::Object o = v.As<Napi::Object>();
+  for (const std::string& key : own_keys(o)) {
+    const bool known = key == "key" || key == "value" || key == "queries" || (!origin && key == "attention");
+    if (!known) {
+      throw Napi::TypeError::New(env, what + ": unknown signal '" + key + "' (known: " +
+                                          (origin ? "" : "attention, ") + "key, value, queries)");
+    }
+  }
+  if (!origin) in.attention = attention_arg(env, o.Get("attention"), scratch.attention, what + ".attention");
+  const auto given = [&](const char* field, std::vector<float>& buffer) -> std::span<const float> {
+    const kvevict::Attention a = attention_arg(env, o.Get(field), buffer, what + "." + field);
+    return a ? *a : std::span<const float>{};
+  };
+  in.key = given("key", scratch.key);
+  in.value = given("value", scratch.value);
+  in.queries = given("queries", scratch.queries);
+  return in;
+}
+
+// A Signals mask as names in bit order: ["attention"], ["key"], [].
+Napi::Array signal_array(Napi::Env env, kvevict::Signals signals) {
+  static constexpr std::pair<kvevict::Signal, const char*> kNames[] = {{kvevict::kSignalAttention, "attention"},
+                                                                       {kvevict::kSignalKey, "key"},
+                                                                       {kvevict::kSignalValue, "value"},
+                                                                       {kvevict::kSignalQueries, "queries"}};
+  Napi::Array out = Napi::Array::New(env);
+  std::uint32_t n = 0;
+  for (const auto& [bit, name] : kNames) {
+    if ((signals & bit) != 0) out.Set(n++, Napi::String::New(env, name));
+  }
+  return out;
+}
+
 // ---- Policy ----------------------------------------------------------------------
 
 class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
@@ -212,6 +267,9 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativePolicy",
                        {InstanceMethod<&PolicyWrap::OnDecodeStep>("onDecodeStep"),
+                        InstanceMethod<&PolicyWrap::OnStep>("onStep"),
+                        InstanceMethod<&PolicyWrap::OnOrigin>("onOrigin"),
+                        InstanceAccessor<&PolicyWrap::Signals>("signals"),
                         InstanceMethod<&PolicyWrap::Evict>("evict"),
                         InstanceMethod<&PolicyWrap::KeptCount>("keptCount"),
                         InstanceMethod<&PolicyWrap::MemoryBytes>("memoryBytes"),
@@ -308,6 +366,31 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
     return env.Undefined();
   }
 
+  // onStep(pos, {attention, key, value, queries}): for an attention policy
+  // exactly onDecodeStep(pos, attention).
+  Napi::Value OnStep(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      check_not_driven(env);
+      const std::int64_t pos = to_integer(info[0], "onStep: pos");
+      if (pos < 0) call.negative = true;
+      policy_->on_step(pos, step_inputs_arg(env, info[1], step_scratch_, "onStep: signals", false));
+    });
+    return env.Undefined();
+  }
+
+  // onOrigin({key, value, queries}): position 0's signals, before step 1.
+  Napi::Value OnOrigin(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call&) {
+      check_not_driven(env);
+      policy_->on_origin(step_inputs_arg(env, info[0], step_scratch_, "onOrigin: signals", true));
+    });
+    return env.Undefined();
+  }
+
+  Napi::Value Signals(const Napi::CallbackInfo& info) { return signal_array(info.Env(), policy_->signals()); }
+
   Napi::Value Evict(const Napi::CallbackInfo& info) {
     const Napi::Env env = info.Env();
     return guard(env, [&](Call& call) -> Napi::Value {
@@ -369,6 +452,7 @@ class PolicyWrap : public Napi::ObjectWrap<PolicyWrap> {
   const kvevict::PolicyInfo* info_ = nullptr;
   kvevict::ParamMap given_;
   std::vector<float> scratch_;  // plain-array attention, converted to float32
+  StepScratch step_scratch_;  // plain-array signals of onStep/onOrigin
   std::int64_t external_ = 0;   // bytes reported to V8 as external memory
   std::weak_ptr<char> driver_;
   std::uint32_t driver_head_ = 0;
@@ -440,6 +524,8 @@ class BlockEvictorWrap : public Napi::ObjectWrap<BlockEvictorWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeBlockEvictor",
                        {InstanceMethod<&BlockEvictorWrap::OnDecodeStep>("onDecodeStep"),
+                        InstanceMethod<&BlockEvictorWrap::OnStep>("onStep"),
+                        InstanceMethod<&BlockEvictorWrap::OnOrigin>("onOrigin"),
                         InstanceMethod<&BlockEvictorWrap::EvictBlocks>("evictBlocks"),
                         InstanceMethod<&BlockEvictorWrap::EvictedPositions>("evictedPositions"),
                         InstanceMethod<&BlockEvictorWrap::RemovedBefore>("removedBefore"),
@@ -486,6 +572,20 @@ class BlockEvictorWrap : public Napi::ObjectWrap<BlockEvictorWrap> {
     });
     return env.Undefined();
   }
+  Napi::Value OnStep(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      const std::int64_t pos = to_integer(info[0], "onStep: pos");
+      if (pos < 0) call.negative = true;
+      impl_->on_step(pos, step_inputs_arg(env, info[1], step_scratch_, "onStep: signals", false));
+    });
+    return env.Undefined();
+  }
+  Napi::Value OnOrigin(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call&) { impl_->on_origin(step_inputs_arg(env, info[0], step_scratch_, "onOrigin: signals", true)); });
+    return env.Undefined();
+  }
   Napi::Value EvictBlocks(const Napi::CallbackInfo& info) {
     return guard(info.Env(), [&](Call& call) -> Napi::Value {
       const std::int64_t budget = to_integer(info[0], "evictBlocks: blockBudget");
@@ -515,6 +615,7 @@ class BlockEvictorWrap : public Napi::ObjectWrap<BlockEvictorWrap> {
 
   std::unique_ptr<kvevict::BlockEvictor> impl_;
   std::vector<float> scratch_;
+  StepScratch step_scratch_;
 };
 
 // new NativeLayerBudget(policy, heads, layerBudget, headFloor?, params?)
@@ -523,6 +624,8 @@ class LayerBudgetWrap : public Napi::ObjectWrap<LayerBudgetWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeLayerBudget",
                        {InstanceMethod<&LayerBudgetWrap::OnDecodeStep>("onDecodeStep"),
+                        InstanceMethod<&LayerBudgetWrap::OnStep>("onStep"),
+                        InstanceMethod<&LayerBudgetWrap::OnOrigin>("onOrigin"),
                         InstanceMethod<&LayerBudgetWrap::Evict>("evict"),
                         InstanceMethod<&LayerBudgetWrap::Victims>("victims"),
                         InstanceMethod<&LayerBudgetWrap::KeptCount>("keptCount"),
@@ -564,6 +667,24 @@ class LayerBudgetWrap : public Napi::ObjectWrap<LayerBudgetWrap> {
     });
     return env.Undefined();
   }
+  Napi::Value OnStep(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call& call) {
+      const std::size_t head = head_of(info[0], "onStep: head");
+      const std::int64_t pos = to_integer(info[1], "onStep: pos");
+      if (pos < 0) call.negative = true;
+      impl_->on_step(head, pos, step_inputs_arg(env, info[2], step_scratch_, "onStep: signals", false));
+    });
+    return env.Undefined();
+  }
+  Napi::Value OnOrigin(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    guard(env, [&](Call&) {
+      const std::size_t head = head_of(info[0], "onOrigin: head");
+      impl_->on_origin(head, step_inputs_arg(env, info[1], step_scratch_, "onOrigin: signals", true));
+    });
+    return env.Undefined();
+  }
   Napi::Value Evict(const Napi::CallbackInfo& info) {
     return guard(info.Env(), [&](Call& call) -> Napi::Value {
       const std::int64_t budget = to_integer(info[0], "evict: layerBudget");
@@ -595,6 +716,7 @@ class LayerBudgetWrap : public Napi::ObjectWrap<LayerBudgetWrap> {
 
   std::unique_ptr<kvevict::LayerBudget> impl_;
   std::vector<float> scratch_;
+  StepScratch step_scratch_;
 };
 
 // ---- Trace -----------------------------------------------------------------------
@@ -670,6 +792,7 @@ Napi::Value Policies(const Napi::CallbackInfo& info) {
         queries.Set(static_cast<std::uint32_t>(j), query);
       }
       entry.Set("queries", queries);
+      entry.Set("signals", signal_array(env, p.signals));
       out.Set(static_cast<std::uint32_t>(i), entry);
     }
     return out;
@@ -837,12 +960,17 @@ kvevict::CompareRequest compare_request(const Napi::Object& options, const std::
   kvevict::CompareRequest request;
   const Napi::Value names = options.Get("policies");
   if (names.IsString()) {
-    request.policies = kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value());
+    // A compare replays attention (a trace, or the model's weights for
+    // retained mass): "all" is what attention can feed.
+    request.policies = kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value(), kvevict::kSignalAttention,
+                                                  what + " (it replays attention weights only)");
   } else if (names.IsArray()) {
     const auto array = names.As<Napi::Array>();
     for (std::uint32_t i = 0; i < array.Length(); ++i) {
       const std::string name = to_string(array.Get(i), what + ": options.policies[" + std::to_string(i) + "]");
-      request.policies.push_back(kvevict::find_policy(name).name);
+      const kvevict::PolicyInfo& info = kvevict::find_policy(name);
+      kvevict::check_signals_available(info, kvevict::kSignalAttention, what + " (it replays attention weights only)");
+      request.policies.push_back(info.name);
     }
     if (request.policies.empty()) {
       throw Napi::TypeError::New(env, what + ": options.policies is empty (omit it, or give \"all\", for every policy)");

@@ -40,6 +40,16 @@ function equal(expected, actual, tolerance) {
 
 const queriesOf = new Map(kv.policies().map((p) => [p.name, new Set(p.queries.map((q) => q.name))]));
 
+// A vector step's signals object ({attention, key, value, queries}), each
+// array as a Float32Array unless `plainArrays` (docs/signals.md).
+function signalsOf(signals, plainArrays) {
+  const out = {};
+  for (const [name, values] of Object.entries(signals)) {
+    out[name] = values === null || plainArrays ? values : Float32Array.from(values);
+  }
+  return out;
+}
+
 // One step through the public API; returns its result (null for onDecodeStep).
 // `plainArrays` passes attention as number[] instead of a Float32Array.
 function execute(p, step, plainArrays) {
@@ -51,6 +61,12 @@ function execute(p, step, plainArrays) {
       else p.onDecodeStep(pos, plainArrays ? attn : Float32Array.from(attn));
       return null;
     }
+    case 'onStep':
+      p.onStep(args[0], signalsOf(args[1], plainArrays));
+      return null;
+    case 'onOrigin':
+      p.onOrigin(signalsOf(args[0], plainArrays));
+      return null;
     case 'evict':
       return p.evict(args[0]);
     case 'keptCount':

@@ -264,7 +264,8 @@ def _submit_all(cells: Sequence[Cell], client: Optional[Client], workers: Option
 def _policy_names(policies: Union[str, Sequence[str]]) -> List[str]:
     if isinstance(policies, str):
         if policies == "all":
-            return [d["name"] for d in kvevict.policies()]
+            # What a trace can feed: the key-aware policies need keys.
+            return [d["name"] for d in kvevict.policies() if set(d["signals"]) <= {"attention"}]
         names = [p.strip() for p in policies.split(",") if p.strip()]
     else:
         names = [str(p) for p in policies]

@@ -285,21 +285,24 @@ struct AttentionView {
   bool copied = false;
 };
 
-[[noreturn]] void refuse_shape(const py::array& arr, py::handle original) {
+// `what` names the argument: "attention", or a step's "key", "value", "queries".
+[[noreturn]] void refuse_shape(const py::array& arr, py::handle original, std::string_view what) {
   std::string shape = "(";
   for (py::ssize_t d = 0; d < arr.ndim(); ++d) {
     shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
   }
   shape += arr.ndim() == 1 ? ",)" : ")";
-  throw py::value_error("attention must be 1-D (one weight per held position, ascending), got a " +
-                        std::to_string(arr.ndim()) + "-D " + type_name(original) + " of shape " +
-                        shape);
+  const std::string rule = what == "attention" ? "attention must be 1-D (one weight per held position, ascending)"
+                                               : std::string(what) + " must be 1-D (head-major floats)";
+  throw py::value_error(rule + ", got a " + std::to_string(arr.ndim()) + "-D " + type_name(original) +
+                        " of shape " + shape);
 }
 
-void check_numeric(const py::array& arr, py::handle original) {
+void check_numeric(const py::array& arr, py::handle original, std::string_view what) {
   const char kind = arr.dtype().kind();
   if (kind != 'f' && kind != 'i' && kind != 'u') {
-    throw py::type_error("attention weights must be real numbers, got " + type_name(original) +
+    const std::string subject = what == "attention" ? "attention weights" : std::string(what);
+    throw py::type_error(subject + " must be real numbers, got " + type_name(original) +
                          " with dtype " + py::str(arr.dtype()).cast<std::string>());
   }
 }
@@ -307,7 +310,7 @@ void check_numeric(const py::array& arr, py::handle original) {
 // A float32, C-contiguous, aligned, native-order ndarray is used in place;
 // anything else (other dtypes, strided views, lists, tensors' __array__) is
 // converted to a fresh float32 array first.
-AttentionView attention_of(py::handle obj) {
+AttentionView attention_of(py::handle obj, std::string_view what = "attention") {
   using Float32 = py::array_t<float, py::array::c_style>;
   using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
   constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_ALIGNED_;
@@ -323,25 +326,69 @@ AttentionView attention_of(py::handle obj) {
     arr = py::array::ensure(obj);
     if (!arr || arr.ndim() == 0) {
       throw py::type_error(
-          "attention must be None or a 1-D sequence of weights (a float32 numpy array is used "
-          "without copying), got " + type_name(obj) + " (" + short_repr(obj) + ")");
+          std::string(what) + " must be None or a 1-D sequence of " +
+          (what == "attention" ? "weights" : "floats") +
+          " (a float32 numpy array is used without copying), got " + type_name(obj) + " (" + short_repr(obj) +
+          ")");
     }
     fresh = (arr.flags() & kOwnsData) != 0;
   }
-  if (arr.ndim() != 1) refuse_shape(arr, obj);
-  check_numeric(arr, obj);
+  if (arr.ndim() != 1) refuse_shape(arr, obj, what);
+  check_numeric(arr, obj, what);
   if (Float32::check_(arr) && (arr.flags() & kAligned) != 0) {
     const auto n = static_cast<std::size_t>(arr.size());
     return {arr, {static_cast<const float*>(arr.data()), n}, fresh};
   }
   Convert converted = Convert::ensure(arr);
   if (!converted) {
-    throw py::type_error("attention of dtype " + py::str(arr.dtype()).cast<std::string>() +
+    throw py::type_error(std::string(what) + " of dtype " + py::str(arr.dtype()).cast<std::string>() +
                          " could not be converted to float32");
   }
   const auto n = static_cast<std::size_t>(converted.size());
   const float* data = converted.data();
   return {std::move(converted), {data, n}, true};
+}
+
+// One step's signals (docs/signals.md), each read like the attention: a
+// float32 C-contiguous array in place, anything else converted. None is not
+// given (attention: absent); the views keep the buffers alive for the call.
+struct StepView {
+  AttentionView attention, key, value, queries;
+  bool has_attention = false;
+
+  kvevict::StepInputs inputs() const {
+    kvevict::StepInputs in;
+    if (has_attention) in.attention = attention.weights;
+    in.key = key.weights;
+    in.value = value.weights;
+    in.queries = queries.weights;
+    return in;
+  }
+};
+
+StepView step_view_of(py::handle attention, py::handle key, py::handle value, py::handle queries) {
+  StepView v;
+  if (!attention.is_none()) {
+    v.attention = attention_of(attention);
+    v.has_attention = true;
+  }
+  if (!key.is_none()) v.key = attention_of(key, "key");
+  if (!value.is_none()) v.value = attention_of(value, "value");
+  if (!queries.is_none()) v.queries = attention_of(queries, "queries");
+  return v;
+}
+
+// A Signals mask as names in bit order: ("attention",), ("key",), ().
+py::tuple signal_tuple(kvevict::Signals signals) {
+  static constexpr std::pair<kvevict::Signal, const char*> kNames[] = {{kvevict::kSignalAttention, "attention"},
+                                                                       {kvevict::kSignalKey, "key"},
+                                                                       {kvevict::kSignalValue, "value"},
+                                                                       {kvevict::kSignalQueries, "queries"}};
+  py::list out;
+  for (const auto& [bit, name] : kNames) {
+    if ((signals & bit) != 0) out.append(py::str(name));
+  }
+  return py::tuple(out);
 }
 
 // ---- the policy object ----------------------------------------------------------
@@ -374,6 +421,23 @@ class PyPolicy {
     last_address_ = reinterpret_cast<std::uintptr_t>(view.weights.data());
     policy_->on_decode_step(pos, view.weights);
   }
+
+  void on_step(py::handle pos_obj, py::handle attention, py::handle key, py::handle value, py::handle queries) {
+    refuse_if_driven("on_step");
+    const std::int64_t pos = to_int(pos_obj, "pos");
+    const StepView view = step_view_of(attention, key, value, queries);
+    policy_->on_step(pos, view.inputs());
+    last_copied_ = view.has_attention && view.attention.copied;
+    last_address_ = view.has_attention ? reinterpret_cast<std::uintptr_t>(view.attention.weights.data()) : 0;
+  }
+
+  void on_origin(py::handle key, py::handle value, py::handle queries) {
+    refuse_if_driven("on_origin");
+    const StepView view = step_view_of(py::none(), key, value, queries);
+    policy_->on_origin(view.inputs());
+  }
+
+  kvevict::Signals signals() const noexcept { return policy_->signals(); }
 
   py::list evict(py::handle budget_obj) {
     refuse_if_driven("evict");
@@ -855,15 +919,24 @@ py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const
   return row_schema_dict(rows.front());
 }
 
+// compare() and compare_model() replay attention (a trace, or the model's
+// recorded weights for retained mass): "all" is the policies attention can
+// feed, and a key-aware one named is refused with the signal it lacks.
+constexpr const char* kAttentionSource = "a compare (it replays attention weights only)";
+
 std::vector<std::string> policy_names(py::handle policies) {
-  if (py::isinstance<py::str>(policies)) return kvevict::parse_policy_list(policies.cast<std::string>());
+  if (py::isinstance<py::str>(policies)) {
+    return kvevict::parse_policy_list(policies.cast<std::string>(), kvevict::kSignalAttention, kAttentionSource);
+  }
   if (!py::isinstance<py::iterable>(policies)) {
     throw py::type_error("policies must be \"all\", a comma-separated str or a list of names, got " +
                          type_name(policies));
   }
   std::vector<std::string> names;
   for (const py::handle item : policies) {
-    names.push_back(kvevict::find_policy(to_str(item, "a policy name")).name);
+    const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(item, "a policy name"));
+    kvevict::check_signals_available(info, kvevict::kSignalAttention, kAttentionSource);
+    names.push_back(info.name);
   }
   if (names.empty()) throw py::value_error("compare: no policies given (use \"all\" for every policy)");
   return names;
@@ -956,6 +1029,7 @@ py::list policy_descriptions() {
     d["summary"] = info->summary;
     d["params"] = params;
     d["queries"] = queries;
+    d["signals"] = py::list(signal_tuple(info->signals));
     out.append(d);
   }
   return out;
@@ -1299,7 +1373,7 @@ py::list prefill_positions(const Str& policy_arg, const AttentionStack& window_a
     throw py::type_error("window must be a [rows, n] array of attention weights, got " + type_name(obj) +
                          " (" + short_repr(obj) + ")");
   }
-  check_numeric(arr, obj);
+  check_numeric(arr, obj, "attention");
   if (arr.ndim() != 2) {
     std::string shape = "(";
     for (py::ssize_t d = 0; d < arr.ndim(); ++d) shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
@@ -1331,7 +1405,7 @@ py::list attention_persistence(const AttentionStack& attention, const IntList& l
     throw py::type_error("attention must be a [heads, N, N] or [N, N] array, got " + type_name(obj) +
                          " (" + short_repr(obj) + ")");
   }
-  check_numeric(arr, obj);
+  check_numeric(arr, obj, "attention");
   const py::ssize_t nd = arr.ndim();
   if ((nd != 2 && nd != 3) || arr.shape(nd - 1) != arr.shape(nd - 2) || arr.shape(nd - 1) < 2) {
     std::string shape = "(";
@@ -1430,6 +1504,15 @@ class PyBlockEvictor {
     const AttentionView view = attention_of(attn);
     impl_->on_decode_step(p, view.weights);
   }
+  void on_step(py::handle pos, py::handle attention, py::handle key, py::handle value, py::handle queries) {
+    const std::int64_t p = to_int(pos, "pos");
+    const StepView view = step_view_of(attention, key, value, queries);
+    impl_->on_step(p, view.inputs());
+  }
+  void on_origin(py::handle key, py::handle value, py::handle queries) {
+    const StepView view = step_view_of(py::none(), key, value, queries);
+    impl_->on_origin(view.inputs());
+  }
   py::list evict_blocks(py::handle budget) { return list_of(impl_->evict_blocks(to_int(budget, "block_budget"))); }
   py::list evicted_positions() const { return list_of(impl_->evicted_positions()); }
   py::list removed_before() const { return list_of(impl_->removed_before()); }
@@ -1469,6 +1552,18 @@ class PyLayerBudget {
     const AttentionView view = attention_of(attn);
     impl_->on_decode_step(h, p, view.weights);
   }
+  void on_step(py::handle head, py::handle pos, py::handle attention, py::handle key, py::handle value,
+               py::handle queries) {
+    const auto h = static_cast<std::size_t>(to_int(head, "head"));
+    const std::int64_t p = to_int(pos, "pos");
+    const StepView view = step_view_of(attention, key, value, queries);
+    impl_->on_step(h, p, view.inputs());
+  }
+  void on_origin(py::handle head, py::handle key, py::handle value, py::handle queries) {
+    const auto h = static_cast<std::size_t>(to_int(head, "head"));
+    const StepView view = step_view_of(py::none(), key, value, queries);
+    impl_->on_origin(h, view.inputs());
+  }
   std::size_t evict(py::handle budget) { return impl_->evict(to_int(budget, "layer_budget")); }
   py::list victims(py::handle head) const { return list_of(impl_->victims(static_cast<std::size_t>(to_int(head, "head")))); }
   std::size_t kept_count(py::handle head) const { return impl_->kept_count(static_cast<std::size_t>(to_int(head, "head"))); }
@@ -1500,6 +1595,11 @@ it (for key re-rotation); evicted_positions() the positions.
            py::arg("policy"), py::arg("block_budget"), py::arg("block_size") = 16, py::arg("start_blocks") = 0,
            py::arg("recent_blocks") = 0, py::arg("block_score") = "sum")
       .def("on_decode_step", &PyBlockEvictor::on_decode_step, py::arg("pos"), py::arg("attention"))
+      .def("on_step", &PyBlockEvictor::on_step, py::arg("pos"), py::arg("attention") = py::none(),
+           py::arg("key") = py::none(), py::arg("value") = py::none(), py::arg("queries") = py::none(),
+           "The step with every signal the caller has (Policy.on_step).")
+      .def("on_origin", &PyBlockEvictor::on_origin, py::arg("key") = py::none(), py::arg("value") = py::none(),
+           py::arg("queries") = py::none(), "Position 0's signals, before the first step (Policy.on_origin).")
       .def("evict_blocks", &PyBlockEvictor::evict_blocks, py::arg("block_budget"))
       .def("evicted_positions", &PyBlockEvictor::evicted_positions)
       .def("removed_before", &PyBlockEvictor::removed_before)
@@ -1524,6 +1624,12 @@ keeping at least head_floor (-1: layer_budget // (5 * heads)); victims(head).
            }),
            py::arg("policy"), py::arg("heads"), py::arg("layer_budget"), py::arg("head_floor") = -1)
       .def("on_decode_step", &PyLayerBudget::on_decode_step, py::arg("head"), py::arg("pos"), py::arg("attention"))
+      .def("on_step", &PyLayerBudget::on_step, py::arg("head"), py::arg("pos"), py::arg("attention") = py::none(),
+           py::arg("key") = py::none(), py::arg("value") = py::none(), py::arg("queries") = py::none(),
+           "One head's step with every signal the caller has (Policy.on_step).")
+      .def("on_origin", &PyLayerBudget::on_origin, py::arg("head"), py::arg("key") = py::none(),
+           py::arg("value") = py::none(), py::arg("queries") = py::none(),
+           "One head's position-0 signals, before its first step (Policy.on_origin).")
       .def("evict", &PyLayerBudget::evict, py::arg("layer_budget"))
       .def("victims", &PyLayerBudget::victims, py::arg("head"))
       .def("kept_count", &PyLayerBudget::kept_count, py::arg("head"))
@@ -1584,6 +1690,42 @@ attn: the weights the new token paid to the held positions, ascending; None
     non-numeric input TypeError; NaN, infinite or negative weights and
     out-of-order positions RuntimeError, before anything changes.
 )doc")
+      .def(
+          "on_step",
+          [](const PolicySelf& self, const Int& pos, const Attention& attention, const Attention& key,
+             const Attention& value, const Attention& queries) {
+            self.get().on_step(pos.obj, attention.obj, key.obj, value.obj, queries.obj);
+          },
+          py::arg("pos"), py::arg("attention") = py::none(), py::arg("key") = py::none(),
+          py::arg("value") = py::none(), py::arg("queries") = py::none(), R"doc(
+One decode step with every signal the caller has (docs/signals.md), then
+admits position `pos`. For an attention or positional policy exactly
+on_decode_step(pos, attention): the other signals are not read. A key-aware
+policy (signals ("key",), ...) raises RuntimeError naming itself and the
+signal, before anything changes, when a signal it reads is missing or of the
+wrong length.
+
+attention: as on_decode_step's attn (None: no information).
+key, value: the admitted token's key (as stored, after RoPE) and value,
+    headDim floats each. queries: its queries before RoPE, every query head of
+    the group, head-major (groups x headDim). None: not given. Each is read
+    like attn: a 1-D C-contiguous float32 array in place, anything else
+    converted to float32.
+)doc")
+      .def(
+          "on_origin",
+          [](const PolicySelf& self, const Attention& key, const Attention& value, const Attention& queries) {
+            self.get().on_origin(key.obj, value.obj, queries.obj);
+          },
+          py::arg("key") = py::none(), py::arg("value") = py::none(), py::arg("queries") = py::none(), R"doc(
+Position 0's key, value and queries, once, before step 1: no step admits
+position 0. A key-aware policy never given them treats position 0 as
+unobserved and never evicts it; policies that read no keys ignore the call.
+)doc")
+      .def_property_readonly(
+          "signals", [](const PolicySelf& self) { return signal_tuple(self.get().signals()); },
+          "What on_step reads, as names: (\"attention\",) for the scoring policies, () for the "
+          "positional ones, e.g. (\"key\",) for the key-aware ones.")
       .def(
           "evict", [](const PolicySelf& self, const Int& budget) { return self.get().evict(budget.obj); },
           py::arg("budget"), R"doc(

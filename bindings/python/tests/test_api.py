@@ -46,7 +46,8 @@ def test_policies_lists_the_registry():
     listed = kvevict.policies()
     assert [p["name"] for p in listed][:1] == ["scissorhands"]  # the flagship first
     for p in listed:
-        assert set(p) == {"name", "title", "summary", "params", "queries"}
+        assert set(p) == {"name", "title", "summary", "params", "queries", "signals"}
+        assert set(p["signals"]) <= {"attention", "key", "value", "queries"}
         assert p["summary"] and p["title"]
         assert p["params"][0]["name"] == "budget" or any(q["name"] == "budget" for q in p["params"])
         for param in p["params"]:
@@ -70,6 +71,7 @@ def test_every_registry_policy_is_reachable(name):
     assert p.name == name
     assert p.params == {q["name"]: q["default"] for q in info["params"]}
     assert p.queries == info["queries"]
+    assert p.signals == tuple(info["signals"])
     assert sorted(set(p.queries) & set(dir(p))) == sorted(p.queries)
     assert kvevict.Policy(name).params == p.params
     if name in NAMED:

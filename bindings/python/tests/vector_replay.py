@@ -1,7 +1,7 @@
 """A test-vector runner written in Python over the binding (spec/vectors.md).
 
 Each step calls the binding's own methods -- onDecodeStep -> on_decode_step,
-evict, keptCount -> kept_count, votesOf -> votes_of, ... -- so replaying a file
+onStep -> on_step, onOrigin -> on_origin, evict, keptCount -> kept_count, votesOf -> votes_of, ... -- so replaying a file
 exercises the Python API, not the C++ runner.
 """
 
@@ -76,6 +76,27 @@ def execute(policy: kvevict.Policy, call: str, args: list, mode: str) -> Any:
         else:
             policy.on_decode_step(pos, list(weights))
         return None
+    if call == "onStep":
+        if len(args) != 2 or not isinstance(args[1], dict):
+            raise ValueError("onStep takes [pos, {attention, key, value, queries}]")
+        pos, signals = args
+        given = signals_of(signals, mode)
+        policy.on_step(pos, **given)
+        attn = given.get("attention")
+        if mode == "numpy" and attn is not None:
+            if policy.last_attention_copied:
+                raise AssertionError("a float32 numpy array was copied")
+            if policy.last_attention_address != attn.__array_interface__["data"][0]:
+                raise AssertionError("the core did not receive the caller's buffer")
+        return None
+    if call == "onOrigin":
+        if len(args) != 1 or not isinstance(args[0], dict):
+            raise ValueError("onOrigin takes [{key, value, queries}]")
+        given = signals_of(args[0], mode)
+        if "attention" in given:
+            raise ValueError("onOrigin takes no attention")
+        policy.on_origin(**given)
+        return None
     if call == "evict":
         (budget,) = args
         return policy.evict(budget)
@@ -94,6 +115,18 @@ def weights_of(weights: Any, mode: str) -> Any:
     return np.asarray(weights, dtype=np.float32) if mode == "numpy" else list(weights)
 
 
+SIGNALS = ("attention", "key", "value", "queries")
+
+
+def signals_of(signals: dict, mode: str) -> dict:
+    """A step's signals object as keyword arguments of on_step/on_origin: an
+    absent field is not passed (not given), a null attention is None."""
+    unknown = set(signals) - set(SIGNALS)
+    if unknown:
+        raise ValueError(f"unknown signal(s) {sorted(unknown)} (known: {', '.join(SIGNALS)})")
+    return {name: weights_of(values, mode) for name, values in signals.items()}
+
+
 def block_subject(policy_name: str, case: dict, mode: str):
     """A case with "blocks" (docs/paged.md): its steps through kvevict.BlockEvictor."""
     b = case["blocks"]
@@ -105,6 +138,11 @@ def block_subject(policy_name: str, case: dict, mode: str):
         if call == "onDecodeStep":
             pos, weights = args
             return ev.on_decode_step(pos, weights_of(weights, mode))
+        if call == "onStep":
+            pos, signals = args
+            return ev.on_step(pos, **signals_of(signals, mode))
+        if call == "onOrigin":
+            return ev.on_origin(**signals_of(args[0], mode))
         if call == "evictBlocks":
             return ev.evict_blocks(*args)
         if call in ("keptCount", "blockCount"):
