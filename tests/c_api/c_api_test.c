@@ -278,7 +278,7 @@ static void signals(void) {
   const float s2[] = {0.9375f, 0.0625f};
   const float s3[] = {0.0625f, 0.5f, 0.4375f};
   const float* steps[] = {s1, s2, s3};
-  const kvevict_param sh_params[] = {{"budget", 2}, {"recentWindow", 1}};
+  const kvevict_param sh_params[] = {{"budget", 3}, {"recentWindow", 1}};
   const kvevict_param kn_params[] = {{"budget", 2}, {"headDim", 2}};
   const float k0[] = {3.0f, 4.0f}, k1[] = {1.0f, 0.0f}, k2[] = {0.0f, 2.0f};
   const float three[] = {1.0f, 0.0f, 0.0f};
@@ -298,8 +298,8 @@ static void signals(void) {
   CHECK(kvevict_policy_signals_of("h2o", NULL) == KVEVICT_ERROR_ARGUMENT);
 
   /* Scissorhands: a step given attention plus a key it does not read decides
-   * exactly as on_decode_step (position 0: two votes of 3 -- below 1/3 at
-   * steps 2 and 3 -- so it goes). */
+   * exactly as on_decode_step (budget 3, one recent: position 0 votes at
+   * step 2, positions 1 and 2 at step 3, so the one-vote tie sends 0 and 1). */
   CHECK(kvevict_policy_create("scissorhands", sh_params, 2, &plain) == KVEVICT_OK);
   CHECK(kvevict_policy_create("scissorhands", sh_params, 2, &stepped) == KVEVICT_OK);
   CHECK(kvevict_policy_signals(stepped, &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_ATTENTION);
@@ -313,10 +313,10 @@ static void signals(void) {
     CHECK(kvevict_policy_on_decode_step(plain, t + 1, steps[t], (size_t)t + 1) == KVEVICT_OK);
     CHECK(kvevict_policy_step(stepped, t + 1, &in) == KVEVICT_OK);
   }
-  CHECK(kvevict_policy_query(stepped, "votesOf", &arg, 1, &value) == KVEVICT_OK && value == 2.0);
+  CHECK(kvevict_policy_query(stepped, "votesOf", &arg, 1, &value) == KVEVICT_OK && value == 1.0);
   CHECK(kvevict_policy_evict(plain, 2, va, 8, &na) == KVEVICT_OK);
   CHECK(kvevict_policy_evict(stepped, 2, vb, 8, &nb) == KVEVICT_OK);
-  CHECK(na == 2 && nb == 2 && va[0] == 0 && vb[0] == 0 && va[1] == vb[1]);
+  CHECK(na == 2 && nb == 2 && va[0] == 0 && vb[0] == 0 && va[1] == 1 && vb[1] == 1);
   /* Absent attention through the struct is absent, as a NULL attn is; a
    * refused step is the same refusal. */
   in.attention = NULL;
