@@ -19,6 +19,8 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
   if (options.paged.layer_budget) return detail::evaluate_layer(specs, options);
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
   if (options.steps) checked_steps(*heads.front(), *options.steps);
+  // The recorded keys, values and queries, checked against the trace.
+  const SignalReplay replay(options.signals, options.trace, heads.size(), heads.front()->length());
 
   // Rows first, with every policy built once up front, so a bad parameter
   // fails before any work.
@@ -26,7 +28,8 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
   std::vector<ParamMap> params_of;
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
-    ParamMap params = spec.params;
+    check_replay_signals(info, options.signals);
+    ParamMap params = replay.params_for(info, spec.params);
     set_param(params, "budget", spec.budget);
     const std::unique_ptr<Policy> probe = make_run_policy(info.name, params, spec.budget, options.paged);
     RunRow row;
@@ -61,8 +64,9 @@ std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOp
         options.observe(v);
       };
     }
+    const std::unique_ptr<StepSignals> signals = replay.head(static_cast<std::uint64_t>(&trace - heads.data()));
     const std::vector<RunTotals> totals =
-        run_many(slots, *trace, options.steps, options.progress, &seconds, observe);
+        run_many(slots, *trace, options.steps, options.progress, &seconds, observe, signals.get());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const RunTotals& t = totals[i];
       RunTotals& sum = rows[i].totals;

@@ -75,7 +75,8 @@ void apply_victims(RunState& run, std::span<const Position> victims, std::uint32
 
 std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
                                 std::optional<std::int64_t> max_steps, const ProgressFn& progress,
-                                std::vector<double>* seconds, const StepObserver& observe) {
+                                std::vector<double>* seconds, const StepObserver& observe,
+                                StepSignals* signals) {
   const std::uint32_t steps = max_steps ? checked_steps(trace, *max_steps) : trace.steps();
   const std::uint32_t length = trace.length();
   std::vector<RunState> states;
@@ -98,6 +99,10 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
     states.push_back(std::move(s));
   }
 
+  if (signals != nullptr) {
+    const StepInputs origin = signals->at(0);
+    for (RunState& run : states) run.policy->on_origin(origin);
+  }
   trace.rewind();
   std::vector<float> scratch;
   std::vector<std::uint32_t> top;
@@ -106,6 +111,8 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
   for (std::uint32_t t = 1; t <= steps; ++t) {
     const std::span<const float> w = trace.next();
     top_set(w, scratch, top);
+    StepInputs inputs;
+    if (signals != nullptr) inputs = signals->at(t);
     for (std::size_t r = 0; r < states.size(); ++r) {
       RunState& run = states[r];
       const auto started = std::chrono::steady_clock::now();
@@ -121,7 +128,12 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
       tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
       for (const std::uint32_t p : top) tot.total_heavy_hits += run.is_kept[p];
 
-      run.policy->on_decode_step(t, std::span<const float>(run.attn.data(), held));
+      if (signals != nullptr) {
+        inputs.attention = std::span<const float>(run.attn.data(), held);
+        run.policy->on_step(t, inputs);
+      } else {
+        run.policy->on_decode_step(t, std::span<const float>(run.attn.data(), held));
+      }
       run.kept.push_back(t);
       run.is_kept[t] = 1;
       std::span<const Position> victims;

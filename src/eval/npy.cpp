@@ -18,6 +18,8 @@ constexpr std::string_view kMagic = "\x93NUMPY";
 // Positions are 32-bit and a row is read whole; larger files are refused.
 constexpr std::uint64_t kMaxLength = std::uint64_t{1} << 24;
 constexpr std::uint64_t kMaxHeads = std::uint64_t{1} << 16;
+// Floats per position in a kRows file (a key, a value, a group's queries).
+constexpr std::uint64_t kMaxWidth = std::uint64_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& file, const std::string& what) {
   throw InputError(fmt::format("{}: {}", file, what));
@@ -119,7 +121,7 @@ static_assert(std::endian::native == std::endian::little, "the .npy reader assum
 
 }  // namespace
 
-NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
+NpyHeader parse_npy_header(std::string_view bytes, const std::string& file, NpyLayout layout) {
   if (bytes.size() < 10 || bytes.substr(0, 6) != kMagic) fail(file, "not a .npy file (wrong magic)");
   const auto major = static_cast<unsigned char>(bytes[6]);
   std::uint64_t header_len = 0;
@@ -174,13 +176,19 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
   h.item_size = static_cast<std::size_t>(descr[2] - '0');
   if (fortran) fail(file, "Fortran order is not supported: save the array in C order");
   const auto& s = h.shape;
+  const bool rows = layout == NpyLayout::kRows;
   if (s.size() != 2 && s.size() != 3) {
-    fail(file, fmt::format("shape has {} dimensions: expected [N, N] or [H, N, N]", s.size()));
+    fail(file, fmt::format("shape has {} dimensions: expected {}", s.size(),
+                           rows ? "[N, D] or [H, N, D] (one vector per position)" : "[N, N] or [H, N, N]"));
   }
-  const std::uint64_t n = s.back();
-  if (s[s.size() - 2] != n) {
+  const std::uint64_t n = s[s.size() - 2];
+  if (rows) {
+    if (s.back() < 1 || s.back() > kMaxWidth) {
+      fail(file, fmt::format("D ({}) must be in 1 ... {} (floats per position)", s.back(), kMaxWidth));
+    }
+  } else if (s.back() != n) {
     fail(file, fmt::format("shape [..., {}, {}] is not square: row t must cover positions 0 ... N-1",
-                           s[s.size() - 2], n));
+                           n, s.back()));
   }
   if (n < 2) fail(file, fmt::format("N ({}) must be at least 2: there is no decode step", n));
   if (n > kMaxLength) fail(file, fmt::format("N ({}) exceeds {}", n, kMaxLength));
@@ -194,7 +202,7 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
   std::uint64_t bytes_needed = 0;
   constexpr auto kMaxOffset = static_cast<std::uint64_t>(std::numeric_limits<std::streamoff>::max());
   if (__builtin_mul_overflow(h.heads(), n, &bytes_needed) ||
-      __builtin_mul_overflow(bytes_needed, n, &bytes_needed) ||
+      __builtin_mul_overflow(bytes_needed, s.back(), &bytes_needed) ||
       __builtin_mul_overflow(bytes_needed, std::uint64_t{h.item_size}, &bytes_needed) ||
       bytes_needed > kMaxOffset - h.data_offset) {
     fail(file, fmt::format("shape ({}) of {}-byte items is too large: its data would end beyond the largest "
@@ -205,7 +213,7 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& file) {
   return h;
 }
 
-NpyHeader read_npy_header(const std::filesystem::path& path) {
+NpyHeader read_npy_header(const std::filesystem::path& path, NpyLayout layout) {
   const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(file, "cannot be opened");
@@ -223,7 +231,7 @@ NpyHeader read_npy_header(const std::filesystem::path& path) {
   in.seekg(0);
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   bytes.resize(static_cast<std::size_t>(in.gcount()));
-  NpyHeader h = parse_npy_header(bytes, file);
+  NpyHeader h = parse_npy_header(bytes, file, layout);
 
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
@@ -234,6 +242,17 @@ NpyHeader read_npy_header(const std::filesystem::path& path) {
                            size < h.data_offset ? 0 : size - h.data_offset));
   }
   return h;
+}
+
+void npy_items_to_floats(const char* raw, std::size_t item_size, std::span<float> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const char* p = raw + i * item_size;
+    switch (item_size) {
+      case 2: out[i] = half_to_float(load_le<std::uint16_t>(p)); break;
+      case 4: out[i] = load_le<float>(p); break;
+      default: out[i] = static_cast<float>(load_le<double>(p)); break;
+    }
+  }
 }
 
 bool is_npy_id(std::string_view id) {
@@ -346,6 +365,49 @@ void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
         out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));
       }
     }
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      fail(name, "writing failed (disk full?)");
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    fail(name, fmt::format("cannot be written: {}", ec.message()));
+  }
+}
+
+void write_npy_floats(std::span<const std::uint64_t> shape, std::span<const float> data,
+                      const std::filesystem::path& file, bool overwrite) {
+  const std::string name = file.string();
+  std::uint64_t count = 1;
+  for (const std::uint64_t d : shape) count *= d;
+  if (shape.empty() || count != data.size()) {
+    throw ContractError(fmt::format("{}: shape ({}) for {} floats", name, fmt::join(shape, ", "), data.size()));
+  }
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(file, ec)) {
+    fail(name, "already exists (pass --force to replace it)");
+  }
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}{}), }}",
+                                   fmt::join(shape, ", "), shape.size() == 1 ? "," : "");
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(name, "cannot be written (is the folder there and writable?)");
+    const auto len = static_cast<std::uint16_t>(header.size());
+    out.write(kMagic.data(), 6);
+    out.put('\x01');
+    out.put('\x00');
+    out.put(static_cast<char>(len & 0xFF));
+    out.put(static_cast<char>(len >> 8));
+    out << header;
+    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
     out.flush();
     if (!out) {
       out.close();

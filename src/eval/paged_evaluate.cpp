@@ -120,11 +120,16 @@ std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMa
 }
 
 std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
-                                 std::uint32_t steps, const ProgressFn& progress) {
+                                 std::uint32_t steps, const ProgressFn& progress,
+                                 std::span<StepSignals* const> signals) {
   const std::size_t n = heads.size();
   if (n != lb.heads()) {
     throw ContractError(fmt::format("run_layer: {} traces for a layer budget of {} heads", n, lb.heads()));
   }
+  if (!signals.empty() && signals.size() != n) {
+    throw ContractError(fmt::format("run_layer: {} signal sources for {} heads", signals.size(), n));
+  }
+  for (std::size_t h = 0; h < signals.size(); ++h) lb.on_origin(h, signals[h]->at(0));
   const std::string name(lb.head(0).name());
   const std::uint32_t length = heads.front()->length();
   std::vector<float> scratch;
@@ -154,7 +159,13 @@ std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std
       tot.total_retained_mass += retained;
       tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
       for (const std::uint32_t p : top) tot.total_heavy_hits += is_kept[h][p];
-      lb.on_decode_step(h, t, std::span<const float>(attn));
+      if (signals.empty()) {
+        lb.on_decode_step(h, t, std::span<const float>(attn));
+      } else {
+        StepInputs in = signals[h]->at(t);
+        in.attention = std::span<const float>(attn);
+        lb.on_step(h, t, in);
+      }
       kept[h].push_back(t);
       is_kept[h][t] = 1;
       held += kept[h].size();
@@ -192,6 +203,7 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
   LayerBudgetParams layer;
   layer.heads = static_cast<std::int64_t>(n);
   layer.head_floor = options.paged.head_floor;
+  const SignalReplay replay(options.signals, options.trace, n, heads.front()->length());
 
   // Every layer built first, so a bad parameter fails before any work.
   std::vector<RunRow> rows;
@@ -200,7 +212,8 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
     layer.layer_budget = layer_budget_of(spec.budget, layer.heads, options.paged);
-    ParamMap params = spec.params;
+    check_replay_signals(info, options.signals);
+    ParamMap params = replay.params_for(info, spec.params);
     params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
                  params.end());
     built.push_back(std::make_unique<LayerBudget>(info.name, params, layer));
@@ -218,10 +231,18 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
 
   std::vector<Trace*> views;
   for (auto& head : heads) views.push_back(head.get());
+  std::vector<std::unique_ptr<StepSignals>> sources;
+  std::vector<StepSignals*> signals;
+  if (!options.signals.empty()) {
+    for (std::size_t h = 0; h < n; ++h) {
+      sources.push_back(replay.head(h));
+      signals.push_back(sources.back().get());
+    }
+  }
   for (std::size_t r = 0; r < specs.size(); ++r) {
     const auto started = std::chrono::steady_clock::now();
     const std::vector<RunTotals> totals = run_layer(*built[r], layer_budget_of(specs[r].budget, layer.heads, options.paged), views, steps,
-                                                    options.progress);
+                                                    options.progress, signals);
     RunRow& row = rows[r];
     double mass = 0.0;
     double recall = 0.0;

@@ -173,6 +173,10 @@ ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32
   // query heads that share a cache.
   if (info.has_param("headDim") && !names_param(spec.params, "headDim")) set_param(params, "headDim", config.head_dim());
   if (info.has_param("groups") && !names_param(spec.params, "groups")) set_param(params, "groups", config.group());
+  // Expected Attention turns its modelled queries by the model's RoPE.
+  if (info.has_param("ropeBase") && !names_param(spec.params, "ropeBase")) {
+    set_param(params, "ropeBase", static_cast<std::int64_t>(std::lround(config.rope_base)));
+  }
   return params;
 }
 
@@ -406,6 +410,118 @@ std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t>
   std::vector<Trace*> views;
   for (const auto& h : heads) views.push_back(h.get());
   write_npy_heads(views, w.length - 1, file, overwrite, true);
+  return w.length;
+}
+
+namespace {
+
+// Sits on one cache of a full-cache decoder (its budget the whole window, so
+// it never evicts) and copies what every policy is given: position 0's key,
+// value and queries by on_origin, each later position's by on_step.
+class SignalRecorder final : public Policy {
+ public:
+  SignalRecorder(float* keys, float* values, float* queries, std::size_t dim, std::size_t query_width)
+      : keys_(keys), values_(values), queries_(queries), dim_(dim), query_width_(query_width) {}
+
+  std::string_view name() const noexcept override { return "record"; }
+  Signals signals() const noexcept override { return kSignalKey | kSignalValue | kSignalQueries; }
+  void on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) override {
+    throw ContractError("record: the decoder gives every step's key, value and queries (on_step)");
+  }
+  void on_origin(const StepInputs& in) override { copy(0, in); }
+  void on_step(std::int64_t pos, const StepInputs& in) override { copy(static_cast<std::size_t>(pos), in); }
+  std::span<const Position> evict(std::int64_t /*budget*/) override { return {}; }
+  std::size_t kept_count() const noexcept override { return count_; }
+  std::size_t memory_bytes() const noexcept override { return 0; }
+
+ private:
+  void copy(std::size_t pos, const StepInputs& in) {
+    if (in.key.size() != dim_ || in.value.size() != dim_ || in.queries.size() != query_width_) {
+      throw ContractError(fmt::format("record: position {} gives a key of {}, a value of {} and queries of {} floats "
+                                      "(want {}, {} and {})",
+                                      pos, in.key.size(), in.value.size(), in.queries.size(), dim_, dim_,
+                                      query_width_));
+    }
+    if (keys_ != nullptr) std::copy(in.key.begin(), in.key.end(), keys_ + pos * dim_);
+    if (values_ != nullptr) std::copy(in.value.begin(), in.value.end(), values_ + pos * dim_);
+    if (queries_ != nullptr) std::copy(in.queries.begin(), in.queries.end(), queries_ + pos * query_width_);
+    count_ = pos + 1;
+  }
+
+  float* keys_;
+  float* values_;
+  float* queries_;
+  std::size_t dim_;
+  std::size_t query_width_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace
+
+std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> text, const RecordFiles& files,
+                             std::uint32_t tokens, const ProgressFn& progress) {
+  // Every target before the work, and no two the same file.
+  const std::pair<const char*, const std::filesystem::path*> targets[] = {
+      {"--out", &files.attention}, {"--keys", &files.keys}, {"--values", &files.values}, {"--queries", &files.queries}};
+  std::vector<std::pair<const char*, std::filesystem::path>> seen;
+  for (const auto& [flag, path] : targets) {
+    if (path->empty()) {
+      if (path == &files.attention) throw InputError("no output file given");
+      continue;
+    }
+    check_output_file(*path, files.overwrite);
+    std::error_code ec;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(*path, ec);
+    if (ec) canonical = std::filesystem::absolute(*path, ec).lexically_normal();
+    for (const auto& [other_flag, other] : seen) {
+      if (other == canonical) {
+        throw ParameterError(fmt::format("{} and {} both name {}: give each its own file", other_flag, flag,
+                                         path->string()));
+      }
+    }
+    seen.emplace_back(flag, canonical);
+  }
+
+  const Window w = first_window(model, text, tokens);
+  const ModelConfig& cfg = model.config();
+  const std::size_t n = w.length;
+  const std::size_t dim = cfg.head_dim();
+  const std::size_t query_width = std::size_t{cfg.group()} * dim;
+  const std::uint32_t caches = cfg.head_count();
+  std::vector<float> keys(files.keys.empty() ? 0 : caches * n * dim);
+  std::vector<float> values(files.values.empty() ? 0 : caches * n * dim);
+  std::vector<float> queries(files.queries.empty() ? 0 : caches * n * query_width);
+  std::vector<std::unique_ptr<SignalRecorder>> recorders;
+  std::vector<std::unique_ptr<MatrixTrace>> heads;
+  Decoder decoder(shared_view(model), w.length);
+  for (std::uint32_t h = 0; h < caches; ++h) {
+    heads.push_back(std::make_unique<MatrixTrace>(
+        fmt::format("model:layer{}.head{}", h / cfg.kv_heads, h % cfg.kv_heads), w.length));
+    recorders.push_back(std::make_unique<SignalRecorder>(
+        keys.empty() ? nullptr : keys.data() + h * n * dim, values.empty() ? nullptr : values.data() + h * n * dim,
+        queries.empty() ? nullptr : queries.data() + h * n * query_width, dim, query_width));
+    decoder.set_policy(h, recorders.back().get(), w.length);
+  }
+  for (std::uint32_t t = 0; t < w.length; ++t) {
+    decoder.step(text[w.begin + t]);
+    if (t > 0) {
+      for (std::uint32_t h = 0; h < caches; ++h) {
+        const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last
+        std::copy_n(a.begin(), t, heads[h]->row(t).begin());
+      }
+    }
+    if (progress) progress(t + 1, w.length);
+  }
+  if (decoder.evicted() != 0) throw ContractError("record: the full-cache decoder evicted");
+
+  std::vector<Trace*> views;
+  for (const auto& h : heads) views.push_back(h.get());
+  write_npy_heads(views, w.length - 1, files.attention, files.overwrite, true);
+  const std::uint64_t row_shape[] = {caches, n, dim};
+  const std::uint64_t query_shape[] = {caches, n, query_width};
+  if (!files.keys.empty()) write_npy_floats(row_shape, keys, files.keys, files.overwrite);
+  if (!files.values.empty()) write_npy_floats(row_shape, values, files.values, files.overwrite);
+  if (!files.queries.empty()) write_npy_floats(query_shape, queries, files.queries, files.overwrite);
   return w.length;
 }
 

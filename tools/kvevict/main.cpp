@@ -94,6 +94,19 @@ void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int
   cmd->add_option("--steps", steps, "replay only the first N decode steps");
 }
 
+// --keys, --values, --queries: the signals recorded beside an .npy trace
+// (kvevict record), for the key-aware policies; checked by the library.
+void add_signal_options(CLI::App* cmd, SignalFiles& f) {
+  cmd->add_option("--keys", f.keys,
+                  "with --trace FILE.npy: the keys recorded beside it, [H, N, headDim] (kvevict record --keys); "
+                  "replays the key-aware policies (knorm, keydiff; with --values and --queries, those that read them). "
+                  "The attention file stays required: the "
+                  "metrics are measured on it");
+  cmd->add_option("--values", f.values, "with --trace FILE.npy: the values recorded beside it, [H, N, headDim]");
+  cmd->add_option("--queries", f.queries,
+                  "with --trace FILE.npy: the queries (before RoPE) recorded beside it, [H, N, groups x headDim]");
+}
+
 // --block-size, --start-blocks, --recent-blocks, --block-score, --layer-budget,
 // --head-floor (docs/paged.md); parsed here, checked by the library.
 struct PagedFlags {
@@ -185,6 +198,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--budget", run_budget, "positions held after each eviction (default: the policy's, 512)");
   run_cmd->add_option("--set", run_sets, "parameter as KEY=VALUE, e.g. recentWindow=64 (repeatable)");
   add_trace_options(run_cmd, run_trace, run_steps);
+  SignalFiles run_signals;
+  add_signal_options(run_cmd, run_signals);
   PagedFlags run_paged;
   add_paged_options(run_cmd, run_paged);
   run_cmd->add_option("--format", run_format, "table, json or csv")
@@ -205,6 +220,8 @@ int main(int argc, char** argv) {
   PagedFlags cmp_paged;
   add_paged_options(cmp, cmp_paged);
   add_trace_options(cmp, cmp_trace, cmp_steps);
+  SignalFiles cmp_signals;
+  add_signal_options(cmp, cmp_signals);
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   std::string cmp_model;
@@ -362,12 +379,22 @@ int main(int argc, char** argv) {
   bool rec_force = false;
   auto* rec = app.add_subcommand(
       "record", "Record a model's full-cache attention over a text as an [layers x heads, N, N] .npy trace "
-                "that run, compare and report replay with --trace FILE.npy");
+                "that run, compare and report replay with --trace FILE.npy; with --keys, --values and --queries, "
+                "the signals the decoder gives the key-aware policies beside it, which run and compare replay "
+                "with the same flags");
   rec->add_option("--model", rec_model, "model weights (.kvm)")->required();
   rec->add_option("--text", rec_text, "the text (bytes); its first N bytes are recorded")->required();
-  rec->add_option("--out", rec_out, "the .npy file to write")->required();
+  rec->add_option("--out", rec_out, "the attention .npy file to write, [layers x heads, N, N]")->required();
   rec->add_option("--tokens", rec_tokens, "N: bytes to record (default and most: the model's context)");
-  rec->add_flag("--force", rec_force, "replace an existing file");
+  RecordFiles rec_files;
+  rec->add_option("--keys", rec_files.keys,
+                  "also write each cache's keys as stored (after RoPE), [layers x heads, N, headDim] float32, for "
+                  "run/compare --keys");
+  rec->add_option("--values", rec_files.values, "also write each cache's values, [layers x heads, N, headDim]");
+  rec->add_option("--queries", rec_files.queries,
+                  "also write each cache's queries before RoPE (its query heads, head-major), "
+                  "[layers x heads, N, groups x headDim]");
+  rec->add_flag("--force", rec_force, "replace existing files");
 
   // persistence
   std::string per_trace = "decode-4096";
@@ -403,6 +430,8 @@ int main(int argc, char** argv) {
   sw->add_option("--budgets", sw_budgets, "comma-separated budgets")->capture_default_str();
   sw->add_option("--set", sw_sets, "other parameters as KEY=VALUE (repeatable)");
   add_trace_options(sw, sw_trace, sw_steps);
+  SignalFiles sw_signals;
+  add_signal_options(sw, sw_signals);
   sw->add_option("--format", sw_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
@@ -523,6 +552,7 @@ int main(int argc, char** argv) {
       if (run_budget) budget = *run_budget;
       EvaluateOptions options = options_of(run_trace, run_steps, "run");
       options.paged = paged_of(run_paged);
+      options.signals = run_signals;
       const std::vector<RunRow> rows = evaluate({{run_policy, params, budget}}, options);
       if (run_format == "json") {
         std::cout << run_json(rows.front()) << '\n';
@@ -537,6 +567,10 @@ int main(int argc, char** argv) {
     if (cmp->parsed() && !cmp_model.empty()) {
       if (cmp->count("--trace") + cmp->count("--steps") > 0) {
         throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
+      }
+      if (!cmp_signals.empty()) {
+        throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
+                             "decoder gives the policies their keys itself (give one or the other)");
       }
       CompareRequest request;
       // Its retained mass replays the model's recorded attention, which has no keys.
@@ -690,10 +724,19 @@ int main(int argc, char** argv) {
     if (rec->parsed()) {
       const auto model = Model::load(rec_model);
       const std::vector<std::uint8_t> text = read_text(rec_text);
-      const std::uint32_t n = record_attention(*model, text, rec_out, rec_force, rec_tokens);
+      rec_files.attention = rec_out;
+      rec_files.overwrite = rec_force;
+      const std::uint32_t n = record_signals(*model, text, rec_files, rec_tokens);
+      const ModelConfig& c = model->config();
       std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} bytes of {})\n",
-                               rec_out, model->config().head_count(), n, n, model->config().layers,
-                               model->config().kv_heads, n, rec_text);
+                               rec_out, c.head_count(), n, n, c.layers, c.kv_heads, n, rec_text);
+      const std::pair<const std::filesystem::path*, std::uint32_t> more[] = {
+          {&rec_files.keys, c.head_dim()}, {&rec_files.values, c.head_dim()}, {&rec_files.queries, c.group() * c.head_dim()}};
+      for (const auto& [file, width] : more) {
+        if (!file->empty()) {
+          std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32\n", file->string(), c.head_count(), n, width);
+        }
+      }
       return 0;
     }
 
@@ -732,11 +775,12 @@ int main(int argc, char** argv) {
 
     if (cmp->parsed()) {
       CompareRequest request;
-      request.policies = parse_policy_list(cmp_policies, kSignalAttention, kTraceSource);
+      request.policies = replay_policy_list(cmp_policies, cmp_signals);
       request.budgets = parse_integer_list(cmp_budgets, "--budgets");
       request.overrides = parse_sets(cmp_sets);
       EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
       options.paged = paged_of(cmp_paged);
+      options.signals = cmp_signals;
       const std::vector<RunRow> rows = compare(request, options);
       if (cmp_format == "json") {
         std::cout << rows_json(rows) << '\n';
@@ -764,7 +808,9 @@ int main(int argc, char** argv) {
       request.values = parse_integer_list(sw_param.substr(eq + 1), request.param);
       request.budgets = parse_integer_list(sw_budgets, "--budgets");
       request.params = parse_sets(sw_sets);
-      const std::vector<RunRow> rows = sweep(request, options_of(sw_trace, sw_steps, "sweep"));
+      EvaluateOptions options = options_of(sw_trace, sw_steps, "sweep");
+      options.signals = sw_signals;
+      const std::vector<RunRow> rows = sweep(request, options);
       if (sw_format == "json") {
         std::cout << rows_json(rows) << '\n';
         return 0;

@@ -11,6 +11,7 @@
 #include "kvevict/eval/harness.h"
 #include "kvevict/eval/metrics.h"
 #include "kvevict/eval/paged.h"
+#include "kvevict/eval/signal_files.h"
 #include "kvevict/core/params.h"
 
 namespace kvevict {
@@ -50,6 +51,12 @@ struct EvaluateOptions {
   StepObserver observe;
   // Block or layer-budget eviction for every run (docs/paged.md); off by default.
   PagedOptions paged;
+  // Keys, values and queries recorded beside an .npy trace
+  // (eval/signal_files.h): with them the key-aware policies replay too, each
+  // given position 0's signals by on_origin and every step's by on_step, and
+  // their headDim and groups are read from the files unless set. A policy
+  // that reads a signal not given is refused naming it and its flag.
+  SignalFiles signals;
 };
 
 // Builds every policy first (so a bad parameter fails before any work), then

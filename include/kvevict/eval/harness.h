@@ -37,6 +37,19 @@ struct StepView {
 // Called for every run at every step; may be empty (then it costs nothing).
 using StepObserver = std::function<void(const StepView&)>;
 
+// Each position's key, value and queries for one head, beside the trace's
+// weights (recorded files: eval/signal_files.h). With a source, the harness
+// gives every run position 0's signals through on_origin before step 1 and
+// step t through on_step(t, inputs) with the attention row -- for an
+// attention policy exactly on_decode_step(t, attention).
+class StepSignals {
+ public:
+  virtual ~StepSignals() = default;
+  // Position `pos`'s signals (attention left empty); the spans stay valid
+  // until the next call. Throws InputError naming the file on bad data.
+  virtual StepInputs at(std::uint32_t pos) = 0;
+};
+
 struct RunSlot {
   Policy* policy = nullptr;
   std::int64_t budget = 0;
@@ -50,11 +63,14 @@ struct RunSlot {
 // `seconds`, when given, receives each run's own time (its policy and metric
 // work, not the shared trace generation). `observe`, when given, sees every
 // run's every step (StepView) and changes nothing; its time is not counted.
+// `signals`, when given, supplies each position's key, value and queries
+// (StepSignals above); without it every step is on_decode_step(t, attention).
 std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
                                 std::optional<std::int64_t> max_steps = std::nullopt,
                                 const ProgressFn& progress = {},
                                 std::vector<double>* seconds = nullptr,
-                                const StepObserver& observe = {});
+                                const StepObserver& observe = {},
+                                StepSignals* signals = nullptr);
 
 // One policy, one budget.
 RunTotals run(Policy& policy, Trace& trace, std::int64_t budget,

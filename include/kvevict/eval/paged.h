@@ -67,8 +67,11 @@ std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMa
 // totals, measured before each eviction as the harness measures them (budget:
 // layer_budget / heads). Throws ContractError for a victim not held or the
 // budget not met.
+// `signals`, when not empty, gives each head's key, value and queries (one
+// per head, as run_many's StepSignals).
 std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
-                                 std::uint32_t steps, const ProgressFn& progress = {});
+                                 std::uint32_t steps, const ProgressFn& progress = {},
+                                 std::span<StepSignals* const> signals = {});
 
 namespace detail {
 // evaluate() in layer mode: every head of the trace stepped in lock step and

@@ -121,4 +121,26 @@ std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t>
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens = 0, const ProgressFn& progress = {});
 
+// record_attention and, beside it, the signals the decoder gives every
+// policy at each position 0 ... N-1 (docs/signals.md), each an
+// [layers x kv_heads, N, width] float32 .npy with the attention's head index,
+// for `kvevict run/compare --trace ATTENTION --keys ... --values ...
+// --queries ...` (eval/signal_files.h):
+//   keys     width headDim: each cache's key as stored (after RoPE)
+//   values   width headDim
+//   queries  width groups x headDim: the queries before RoPE of the cache's
+//            query heads, head-major
+// An empty path is not written. Every target is checked first (none may
+// exist without `overwrite`, no two may be the same file); each file is
+// written whole or not at all. Returns N.
+struct RecordFiles {
+  std::filesystem::path attention;  // required
+  std::filesystem::path keys;
+  std::filesystem::path values;
+  std::filesystem::path queries;
+  bool overwrite = false;
+};
+std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> text, const RecordFiles& files,
+                             std::uint32_t tokens = 0, const ProgressFn& progress = {});
+
 }  // namespace kvevict
