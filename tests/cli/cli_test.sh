@@ -212,6 +212,45 @@ bad "model budget"     "Scissorhands: recentWindow (32) must be smaller than bud
 bad "model and trace"  "--trace and --steps replay a trace; --model runs the model" -- compare --model "$model" --text "$tmp/text.txt" --trace decode-4096
 bad "model no text"    "--text" -- compare --model "$model"
 bad "persistence lag"  "lags must be in 1 ... 48" -- persistence --trace "$tmp/rec.npy" --lags 49
+# Keys, values and queries recorded beside the attention, replayed by the
+# key-aware policies (docs/signals.md); each bad input one line naming it.
+# mknpy FILE SHAPE VALUES: a float32 .npy, e.g. mknpy k.npy 4,2 "3 4 1 0".
+mknpy() {
+  python3 - "$@" <<'PY'
+import struct, sys
+path, shape, values = sys.argv[1], [int(d) for d in sys.argv[2].split(",")], [float(v) for v in sys.argv[3].split()]
+header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s,), }" % ", ".join(map(str, shape))
+header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack("<%df" % len(values), *values))
+PY
+}
+ok  "record signals"   "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/sig.npy" --tokens 120 --keys "$tmp/keys.npy" --values "$tmp/values.npy" --queries "$tmp/queries.npy"
+if [[ "$(cat "$tmp/err")" == *"keys.npy: [$caches, 120, "*"queries.npy: [$caches, 120, "* && -s "$tmp/values.npy" ]]; then pass; else fail "record signals: $(cat "$tmp/err")"; fi
+ok  "replay knorm"     '"headDim": 32' -- run --policy knorm --budget 48 --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --format json
+ok  "replay keydiff"   "keydiff" -- compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --values "$tmp/values.npy" --queries "$tmp/queries.npy" --budgets 48,64
+ok  "replay all"       "knorm" -- compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --budgets 48,64,96
+ok  "replay sweep"     "recentWindow" -- sweep --policy knorm --param recentWindow=0,8 --budgets 48 --trace "$tmp/sig.npy" --keys "$tmp/keys.npy"
+# By hand: keys with norms 5, 1, 2, 0.5, 1 at budget 3. Step 3 evicts the norm-5
+# key (position 0), so step 4 keeps 0.1 + 0.2 + 0.3 of its weight: mass (1+1+1+0.6)/4.
+mknpy "$tmp/hand.npy" 5,5 "0 0 0 0 0  1 0 0 0 0  .5 .5 0 0 0  .2 .3 .5 0 0  .4 .1 .2 .3 0"
+mknpy "$tmp/handkeys.npy" 5,2 "3 4  1 0  0 2  .5 0  1 0"
+ok  "knorm by hand"    '"retainedAttentionMass": 0.9,' -- run --policy knorm --budget 3 --trace "$tmp/hand.npy" --keys "$tmp/handkeys.npy" --format json
+bad "replay no keys"   "knorm reads the new token's key (key), which a trace (attention weights only) does not supply: give --keys FILE.npy" -- run --policy knorm --trace "$tmp/sig.npy"
+bad "replay no keys cmp" "keydiff reads the new token's key (key), which this trace and its files (attention, value) does not supply: give --keys FILE.npy" -- compare --policies keydiff --trace "$tmp/sig.npy" --values "$tmp/values.npy"
+bad "replay missing"   "nokeys.npy: no such file (given as --keys, the keys)" -- run --policy knorm --trace "$tmp/sig.npy" --keys "$tmp/nokeys.npy"
+bad "replay heads"     "handkeys.npy: shape (5, 2) has one head; the trace $tmp/sig.npy has $caches" -- run --policy knorm --trace "$tmp/sig.npy" --keys "$tmp/handkeys.npy"
+record_short=$("$tool" record --model "$model" --text "$tmp/text.txt" --out "$tmp/sig60.npy" --tokens 60 --keys "$tmp/keys60.npy" 2>&1) || fail "record 60: $record_short"
+bad "replay N"         "keys60.npy: N = 60 positions; the trace $tmp/sig.npy has 120" -- run --policy knorm --trace "$tmp/sig.npy" --keys "$tmp/keys60.npy"
+mknpy "$tmp/handvalues.npy" 5,3 "0 0 0  0 0 0  0 0 0  0 0 0  0 0 0"
+bad "replay dims"      "handvalues.npy: headDim 3 differs from $tmp/handkeys.npy's 2" -- run --policy knorm --budget 3 --trace "$tmp/hand.npy" --keys "$tmp/handkeys.npy" --values "$tmp/handvalues.npy"
+bad "replay groups"    "keys.npy: 32 floats per position is not groups x headDim for headDim 64 (from $tmp/queries.npy)" -- run --policy knorm --trace "$tmp/sig.npy" --keys "$tmp/queries.npy" --queries "$tmp/keys.npy"
+bad "replay set dim"   "KNorm: headDim 16 is set, but the recorded keys and values have 32 floats" -- run --policy knorm --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --set headDim=16
+bad "replay generated" "give --trace FILE.npy (kvevict record writes both), not the generated trace 'decode-4096'" -- run --policy knorm --keys "$tmp/keys.npy"
+bad "replay model"     "--keys, --values and --queries replay a recorded trace; --model runs the model" -- compare --model "$model" --text "$tmp/text.txt" --keys "$tmp/keys.npy"
+bad "record keys exist" "keys.npy: already exists (pass --force to replace it)" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/sig2.npy" --tokens 120 --keys "$tmp/keys.npy"
+bad "record same file" "--out and --keys both name" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/sig3.npy" --keys "$tmp/sig3.npy"
+if [[ ! -e "$tmp/sig2.npy" && ! -e "$tmp/sig3.npy" ]]; then pass; else fail "record wrote the attention despite a refused target"; fi
 # Retrieval tasks: the table, JSON rows, and each bad request one line.
 heldout=$model_dir/heldout-sample.txt
 ok  "tasks table"      "| passkey | 300 | sliding-window | 32 | decode |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 2 --policies sliding-window --budgets 32
