@@ -434,6 +434,45 @@ TEST_F(SimdTarget, TovaAndSnapKVKernelsMatchThePlainLoopsOnEverySupportedTarget)
   }
 }
 
+// KNorm's first maximum and KeyDiff's anchor against their plain loops:
+// tie-heavy values (halves and quarters, zeros, repeats), every begin/end
+// split around the vector widths, and channel counts on both sides of the
+// anchor's four-vector block (4 x 8 doubles on AVX-512).
+void check_key_kernels(const std::string& target) {
+  std::mt19937 rng(11);
+  for (const Case& c : cases(rng)) {
+    std::vector<double> v(c.n);
+    for (double& x : v) x = static_cast<double>(rng() % 5) * 0.25;
+    std::size_t want = c.end;
+    for (std::size_t i = c.begin; i < c.end; ++i) want = want == c.end || v[i] > v[want] ? i : want;
+    ASSERT_EQ(detail::first_max(v.data(), c.begin, c.end), want) << target << " n=" << c.n << " [" << c.begin << ", " << c.end << ")";
+  }
+  for (std::size_t dim : {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128}) {
+    for (std::size_t rows : {0, 1, 5, 40}) {
+      std::vector<float> keys(rows * dim);
+      for (float& k : keys) k = static_cast<float>(static_cast<int>(rng() % 7) - 3) * 0.5F;
+      std::vector<double> divisors(rows);
+      for (double& d : divisors) d = rng() % 4 == 0 ? 0.0 : std::sqrt(static_cast<double>(rng() % 50 + 1));
+      std::vector<double> got(dim), want(dim);
+      for (std::size_t k = 0; k < dim; ++k) got[k] = want[k] = static_cast<double>(k) / 3.0;
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (divisors[r] == 0.0) continue;
+        for (std::size_t k = 0; k < dim; ++k) want[k] += static_cast<double>(keys[r * dim + k]) / divisors[r];
+      }
+      detail::add_divided_rows(keys.data(), rows, dim, divisors.data(), got.data());
+      ASSERT_TRUE(same_bits(got, want)) << target << " dim=" << dim << " rows=" << rows;
+    }
+  }
+}
+
+TEST_F(SimdTarget, KeyPolicyKernelsMatchThePlainLoopsOnEverySupportedTarget) {
+  for (const auto& target : simd::supported_targets()) {
+    simd::select_target(target);
+    ASSERT_EQ(simd::active_target(), target);
+    check_key_kernels(target);
+  }
+}
+
 TEST_F(SimdTarget, BankKernelsMatchThePlainLoopsOnEverySupportedTarget) {
   for (const auto& target : simd::supported_targets()) {
     simd::select_target(target);

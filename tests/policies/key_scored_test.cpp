@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -93,14 +94,15 @@ TEST(KeyScored, KnormAndKeydiffDisagreeOnTheSameKeys) {
 
 TEST(KeyScored, StepsAndEvictionsAllocateNothing) {
   for (const char* name : {"knorm", "keydiff"}) {
-    auto p = make_policy(name, {{"budget", 64}, {"headDim", 16}});
-    V key(16);
+    // Past the 8-slot groups and the 4-vector channel blocks of the fast paths.
+    auto p = make_policy(name, {{"budget", 70}, {"headDim", 40}, {"sinks", 2}, {"recentWindow", 3}});
+    V key(40);
     p->on_origin(key_of(key));
     testing::CountAllocations count;
     for (std::int64_t t = 1; t < 400; ++t) {
       for (std::size_t c = 0; c < key.size(); ++c) key[c] = static_cast<float>((t * 7 + static_cast<std::int64_t>(c) * 3) % 11) - 5.0F;
       p->on_step(t, key_of(key));
-      if (p->kept_count() > 64) p->evict(64);
+      if (p->kept_count() > 70) p->evict(t % 9 == 0 ? 60 : 70);
     }
     EXPECT_EQ(count.count(), 0U) << name;
   }
@@ -113,9 +115,12 @@ struct Reference {
   std::int64_t sinks, recent, dim;
   std::vector<Position> pos{0};
   std::vector<V> keys{V{}};  // empty: unobserved
-  std::vector<Position> evict(std::int64_t budget) {
+  bool is_protected(std::size_t i) const {
+    const std::size_t first_recent = pos.size() - std::min<std::size_t>(static_cast<std::size_t>(recent), pos.size());
+    return keys[i].empty() || i >= first_recent || std::int64_t{pos[i]} < sinks;
+  }
+  std::vector<double> score_all() const {
     const std::size_t kept = pos.size();
-    if (kept <= static_cast<std::size_t>(budget)) return {};
     std::vector<double> score(kept, 0.0);
     std::vector<double> anchor(static_cast<std::size_t>(dim), 0.0);
     for (std::size_t i = 0; i < kept; ++i) {
@@ -136,41 +141,80 @@ struct Reference {
           sq += double{keys[i][c]} * keys[i][c];
           dot += double{keys[i][c]} * anchor[c];
         }
-        score[i] = keys[i].empty() || sq == 0.0 || an == 0.0 ? 0.0 : -(dot / (std::sqrt(sq) * an));
+        score[i] = keys[i].empty() || sq == 0.0 || an == 0.0 ? -0.0 : -(dot / (std::sqrt(sq) * an));
       }
     }
-    std::vector<bool> gone(kept, false);
-    const std::size_t first_recent = kept - std::min<std::size_t>(static_cast<std::size_t>(recent), kept);
-    for (std::size_t n = 0; n < kept - static_cast<std::size_t>(budget); ++n) {
-      std::size_t best = kept;
-      for (std::size_t i = 0; i < kept; ++i) {
-        if (gone[i] || keys[i].empty() || i >= first_recent || std::int64_t{pos[i]} < sinks) continue;
-        if (best == kept || score[i] < score[best]) best = i;
-      }
-      if (best == kept) break;
-      gone[best] = true;
+    return score;
+  }
+  // What scores() reports: +infinity where protected.
+  std::vector<double> public_scores() const {
+    std::vector<double> score = score_all();
+    for (std::size_t i = 0; i < score.size(); ++i) {
+      if (is_protected(i)) score[i] = std::numeric_limits<double>::infinity();
     }
-    std::vector<Position> out, kp;
+    return score;
+  }
+  void drop(const std::vector<bool>& gone) {
+    std::vector<Position> kp;
     std::vector<V> kk;
-    for (std::size_t i = 0; i < kept; ++i) {
-      if (gone[i]) {
-        out.push_back(pos[i]);
-      } else {
+    for (std::size_t i = 0; i < pos.size(); ++i) {
+      if (!gone[i]) {
         kp.push_back(pos[i]);
         kk.push_back(keys[i]);
       }
     }
     pos = kp;
     keys = kk;
+  }
+  std::vector<Position> evict(std::int64_t budget) {
+    const std::size_t kept = pos.size();
+    if (kept <= static_cast<std::size_t>(budget)) return {};
+    const std::vector<double> score = score_all();
+    std::vector<bool> gone(kept, false);
+    for (std::size_t n = 0; n < kept - static_cast<std::size_t>(budget); ++n) {
+      std::size_t best = kept;
+      for (std::size_t i = 0; i < kept; ++i) {
+        if (gone[i] || is_protected(i)) continue;
+        if (best == kept || score[i] < score[best]) best = i;
+      }
+      if (best == kept) break;
+      gone[best] = true;
+    }
+    std::vector<Position> out;
+    for (std::size_t i = 0; i < kept; ++i) {
+      if (gone[i]) out.push_back(pos[i]);
+    }
+    drop(gone);
     return out;
+  }
+  void remove(const std::vector<Position>& victims) {
+    std::vector<bool> gone(pos.size(), false);
+    for (std::size_t i = 0; i < pos.size(); ++i) gone[i] = std::find(victims.begin(), victims.end(), pos[i]) != victims.end();
+    drop(gone);
   }
 };
 
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// KNorm and KeyDiff choose by fast paths (a contiguous evictable range, SIMD
+// argmin/argmax, KeyDiff's anchor with lanes across channels and its dot
+// products eight slots at a time); the reference above by the definitions.
+// The cases reach every block of those paths: budgets past 300 (many 8-slot
+// groups and a ragged tail) and small ones, head sizes on both sides of the
+// anchor's 4-vector channel block (16 channels on AVX2, 32 on AVX-512) and
+// of the vector width, tie-heavy keys (binary fractions, zero keys, repeats),
+// several victims per evict, sinks and a recent window, and scores()/remove()
+// between steps. The simd_* tests run it again at every SIMD target.
 RC_GTEST_PROP(KeyScored, FastAndPlainChooseTheSameVictims, ()) {
   const std::string name = *rc::gen::element<std::string>("knorm", "keydiff");
-  const bool large = *rc::gen::arbitrary<bool>();
-  const std::int64_t budget = large ? *rc::gen::inRange<std::int64_t>(300, 420) : *rc::gen::inRange<std::int64_t>(1, 12);
-  const std::int64_t dim = *rc::gen::inRange<std::int64_t>(1, 9);
+  const int size = *rc::gen::inRange(0, 3);
+  const std::int64_t budget = size == 2   ? *rc::gen::inRange<std::int64_t>(300, 420)
+                              : size == 1 ? *rc::gen::inRange<std::int64_t>(13, 80)
+                                          : *rc::gen::inRange<std::int64_t>(1, 12);
+  const std::int64_t dim = *rc::gen::element<std::int64_t>(1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40);
   const std::int64_t sinks = *rc::gen::inRange<std::int64_t>(0, std::min<std::int64_t>(budget, 4));
   const std::int64_t recent = *rc::gen::inRange<std::int64_t>(0, budget - sinks);
   // Tie-heavy keys: components from a few binary fractions, zero keys, repeats.
@@ -180,10 +224,15 @@ RC_GTEST_PROP(KeyScored, FastAndPlainChooseTheSameVictims, ()) {
   Reference plain{name, sinks, recent, dim};
   std::mt19937 rng(*rc::gen::arbitrary<std::uint32_t>());
   std::uniform_int_distribution<int> component(-palette, palette);
-  std::uniform_int_distribution<int> tenth(0, 9);
+  std::uniform_int_distribution<int> percent(0, 99);
+  V last(static_cast<std::size_t>(dim), 0.5F);
   const auto draw = [&] {
+    const int kind = percent(rng);
+    if (kind < 8) return V(static_cast<std::size_t>(dim), 0.0F);  // no direction
+    if (kind < 20) return last;                                   // a repeat: equal scores
     V k(static_cast<std::size_t>(dim));
     for (float& x : k) x = static_cast<float>(component(rng)) * 0.5F;
+    last = k;
     return k;
   };
   if (origin) {
@@ -192,20 +241,77 @@ RC_GTEST_PROP(KeyScored, FastAndPlainChooseTheSameVictims, ()) {
     plain.keys[0] = k;
   }
   const int steps = static_cast<int>(budget) + *rc::gen::inRange(1, 60);
-  RC_TAG(name, large ? "large" : "small");
+  RC_TAG(name, size);
+  std::vector<Position> held(static_cast<std::size_t>(budget) + 1);
+  std::vector<double> got_scores(static_cast<std::size_t>(budget) + 1);
   for (int t = 1; t <= steps; ++t) {
     const V k = draw();
     fast->on_step(t, key_of(k));
     plain.pos.push_back(static_cast<Position>(t));
     plain.keys.push_back(k);
+    // Sometimes the scores an outside evictor reads, bit for bit.
+    if (percent(rng) < 10) {
+      const std::size_t n = fast->scores(held, got_scores);
+      RC_ASSERT(std::vector<Position>(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n)) == plain.pos);
+      RC_ASSERT(same_bits(std::vector<double>(got_scores.begin(), got_scores.begin() + static_cast<std::ptrdiff_t>(n)),
+                          plain.public_scores()));
+    }
+    // Sometimes an outside evictor removes a few evictable positions.
+    if (percent(rng) < 8) {
+      std::vector<Position> chosen;
+      for (std::size_t i = 0; i < plain.pos.size(); ++i) {
+        if (!plain.is_protected(i) && percent(rng) < 5 && chosen.size() < 3) chosen.push_back(plain.pos[i]);
+      }
+      fast->remove(chosen);
+      plain.remove(chosen);
+      RC_ASSERT(fast->kept_count() == plain.pos.size());
+    }
     // Sometimes several victims at once: the budget passed to evict drops.
-    const std::int64_t b = tenth(rng) == 0 ? std::max<std::int64_t>(1, budget - 3) : budget;
+    const int drop = percent(rng);
+    const std::int64_t b = drop < 4    ? std::max<std::int64_t>(1, budget / 2)
+                           : drop < 14 ? std::max<std::int64_t>(1, budget - 3)
+                                       : budget;
     if (static_cast<std::int64_t>(fast->kept_count()) > b || t % 5 == 0) {
       const auto got = victims(fast->evict(b));
       RC_ASSERT(got == plain.evict(b));
       RC_ASSERT(fast->kept_count() == plain.pos.size());
     }
     if (static_cast<std::int64_t>(fast->kept_count()) > budget) break;  // only protected left
+  }
+}
+
+// A key-scored policy that brings its own scores and no fast path (as a new
+// subclass does) still gets the reference eviction: this one scores like
+// KNorm through fill_scores() alone, and chooses exactly KNorm's victims.
+class PlainKNorm final : public KeyScoredPolicy {
+ public:
+  explicit PlainKNorm(const KeyScoredParams& p) : KeyScoredPolicy("PlainKNorm", p, /*keeps_keys=*/true) {}
+  std::string_view name() const noexcept override { return "plain-knorm"; }
+  std::size_t memory_bytes() const noexcept override { return 0; }
+  int fills = 0;
+
+ private:
+  void fill_scores() const noexcept override {
+    ++const_cast<PlainKNorm*>(this)->fills;
+    for (std::size_t i = 0; i < kept_; ++i) score_[i] = -squared_norms_[i];
+  }
+};
+
+TEST(KeyScored, ASubclassWithoutAFastPathGetsTheReferenceEviction) {
+  const KeyScoredParams params{.budget = 40, .head_dim = 3, .sinks = 2, .recent_window = 5};
+  PlainKNorm plain(params);
+  KNorm fast(params);
+  std::mt19937 rng(5);
+  for (std::int64_t t = 1; t < 300; ++t) {
+    V k(3);
+    for (float& x : k) x = static_cast<float>(static_cast<int>(rng() % 5) - 2) * 0.5F;
+    plain.on_step(t, key_of(k));
+    fast.on_step(t, key_of(k));
+    const std::int64_t b = t % 17 == 0 ? 30 : 40;
+    const int before = plain.fills;
+    const auto want = victims(fast.evict(b));
+    EXPECT_EQ(victims(plain.evict(b)), want) << "step " << t;
+    EXPECT_EQ(plain.fills, before + (want.empty() ? 0 : 1)) << "one fill_scores() per evict that drops";
   }
 }
 

@@ -317,6 +317,66 @@ HWY_INLINE std::size_t FirstMinImpl(D d, const T* HWY_RESTRICT v, std::size_t be
   return FindFirstImpl(d, v, begin, end, m);
 }
 
+// The first maximum: the maximum (order-free without NaN), then its first
+// occurrence.
+std::size_t FirstMaxF64(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end) {
+  if (begin >= end) return end;
+  const hn::ScalableTag<double> d;
+  const std::size_t N = hn::Lanes(d);
+  auto high = hn::Set(d, v[begin]);
+  std::size_t i = begin;
+  for (; i + 2 * N <= end; i += 2 * N) high = hn::Max(high, hn::Max(hn::LoadU(d, v + i), hn::LoadU(d, v + i + N)));
+  for (; i + N <= end; i += N) high = hn::Max(high, hn::LoadU(d, v + i));
+  double m = hn::GetLane(hn::MaxOfLanes(d, high));
+  for (; i < end; ++i) m = v[i] > m ? v[i] : m;
+  return FindFirstImpl(d, v, begin, end, m);
+}
+
+// KeyDiff's anchor, lanes across channels: four vectors of channels stay in
+// registers while every row is added to them in row order, so each lane is
+// its channel's plain sum.
+void AddDividedRows(const float* HWY_RESTRICT keys, std::size_t rows, std::size_t dim,
+                    const double* HWY_RESTRICT divisors, double* HWY_RESTRICT sums) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t c = 0;
+  for (; c + 4 * N <= dim; c += 4 * N) {
+    auto s0 = hn::LoadU(dd, sums + c);
+    auto s1 = hn::LoadU(dd, sums + c + N);
+    auto s2 = hn::LoadU(dd, sums + c + 2 * N);
+    auto s3 = hn::LoadU(dd, sums + c + 3 * N);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (divisors[r] == 0.0) continue;
+      const auto n = hn::Set(dd, divisors[r]);
+      const float* row = keys + r * dim + c;
+      s0 = hn::Add(s0, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row)), n));
+      s1 = hn::Add(s1, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + N)), n));
+      s2 = hn::Add(s2, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + 2 * N)), n));
+      s3 = hn::Add(s3, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + 3 * N)), n));
+    }
+    hn::StoreU(s0, dd, sums + c);
+    hn::StoreU(s1, dd, sums + c + N);
+    hn::StoreU(s2, dd, sums + c + 2 * N);
+    hn::StoreU(s3, dd, sums + c + 3 * N);
+  }
+  for (; c + N <= dim; c += N) {
+    auto s0 = hn::LoadU(dd, sums + c);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (divisors[r] == 0.0) continue;
+      s0 = hn::Add(s0, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, keys + r * dim + c)), hn::Set(dd, divisors[r])));
+    }
+    hn::StoreU(s0, dd, sums + c);
+  }
+  for (; c < dim; ++c) {
+    double sum = sums[c];
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (divisors[r] != 0.0) sum += static_cast<double>(keys[r * dim + c]) / divisors[r];
+    }
+    sums[c] = sum;
+  }
+}
+
 std::size_t FindFirstU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end,
                          std::uint32_t value) {
   return FindFirstImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end, value);
@@ -354,6 +414,8 @@ HWY_EXPORT(FindFirstU32);
 HWY_EXPORT(FindFirstF64);
 HWY_EXPORT(FirstMinU32);
 HWY_EXPORT(FirstMinF64);
+HWY_EXPORT(FirstMaxF64);
+HWY_EXPORT(AddDividedRows);
 
 float vote_threshold(double share) noexcept {
   float t = static_cast<float>(share);
@@ -414,6 +476,15 @@ std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end
 
 std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept {
   return HWY_DYNAMIC_DISPATCH(FirstMinF64)(v, begin, end);
+}
+
+std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(FirstMaxF64)(v, begin, end);
+}
+
+void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
+                      double* sums) noexcept {
+  HWY_DYNAMIC_DISPATCH(AddDividedRows)(keys, rows, dim, divisors, sums);
 }
 
 }  // namespace kvevict::detail

@@ -73,6 +73,16 @@ bool weights_valid(const float* w, std::size_t n) noexcept;
 // `end` when the range is empty.
 std::size_t first_min(const std::uint32_t* v, std::size_t begin, std::size_t end) noexcept;
 std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexcept;
+// Index of the first maximum of v[begin, end) (ties: the lowest index);
+// `end` when the range is empty. v holds no NaN.
+std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexcept;
+
+// KeyDiff's anchor: for r = 0 ... rows - 1 in that order, skipping a row
+// whose divisor is 0, sums[c] += (double)keys[r * dim + c] / divisors[r] for
+// every c < dim -- each channel's sum in row order, exactly the plain loop's
+// (the lanes run across channels; every division is IEEE-rounded).
+void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
+                      double* sums) noexcept;
 
 // The steady state's one victim in [first, end): the first minimum, found in
 // one block when the hint covers this range, else by a full scan. `end` when

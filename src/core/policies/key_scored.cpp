@@ -77,11 +77,15 @@ std::size_t KeyScoredPolicy::compact_marked() noexcept {
   });
 }
 
-std::span<const Position> KeyScoredPolicy::evict(std::int64_t budget) {
-  detail::check_evict_budget(title_, budget);
-  const auto b = static_cast<std::size_t>(budget);
-  if (kept_ <= b) return {};
-  const std::size_t needed = kept_ - b;
+KeyScoredPolicy::SlotRange KeyScoredPolicy::evictable() const noexcept {
+  const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  const std::size_t end = kept_ - recent;
+  std::size_t first = 0;
+  while (first < end && (observed_[first] == 0 || std::int64_t{positions_[first]} < params_.sinks)) ++first;
+  return {first, end};
+}
+
+void KeyScoredPolicy::mark_victims(std::size_t needed) noexcept {
   fill_scores();  // once per call, before the first victim
   for (std::size_t chosen = 0; chosen < needed; ++chosen) {
     std::size_t best = detail::kNoSlot;
@@ -92,6 +96,13 @@ std::span<const Position> KeyScoredPolicy::evict(std::int64_t budget) {
     if (best == detail::kNoSlot) break;  // only protected slots are left
     marked_[best] = 1;
   }
+}
+
+std::span<const Position> KeyScoredPolicy::evict(std::int64_t budget) {
+  detail::check_evict_budget(title_, budget);
+  const auto b = static_cast<std::size_t>(budget);
+  if (kept_ <= b) return {};
+  mark_victims(kept_ - b);
   return {victims_.data(), compact_marked()};
 }
 

@@ -1,6 +1,9 @@
 #include "kvevict/core/policies/knorm.h"
 
+#include <algorithm>
+
 #include "policies/describe.h"
+#include "policies/kernels.h"
 
 namespace kvevict {
 
@@ -8,6 +11,21 @@ KNorm::KNorm(const KeyScoredParams& params) : KeyScoredPolicy("KNorm", params, /
 
 void KNorm::fill_scores() const noexcept {
   for (std::size_t i = 0; i < kept_; ++i) score_[i] = -squared_norms_[i];
+}
+
+void KNorm::mark_victims(std::size_t needed) noexcept {
+  // -a < -b exactly when a > b (no squared norm is NaN or -0), so the
+  // reference's first minimum of -||k||^2 is the first maximum of ||k||^2.
+  const SlotRange range = evictable();
+  const std::size_t evictable_slots = range.end > range.first ? range.end - range.first : 0;
+  const std::size_t count = std::min(needed, evictable_slots);
+  for (std::size_t chosen = 0; chosen < count; ++chosen) {
+    const std::size_t best = detail::first_max(squared_norms_.data(), range.first, range.end);
+    marked_[best] = 1;
+    // Below every squared norm: never the maximum again. The slot is dropped
+    // by the compaction that follows, with its value.
+    squared_norms_[best] = -1.0;
+  }
 }
 
 namespace detail {

@@ -4,7 +4,8 @@
 // unobserved until on_origin gives its key, sinks and a recent window that
 // are never evicted, and the reference eviction -- one score per held slot,
 // computed once per evict() call, then a repeated strict argmin over the
-// evictable slots (ties to the lower position).
+// evictable slots (ties to the lower position). evict() hands the choice to
+// mark_victims(): the reference here, exact fast paths in KNorm and KeyDiff.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,22 @@ class KeyScoredPolicy : public Policy {
   // unobserved slots may hold anything: they are never candidates.
   virtual void fill_scores() const noexcept = 0;
   bool is_protected(std::size_t slot) const noexcept;
+  // The evictable slots [first, end): exactly the slots is_protected() is
+  // false for. Position 0 (the only one that can be unobserved) and the
+  // positions below `sinks` are a prefix of the ascending slots, the recent
+  // window a suffix, so what is left is one contiguous range (first >= end:
+  // none).
+  struct SlotRange {
+    std::size_t first;
+    std::size_t end;
+  };
+  SlotRange evictable() const noexcept;
+  // Marks in marked_ the `needed` slots evict() drops (fewer when only
+  // protected slots are left). The reference: fill_scores() once, then a
+  // repeated strict argmin of score_ over every slot that is neither marked
+  // nor protected (ties to the lower slot). A subclass that overrides it
+  // must mark exactly these slots.
+  virtual void mark_victims(std::size_t needed) noexcept;
   const float* key(std::size_t slot) const noexcept { return keys_.data() + slot * dim_; }
 
   std::string_view title_;

@@ -26,7 +26,13 @@ class KeyDiff final : public KeyScoredPolicy {
 
  private:
   // a = sum over the held observed keys of k / ||k||; score = -cos(k, a).
+  // Computed exactly as the plain loops would (the same float64 operations
+  // in the same order per channel and per slot), the anchor with SIMD lanes
+  // across channels, the dot products eight slots at a time.
   void fill_scores() const noexcept override;
+  // fill_scores(), then each victim the first minimum over the evictable
+  // range (SIMD): the reference's slots.
+  void mark_victims(std::size_t needed) noexcept override;
   mutable std::vector<double> anchor_;  // scratch
 };
 

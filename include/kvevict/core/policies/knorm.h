@@ -23,6 +23,10 @@ class KNorm final : public KeyScoredPolicy {
   // score = -||k||^2: the same order as kvpress's -||k||, without a square
   // root that could round two different norms to one.
   void fill_scores() const noexcept override;
+  // The fast path: the score is fixed at admission, so each victim is the
+  // first maximum of the squared norms over the evictable range (SIMD), the
+  // same slot the reference's strict argmin of -||k||^2 picks.
+  void mark_victims(std::size_t needed) noexcept override;
 };
 
 }  // namespace kvevict
