@@ -52,6 +52,27 @@ def measure(target):
     return tool, by_name
 
 
+KEY_AWARE = ["bench", "--policies", "knorm,keydiff", "--budgets", "512,4096", "--no-compare",
+             "--bank-instances", "0"]
+
+
+def key_aware_section(targets):
+    """The key-aware policies against their floor (the step's key plus the
+    policy's whole held state), one table per target, under its command."""
+    lines = ["## Key-aware policies", ""]
+    for target in targets:
+        cmd = ["build/kvevict"] + KEY_AWARE + ["--simd", target]
+        print(f"[{target}] kvevict bench (key-aware) ...", file=sys.stderr)
+        tool = json.loads(run([str(TOOL)] + KEY_AWARE + ["--simd", target, "--format", "json"]))
+        lines += [f"`{' '.join(cmd)}` ({tool['simdTarget']})", "",
+                  "| policy | budget | ns/step | floor ns | x floor |", "|---|---:|---:|---:|---:|"]
+        for r in tool["rows"]:
+            lines.append(f"| {r['policy']} | {r['budget']} | {r['nsPerStep']:.0f} | {r['floorNs']:.0f} | "
+                         f"{r['ratioToFloor']:.2f} |")
+        lines.append("")
+    return lines
+
+
 def fmt_ratio(x, digits=2):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -167,6 +188,7 @@ misses its target by a few tenths as "about there", not as a verdict.
 {chr(10).join(targets_table(results))}
 
 {chr(10).join(body)}
+{chr(10).join(key_aware_section(wanted))}
 ## What makes them fast
 
 - **Scissorhands**: one pass counts the votes, checks every weight and finds
