@@ -148,7 +148,7 @@ std::vector<std::string> replay_policy_list(std::string_view text, const SignalF
 
 SignalReplay::SignalReplay(const SignalFiles& files, const std::string& trace, std::uint64_t heads,
                            std::uint32_t length)
-    : files_(files), length_(length) {
+    : files_(files) {
   if (files.empty()) return;
   if (!is_npy_id(trace)) {
     throw ParameterError(fmt::format(

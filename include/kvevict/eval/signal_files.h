@@ -89,7 +89,6 @@ class SignalReplay {
  private:
   SignalFiles files_;
   std::vector<File> opened_;  // in the order keys, values, queries (those given)
-  std::uint32_t length_ = 0;
   std::uint32_t head_dim_ = 0;
   std::uint32_t query_width_ = 0;
 };
