@@ -16,13 +16,15 @@ std::string error_of(const std::function<void()>& f) {
   return "no error";
 }
 
-TEST(Registry, HoldsTheNinePoliciesFlagshipFirstTheKeyAwareLast) {
+TEST(Registry, HoldsTheTenPoliciesFlagshipFirstTheKeyAwareLast) {
   std::vector<std::string> names;
   for (const PolicyInfo* info : policies()) names.push_back(info->name);
   EXPECT_EQ(names, (std::vector<std::string>{"scissorhands", "h2o", "streaming-llm", "sliding-window",
-                                             "tova", "snapkv", "pyramidkv", "knorm", "keydiff"}));
+                                             "tova", "snapkv", "pyramidkv", "knorm", "keydiff",
+                                             "expected-attention"}));
   EXPECT_EQ(find_policy("knorm").signals, Signals{kSignalKey});
   EXPECT_EQ(find_policy("keydiff").signals, Signals{kSignalKey});
+  EXPECT_EQ(find_policy("expected-attention").signals, Signals{kSignalKey | kSignalValue | kSignalQueries});
 }
 
 TEST(Registry, EveryPolicyBuildsWithDefaultsAndStartsHoldingZero) {
@@ -40,7 +42,7 @@ TEST(Registry, EveryPolicyBuildsWithDefaultsAndStartsHoldingZero) {
 TEST(Registry, UnknownPolicyListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("lru"); }),
             "unknown policy 'lru' (known: scissorhands, h2o, streaming-llm, sliding-window, tova, "
-            "snapkv, pyramidkv, knorm, keydiff)");
+            "snapkv, pyramidkv, knorm, keydiff, expected-attention)");
 }
 
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
@@ -68,7 +70,7 @@ TEST(Registry, QueriesAreFoundByTheirVectorNames) {
 }
 
 TEST(Registry, PolicyLists) {
-  EXPECT_EQ(parse_policy_list("all").size(), 9U);
+  EXPECT_EQ(parse_policy_list("all").size(), 10U);
   // A source with attention only (a trace): "all" is the seven it can feed,
   // and a key-aware policy named is refused with the signal it lacks.
   EXPECT_EQ(parse_policy_list("all", kSignalAttention).size(), 7U);

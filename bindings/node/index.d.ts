@@ -80,6 +80,27 @@ export interface KeyDiffParams {
   /** The newest held positions that are never evicted. */
   recentWindow?: number;
 }
+export interface ExpectedAttentionParams {
+  budget?: number;
+  /** Floats in a key, a value and one query head (the model's head size). */
+  headDim?: number;
+  /** Query heads sharing the cache (grouped-query attention). */
+  groups?: number;
+  /** Positions < sinks are never evicted and their queries are not modelled (default 4). */
+  sinks?: number;
+  /** The newest held positions that are never evicted. */
+  recentWindow?: number;
+  /** The last queries (of positions >= sinks) the Gaussian is fitted to (default 128). */
+  queryWindow?: number;
+  /** Next positions RoPE is averaged over (default 512). */
+  futurePositions?: number;
+  /** The model's RoPE base; 0: no RoPE. */
+  ropeBase?: number;
+  /** 1: the logit's covariance term. */
+  covariance?: number;
+  /** 1: scores scaled by the value's norm. */
+  valueNorm?: number;
+}
 
 /** Base of every policy; not constructed directly. */
 export abstract class Policy {
@@ -173,6 +194,16 @@ export class KeyDiff extends Policy {
   /** L2 norm of a held position's key, -1 when it is not held or its key was never given. */
   keyNormOf(pos: Position): number;
 }
+export class ExpectedAttention extends Policy {
+  constructor(params?: ExpectedAttentionParams);
+  static readonly policyName: 'expected-attention';
+  /** Expected logit query head `head` pays a held position's key; NaN when not held or never given. */
+  logitOf(pos: Position, head: number): number;
+  /** The score evict() would use (softmax averaged over the heads, times the value's norm); -1 when not scored. */
+  scoreOf(pos: Position): number;
+  /** Queries the Gaussian is fitted to now (at most queryWindow). */
+  modelledQueries(): number;
+}
 
 export interface PolicyClasses {
   scissorhands: typeof Scissorhands;
@@ -184,6 +215,7 @@ export interface PolicyClasses {
   pyramidkv: typeof PyramidKV;
   knorm: typeof KNorm;
   keydiff: typeof KeyDiff;
+  'expected-attention': typeof ExpectedAttention;
 }
 /** Registry name -> class, for every registered policy. */
 export const policyClasses: PolicyClasses & { readonly [name: string]: (new (params?: Params) => Policy) | undefined };

@@ -19,7 +19,8 @@ namespace kvevict {
   X(snapkv)                  \
   X(pyramidkv)               \
   X(knorm)                   \
-  X(keydiff)
+  X(keydiff)                 \
+  X(expected_attention)
 
 namespace detail {
 #define KVEVICT_DECLARE(entry) const PolicyInfo& entry##_info();

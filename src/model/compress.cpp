@@ -17,6 +17,9 @@ PrefillCompressor::PrefillCompressor(const ModelConfig& config, const RunSpec& s
       chunk_(chunk == 0 ? prompt : std::min(chunk, prompt)) {
   if (prompt < 1) throw ContractError("prefill compression: the prompt is empty");
   rows_.assign(config.head_count(), {});
+  if ((find_policy(spec.policy).signals & kSignalQueries) != 0) {
+    queries_.assign(config.head_count(), std::vector<float>(std::size_t{prompt} * config.group() * config.head_dim()));
+  }
   for (std::uint32_t h = 0; h < config.head_count(); ++h) {
     ParamMap params = head_params(spec_, config_, h / config_.kv_heads);
     std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
@@ -26,6 +29,10 @@ PrefillCompressor::PrefillCompressor(const ModelConfig& config, const RunSpec& s
 
 bool PrefillCompressor::after_step(Decoder& decoder, std::uint32_t i) {
   if (i >= prompt_) return false;
+  for (std::uint32_t h = 0; h < queries_.size(); ++h) {
+    const std::span<const float> q = decoder.queries(h);
+    std::copy(q.begin(), q.end(), queries_[h].begin() + static_cast<std::ptrdiff_t>(std::size_t{i} * q.size()));
+  }
   const std::uint32_t chunk_begin = i / chunk_ * chunk_;
   const std::uint32_t chunk_end = std::min(prompt_, chunk_begin + chunk_);
   const std::uint32_t rows = std::min(window_, chunk_end - chunk_begin);
@@ -53,13 +60,24 @@ void PrefillCompressor::compress(Decoder& decoder, std::uint32_t rows) {
       // attention rows are not needed.
       const std::size_t d = config_.head_dim();
       const auto [keys, values] = decoder.held_rows(h);
+      // The held positions' queries, when the policy reads them (each held
+      // position's own row: a position's queries are those of its step).
+      std::size_t width = 0;
+      held_queries_.clear();
+      if (!queries_.empty()) {
+        width = std::size_t{config_.group()} * d;
+        for (const Position p : held) {
+          const auto from = queries_[h].begin() + static_cast<std::ptrdiff_t>(std::size_t{p} * width);
+          held_queries_.insert(held_queries_.end(), from, from + static_cast<std::ptrdiff_t>(width));
+        }
+      }
       keep(decoder, h, prefill_signals(spec_.policy, params_[h], spec_.budget,
                                        PrefillSignals{.length = length,
                                                       .head_dim = d,
                                                       .keys = {keys, length * d},
                                                       .values = {values, length * d},
-                                                      .queries = {},
-                                                      .query_width = 0}));
+                                                      .queries = held_queries_,
+                                                      .query_width = width}));
       continue;
     }
     // kvevict::prefill's layout: rows x length, each row its weights then 0.

@@ -284,6 +284,7 @@ struct Decoder::Impl {
     std::vector<float> weights;              // last step's softmax (mean over the query heads), [count at that step]
     std::vector<Position> attended;          // positions those weights were over
     std::uint32_t attended_count = 0;
+    std::vector<float> queries;              // last step's queries of the group, before RoPE, [group x head_dim]
     Policy* policy = nullptr;
     std::int64_t budget = 0;
   };
@@ -367,6 +368,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   for (Impl::HeadCache& hc : m.heads) {
     hc.weights.assign(capacity, 0.0F);
     hc.attended.assign(capacity, 0);
+    hc.queries.assign(std::size_t{m.cfg.group()} * d, 0.0F);
   }
   m.layer_budgets.assign(m.cfg.layers, nullptr);
   m.layer_budget_of.assign(m.cfg.layers, 0);
@@ -495,6 +497,8 @@ std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
   return {hc.weights.data(), hc.attended_count};
 }
 
+std::span<const float> Decoder::queries(std::uint32_t h) const noexcept { return impl_->heads[h].queries; }
+
 std::span<const float> Decoder::step(std::uint8_t token) {
   Impl& m = *impl_;
   if (m.failed) {
@@ -618,17 +622,17 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       }
       std::copy_n(store.positions(cache).data(), n, hc.attended.data());
       hc.attended_count = n;
+      std::copy_n(m.raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
 
       // The policy: the weights over the positions held before this token,
       // ascending, and the token's key (as stored), value and queries (before
       // RoPE, every query head of the group); then the token is admitted;
       // evict down to the budget. Position 0 exists before step 1: a policy
       // is given its signals alone (on_origin).
-      const StepInputs inputs{
-          .attention = std::span<const float>(hc.weights.data(), held),
-          .key = std::span<const float>(m.step_key),
-          .value = std::span<const float>(m.step_value),
-          .queries = std::span<const float>(m.raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d)};
+      const StepInputs inputs{.attention = std::span<const float>(hc.weights.data(), held),
+                              .key = std::span<const float>(m.step_key),
+                              .value = std::span<const float>(m.step_value),
+                              .queries = std::span<const float>(hc.queries)};
       if (shared != nullptr) {
         if (pos == 0) {
           shared->on_origin(kv, inputs);

@@ -31,10 +31,11 @@ static void registry(void) {
   size_t count = 0;
   const char* name = NULL;
   int64_t def = 0;
-  CHECK(kvevict_policy_count() == 9); /* the seven attention and positional ones, knorm, keydiff */
+  CHECK(kvevict_policy_count() == 10); /* the seven attention and positional ones, knorm, keydiff, expected-attention */
   CHECK(strcmp(kvevict_policy_name_at(0), "scissorhands") == 0);
   CHECK(strcmp(kvevict_policy_name_at(8), "keydiff") == 0);
-  CHECK(kvevict_policy_name_at(9) == NULL);
+  CHECK(strcmp(kvevict_policy_name_at(9), "expected-attention") == 0);
+  CHECK(kvevict_policy_name_at(10) == NULL);
   CHECK(kvevict_policy_param_count("snapkv", &count) == KVEVICT_OK && count == 4);
   CHECK(kvevict_policy_param_at("snapkv", 2, &name, &def) == KVEVICT_OK);
   CHECK(strcmp(name, "obsWindow") == 0 && def == 16);
@@ -294,6 +295,8 @@ static void signals(void) {
   CHECK(kvevict_policy_signals_of("h2o", &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_ATTENTION);
   CHECK(kvevict_policy_signals_of("sliding-window", &mask) == KVEVICT_OK && mask == 0);
   CHECK(kvevict_policy_signals_of("knorm", &mask) == KVEVICT_OK && mask == KVEVICT_SIGNAL_KEY);
+  CHECK(kvevict_policy_signals_of("expected-attention", &mask) == KVEVICT_OK &&
+        mask == (KVEVICT_SIGNAL_KEY | KVEVICT_SIGNAL_VALUE | KVEVICT_SIGNAL_QUERIES));
   CHECK(kvevict_policy_signals_of("lru", &mask) == KVEVICT_ERROR_PARAMETER && error_contains("unknown policy 'lru'"));
   CHECK(kvevict_policy_signals_of("h2o", NULL) == KVEVICT_ERROR_ARGUMENT);
 
@@ -366,6 +369,42 @@ static void signals(void) {
   CHECK(kvevict_policy_query(kn, "keyNormOf", &arg, 1, &value) == KVEVICT_OK && value == 2.0);
   CHECK(kvevict_policy_evict(kn, 2, va, 8, &na) == KVEVICT_OK && na == 1 && va[0] == 0);
   CHECK(kvevict_policy_destroy(kn) == KVEVICT_OK);
+
+  {
+    /* Expected Attention reads key, value and queries. No RoPE, mean query
+     * (2, 0): logits k[0] * 2 / sqrt 2, so the key (-1, 0) goes; without the
+     * queries the step is refused and nothing changes. */
+    const kvevict_param ea_params[] = {{"budget", 2},     {"headDim", 2},    {"sinks", 0},
+                                       {"ropeBase", 0},   {"covariance", 0}, {"valueNorm", 0}};
+    const float q[] = {2.0f, 0.0f}, v[] = {1.0f, 0.0f};
+    const float ka[] = {0.5f, 0.0f}, kb[] = {1.0f, 0.0f}, kc[] = {-1.0f, 0.0f};
+    kvevict_policy* ea = NULL;
+    CHECK(kvevict_policy_create("expected-attention", ea_params, 6, &ea) == KVEVICT_OK);
+    CHECK(kvevict_policy_signals(ea, &mask) == KVEVICT_OK &&
+          mask == (KVEVICT_SIGNAL_KEY | KVEVICT_SIGNAL_VALUE | KVEVICT_SIGNAL_QUERIES));
+    memset(&in, 0, sizeof in);
+    in.key = ka;
+    in.key_len = 2;
+    in.value = v;
+    in.value_len = 2;
+    in.queries = q;
+    in.queries_len = 2;
+    CHECK(kvevict_policy_origin(ea, &in) == KVEVICT_OK);
+    in.key = kb;
+    CHECK(kvevict_policy_step(ea, 1, &in) == KVEVICT_OK);
+    in.key = kc;
+    in.queries = NULL;
+    in.queries_len = 0;
+    CHECK(kvevict_policy_step(ea, 2, &in) == KVEVICT_ERROR_CONTRACT && error_contains("ExpectedAttention") &&
+          error_contains("queries"));
+    CHECK(kvevict_policy_kept_count(ea, &kept) == KVEVICT_OK && kept == 2);
+    in.queries = q;
+    in.queries_len = 2;
+    CHECK(kvevict_policy_step(ea, 2, &in) == KVEVICT_OK);
+    CHECK(kvevict_policy_query(ea, "modelledQueries", NULL, 0, &value) == KVEVICT_OK && value == 3.0);
+    CHECK(kvevict_policy_evict(ea, 2, va, 8, &na) == KVEVICT_OK && na == 1 && va[0] == 2);
+    CHECK(kvevict_policy_destroy(ea) == KVEVICT_OK);
+  }
 
   {
     /* The same keys through a block evictor (blocks of 1, nothing protected

@@ -137,7 +137,9 @@ bad "report empty item" "empty policy name in the list 'h2o,'" -- report --polic
 # A trace has attention only: the key-aware policies are refused naming the signal, and "all" is the seven.
 bad "compare keys"      "knorm reads the new token's key (key), which a trace (attention weights only) does not supply" -- compare --policies h2o,knorm
 ok  "list key-aware"    "keydiff" -- list
-ok  "vectors key-aware" "16 passed, 0 failed" -- vectors "$src/vectors/knorm.vectors.json" "$src/vectors/keydiff.vectors.json"
+ok  "vectors key-aware" "28 passed, 0 failed" -- vectors "$src/vectors/knorm.vectors.json" "$src/vectors/keydiff.vectors.json" "$src/vectors/expected-attention.vectors.json"
+ok  "list ten"          "expected-attention" -- list
+bad "compare queries"   "expected-attention reads the new token's key (key, value, queries), which a trace (attention weights only) does not supply" -- compare --policies expected-attention
 bad "report strip"     "report: the strip budget 100 is not one of the budgets (64, 128)" -- report --steps 50 --budgets 64,128 --strip-budget 100 --out "$tmp/x.html"
 bad "report param"     "--set h2o.window: H2O has no parameter 'window'" -- report --steps 50 --set h2o.window=3 --out "$tmp/x.html"
 bad "report no out"    "--out" -- report --steps 50

@@ -20,9 +20,10 @@ const DECLARED = {
   pyramidkv: ['PyramidKV', ['effectiveBudget', 'windowScoreOf']],
   knorm: ['KNorm', ['keyNormOf']],
   keydiff: ['KeyDiff', ['cosineOf', 'keyNormOf']],
+  'expected-attention': ['ExpectedAttention', ['logitOf', 'scoreOf', 'modelledQueries']],
 };
 const QUERIES = ['votesOf', 'scoreOf', 'sinkCount', 'lastAttentionOf', 'windowScoreOf', 'effectiveBudget',
-  'keyNormOf', 'cosineOf'];
+  'keyNormOf', 'cosineOf', 'logitOf', 'modelledQueries'];
 
 // Every parameter at its default, from the registry.
 function defaultsOf(name) {
@@ -312,7 +313,28 @@ describe('run and compare', () => {
     // nothing): knorm and keydiff read keys, which a trace does not have.
     const all = kv.compare({ policies: 'all', budgets: [64], steps: 100 }).rows;
     assert.equal(all.length, 7);
-    assert.ok(!all.some((r) => r.policy === 'knorm' || r.policy === 'keydiff'));
+    assert.ok(!all.some((r) => r.policy === 'knorm' || r.policy === 'keydiff' || r.policy === 'expected-attention'));
+  });
+});
+
+describe('ExpectedAttention', () => {
+  it('reads keys, values and queries; refuses a step without queries, changing nothing', () => {
+    // No RoPE, mean query (2, 0): logits 2 k[0] / sqrt 2, so the key (-1, 0) goes.
+    const p = new kv.ExpectedAttention({ budget: 2, headDim: 2, sinks: 0, ropeBase: 0, covariance: 0, valueNorm: 0 });
+    assert.deepEqual(p.signals, ['key', 'value', 'queries']);
+    const q = new Float32Array([2, 0]);
+    const value = [1, 0];
+    p.onOrigin({ key: [0.5, 0], value, queries: q });
+    p.onStep(1, { key: [1, 0], value, queries: q });
+    assert.throws(() => p.onStep(2, { key: [-1, 0], value }), /ExpectedAttention: the step gives no queries/);
+    assert.equal(p.keptCount(), 2);
+    assert.equal(p.modelledQueries(), 2);
+    p.onStep(2, { key: [-1, 0], value, queries: q });
+    assert.ok(Math.abs(p.logitOf(2, 0) + 2 / Math.SQRT2) < 1e-12);
+    assert.deepEqual(p.evict(2), [2]);
+    const e0 = Math.exp(0.5 * Math.SQRT2);
+    const e1 = Math.exp(Math.SQRT2);
+    assert.ok(Math.abs(p.scoreOf(0) - e0 / (e0 + e1)) < 1e-12);
   });
 });
 

@@ -110,3 +110,24 @@ def test_knorm_through_a_block_evictor_and_a_layer_budget():
     assert [layer.kept_count(h) for h in range(2)] == [3, 3]
     with pytest.raises(RuntimeError, match="KNorm"):
         layer.on_step(0, 3, attention=[0.25, 0.25, 0.5])
+
+
+def test_expected_attention_reads_keys_values_and_queries():
+    # No RoPE, mean query (2, 0) over positions 0..2: logits 2 k[0] / sqrt 2,
+    # so the key (-1, 0) goes; the softmax over (0.5, 1, -1) x sqrt 2 decides.
+    p = kvevict.policy("expected-attention", budget=2, head_dim=2, sinks=0, rope_base=0, covariance=0,
+                       value_norm=0)
+    assert p.signals == ("key", "value", "queries")
+    q = np.array([2.0, 0.0], dtype=np.float32)
+    v = [1.0, 0.0]
+    p.on_origin(key=[0.5, 0.0], value=v, queries=q)
+    p.on_step(1, key=[1.0, 0.0], value=v, queries=q)
+    with pytest.raises(RuntimeError, match="ExpectedAttention: the step gives no queries"):
+        p.on_step(2, key=[-1.0, 0.0], value=v)
+    assert p.kept_count() == 2 and p.modelled_queries() == 2  # nothing changed
+    p.on_step(2, key=[-1.0, 0.0], value=v, queries=q)
+    assert p.logit_of(2, 0) == pytest.approx(-2 / np.sqrt(2), abs=1e-12)
+    assert p.evict(2) == [2]
+    # Kept 0 and 1: softmax of (0.5, 1) x sqrt 2.
+    e0, e1 = np.exp(0.5 * np.sqrt(2)), np.exp(np.sqrt(2))
+    assert p.score_of(0) == pytest.approx(e0 / (e0 + e1), abs=1e-12)

@@ -47,6 +47,10 @@ class PrefillCompressor {
   std::uint32_t chunk_;   // = prompt_ for one compression at the end
   std::vector<ParamMap> params_;          // per cache, without the budget
   std::vector<std::vector<float>> rows_;  // per cache: the window's rows, each as long as the row it is
+  // Per cache, when the policy reads queries (Expected Attention): every
+  // prompt position's queries before RoPE, [prompt x group x head_dim].
+  std::vector<std::vector<float>> queries_;
+  std::vector<float> held_queries_;  // the held positions' rows of queries_, for one compression
   std::vector<float> matrix_;
   std::vector<Position> drop_;
 };

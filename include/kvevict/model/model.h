@@ -169,6 +169,9 @@ class Decoder {
   // over the cache's query heads).
   std::span<const Position> attended(std::uint32_t h) const noexcept;
   std::span<const float> attention(std::uint32_t h) const noexcept;
+  // The last step's queries of cache `h`'s query heads, before RoPE and
+  // scaling, head-major [group x head_dim]: what the policies were given.
+  std::span<const float> queries(std::uint32_t h) const noexcept;
   // Cache `h`'s held keys (as stored, after RoPE) and values, [held, head_dim]
   // each, in the order of held(h); valid until the next step or drop.
   std::pair<const float*, const float*> held_rows(std::uint32_t h);

@@ -10,14 +10,17 @@
 namespace kvevict::detail {
 
 namespace {
-void check_length(std::string_view title, std::string_view signal, std::size_t got, std::size_t want,
-                  std::string_view rule) {
+// The rule text is formatted only on a refusal: a step that passes allocates
+// nothing (a long rule would outgrow the string's small buffer).
+[[noreturn]] void fail_length(std::string_view title, std::string_view signal, std::size_t got,
+                              const std::string& rule) {
   if (got == 0) {
     throw ContractError(fmt::format("{}: the step gives no {} ({} reads the new token's {}: {} floats)", title,
                                     signal, title, signal, rule));
   }
-  if (got != want) throw ContractError(fmt::format("{}: the step's {} has {} floats; {}", title, signal, got, rule));
+  throw ContractError(fmt::format("{}: the step's {} has {} floats; {}", title, signal, got, rule));
 }
+std::string head_dim_rule(const SignalShape& shape) { return fmt::format("headDim = {}", shape.head_dim); }
 }  // namespace
 
 void check_finite(std::string_view title, std::string_view signal, std::span<const float> values) {
@@ -30,18 +33,19 @@ void check_finite(std::string_view title, std::string_view signal, std::span<con
 }
 
 void check_step_signals(std::string_view title, Signals needs, const StepInputs& in, const SignalShape& shape) {
-  const std::string dim = fmt::format("headDim = {}", shape.head_dim);
   if ((needs & kSignalKey) != 0) {
-    check_length(title, "key", in.key.size(), shape.head_dim, dim);
+    if (in.key.size() != shape.head_dim) fail_length(title, "key", in.key.size(), head_dim_rule(shape));
     check_finite(title, "key", in.key);
   }
   if ((needs & kSignalValue) != 0) {
-    check_length(title, "value", in.value.size(), shape.head_dim, dim);
+    if (in.value.size() != shape.head_dim) fail_length(title, "value", in.value.size(), head_dim_rule(shape));
     check_finite(title, "value", in.value);
   }
   if ((needs & kSignalQueries) != 0) {
-    check_length(title, "queries", in.queries.size(), shape.groups * shape.head_dim,
-                 fmt::format("groups x headDim = {} x {}", shape.groups, shape.head_dim));
+    if (in.queries.size() != shape.groups * shape.head_dim) {
+      fail_length(title, "queries", in.queries.size(),
+                  fmt::format("groups x headDim = {} x {}", shape.groups, shape.head_dim));
+    }
     check_finite(title, "queries", in.queries);
   }
 }

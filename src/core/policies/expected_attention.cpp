@@ -1,0 +1,411 @@
+#include "kvevict/core/policies/expected_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "policies/common.h"
+#include "policies/describe.h"
+#include "policies/key_signals.h"
+#include "policies/removal.h"
+
+namespace kvevict {
+
+namespace {
+constexpr std::string_view kTitle = "ExpectedAttention";
+// Keys and the query ring are allocated at construction; these bounds keep a
+// mistyped size from asking for more than a GiB of either.
+constexpr std::int64_t kMaxFloats = std::int64_t{1} << 28;
+
+void check_flag(std::string_view param, std::int64_t value) {
+  if (value != 0 && value != 1) detail::fail_param(kTitle, param, value, "must be 0 or 1");
+}
+}  // namespace
+
+ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : params_(params) {
+  detail::check_budget(kTitle, params.budget);
+  detail::check_at_least(kTitle, "headDim", params.head_dim, 1);
+  detail::check_at_most(kTitle, "headDim", params.head_dim, 1024);
+  detail::check_at_least(kTitle, "groups", params.groups, 1);
+  detail::check_at_most(kTitle, "groups", params.groups, 64);
+  detail::check_at_least(kTitle, "sinks", params.sinks, 0);
+  detail::check_at_least(kTitle, "recentWindow", params.recent_window, 0);
+  if (params.sinks + params.recent_window >= params.budget) {
+    detail::fail_param(kTitle, "sinks", params.sinks,
+                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there would be "
+                                   "nothing for the scores to choose between",
+                                   params.recent_window, params.budget));
+  }
+  detail::check_at_least(kTitle, "queryWindow", params.query_window, 1);
+  detail::check_at_most(kTitle, "queryWindow", params.query_window, 65536);
+  detail::check_at_least(kTitle, "futurePositions", params.future_positions, 1);
+  detail::check_at_most(kTitle, "futurePositions", params.future_positions, std::int64_t{1} << 24);
+  if (params.rope_base != 0 && params.rope_base < 2) {
+    detail::fail_param(kTitle, "ropeBase", params.rope_base, "must be 0 (no RoPE) or at least 2");
+  }
+  if (params.rope_base != 0 && params.head_dim % 2 != 0) {
+    detail::fail_param(kTitle, "headDim", params.head_dim,
+                       "must be even when ropeBase > 0 (RoPE rotates pairs of dimensions)");
+  }
+  check_flag("covariance", params.covariance);
+  check_flag("valueNorm", params.value_norm);
+  if ((params.budget + 1) * params.head_dim > kMaxFloats) {
+    detail::fail_param(kTitle, "budget", params.budget,
+                       fmt::format("x headDim ({}) keys would take more than 1 GiB", params.head_dim));
+  }
+  if (params.query_window * params.groups * params.head_dim > kMaxFloats) {
+    detail::fail_param(kTitle, "queryWindow", params.query_window,
+                       fmt::format("x groups ({}) x headDim ({}) queries would take more than 1 GiB", params.groups,
+                                   params.head_dim));
+  }
+  dim_ = static_cast<std::size_t>(params.head_dim);
+  groups_ = static_cast<std::size_t>(params.groups);
+  capacity_ = static_cast<std::size_t>(params.budget) + 1;
+  positions_.resize(capacity_);
+  keys_.resize(capacity_ * dim_);
+  value_norms_.resize(capacity_);
+  observed_.resize(capacity_);
+  marked_.resize(capacity_);
+  victims_.resize(capacity_);
+  ring_.resize(static_cast<std::size_t>(params.query_window) * groups_ * dim_);
+  score_.resize(capacity_);
+  logit_.resize(capacity_);
+  rope_cos_.resize(dim_ / 2);
+  rope_sin_.resize(dim_ / 2);
+  mean_.resize(dim_);
+  mean_r_.resize(dim_);
+  cov_.resize(dim_ * dim_);
+  kcov_.resize(dim_);
+  positions_[0] = 0;  // spec/domain.md 1.2: position 0 is held, unobserved until on_origin
+  kept_ = 1;
+}
+
+std::size_t ExpectedAttention::memory_bytes() const noexcept {
+  return capacity_ * (30 + 4 * dim_) + ring_.size() * sizeof(float) + 8 * (dim_ * dim_ + 4 * dim_);
+}
+
+void ExpectedAttention::on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) {
+  detail::fail_attention_only(kTitle, kSignals);
+}
+
+void ExpectedAttention::check_signals(const StepInputs& in) const {
+  detail::check_step_signals(kTitle, kSignals, in, {dim_, groups_});
+}
+
+void ExpectedAttention::admit(std::size_t slot, std::int64_t pos, const StepInputs& in) noexcept {
+  std::copy_n(in.key.data(), dim_, keys_.data() + slot * dim_);
+  value_norms_[slot] = std::sqrt(detail::squared_norm(in.value.data(), dim_));
+  observed_[slot] = 1;
+  // kvpress fits the Gaussian to the queries after the first n_sink: the
+  // sinks' queries are outliers.
+  if (pos < params_.sinks) return;
+  const auto window = static_cast<std::size_t>(params_.query_window);
+  const std::size_t width = groups_ * dim_;
+  std::size_t at = 0;
+  if (ring_count_ < window) {
+    at = (ring_start_ + ring_count_) % window;
+    ++ring_count_;
+  } else {
+    at = ring_start_;
+    ring_start_ = (ring_start_ + 1) % window;
+  }
+  std::copy_n(in.queries.data(), width, ring_.data() + at * width);
+}
+
+void ExpectedAttention::on_origin(const StepInputs& in) {
+  if (stepped_ || observed_[0] != 0 || kept_ == 0 || positions_[0] != 0) detail::fail_origin(kTitle, !stepped_);
+  check_signals(in);
+  admit(0, 0, in);
+}
+
+void ExpectedAttention::on_step(std::int64_t pos, const StepInputs& in) {
+  const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
+  detail::check_admission(kTitle, pos, newest, kept_ + 1, capacity_, params_.budget);
+  check_signals(in);
+  positions_[kept_] = static_cast<Position>(pos);
+  admit(kept_, pos, in);
+  ++kept_;
+  stepped_ = true;
+}
+
+bool ExpectedAttention::is_scored(std::size_t slot) const noexcept {
+  return observed_[slot] != 0 && std::int64_t{positions_[slot]} >= params_.sinks;
+}
+
+bool ExpectedAttention::is_protected(std::size_t slot) const noexcept {
+  const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  return !is_scored(slot) || slot >= kept_ - recent;
+}
+
+void ExpectedAttention::average_rotation() const noexcept {
+  if (params_.rope_base == 0) return;
+  // RoPE at position t turns pair i by t * theta_i. Its mean over t = a ...
+  // a + F - 1 is a turn by theta_i (a + (F - 1) / 2) scaled by
+  // sin(F theta_i / 2) / (F sin(theta_i / 2)) (the Dirichlet kernel), in
+  // closed form rather than F cosines. theta_i is in (0, 1], so the sine
+  // below is never 0.
+  const double next = kept_ == 0 ? 0.0 : static_cast<double>(positions_[kept_ - 1]) + 1.0;
+  const auto f = static_cast<double>(params_.future_positions);
+  const std::size_t half = dim_ / 2;
+  for (std::size_t i = 0; i < half; ++i) {
+    const double theta = std::pow(static_cast<double>(params_.rope_base),
+                                  -static_cast<double>(i) * 2.0 / static_cast<double>(dim_));
+    const double ratio = std::sin(f * theta / 2.0) / (f * std::sin(theta / 2.0));
+    const double turn = theta * (next + (f - 1.0) / 2.0);
+    rope_cos_[i] = ratio * std::cos(turn);
+    rope_sin_[i] = ratio * std::sin(turn);
+  }
+}
+
+void ExpectedAttention::head_statistics(std::size_t head) const noexcept {
+  const std::size_t n = ring_count_;
+  const auto window = static_cast<std::size_t>(params_.query_window);
+  const std::size_t width = groups_ * dim_;
+  const auto query = [&](std::size_t r) { return ring_.data() + ((ring_start_ + r) % window) * width + head * dim_; };
+  std::fill(mean_.begin(), mean_.end(), 0.0);
+  std::fill(cov_.begin(), cov_.end(), 0.0);
+  if (n > 0) {
+    // Oldest to newest, each component in float64, then one division.
+    for (std::size_t r = 0; r < n; ++r) {
+      const float* q = query(r);
+      for (std::size_t c = 0; c < dim_; ++c) mean_[c] += static_cast<double>(q[c]);
+    }
+    for (double& m : mean_) m /= static_cast<double>(n);
+    if (params_.covariance != 0) {
+      // The population covariance (divided by n, as kvpress), upper triangle
+      // then mirrored: x * y and y * x round alike.
+      for (std::size_t r = 0; r < n; ++r) {
+        const float* q = query(r);
+        for (std::size_t c = 0; c < dim_; ++c) kcov_[c] = static_cast<double>(q[c]) - mean_[c];  // centred
+        for (std::size_t a = 0; a < dim_; ++a) {
+          const double da = kcov_[a];
+          double* row = cov_.data() + a * dim_;
+          for (std::size_t b = a; b < dim_; ++b) row[b] += da * kcov_[b];
+        }
+      }
+      for (std::size_t a = 0; a < dim_; ++a) {
+        for (std::size_t b = a; b < dim_; ++b) {
+          cov_[a * dim_ + b] /= static_cast<double>(n);
+          cov_[b * dim_ + a] = cov_[a * dim_ + b];
+        }
+      }
+    }
+  }
+  if (params_.rope_base == 0) {
+    std::copy(mean_.begin(), mean_.end(), mean_r_.begin());
+    return;
+  }
+  // mu' = R mu; Sigma' = R Sigma R^T (columns turned, then rows), R the
+  // averaged rotation: pair (i, i + d/2) maps (x, y) to (c x - s y, s x + c y).
+  const std::size_t half = dim_ / 2;
+  const auto turn = [&](double& x, double& y, std::size_t i) {
+    const double c = rope_cos_[i];
+    const double s = rope_sin_[i];
+    const double nx = c * x - s * y;
+    const double ny = s * x + c * y;
+    x = nx;
+    y = ny;
+  };
+  for (std::size_t i = 0; i < half; ++i) {
+    mean_r_[i] = mean_[i];
+    mean_r_[i + half] = mean_[i + half];
+    turn(mean_r_[i], mean_r_[i + half], i);
+  }
+  if (params_.covariance == 0) return;
+  for (std::size_t b = 0; b < dim_; ++b) {
+    for (std::size_t i = 0; i < half; ++i) turn(cov_[i * dim_ + b], cov_[(i + half) * dim_ + b], i);
+  }
+  for (std::size_t a = 0; a < dim_; ++a) {
+    double* row = cov_.data() + a * dim_;
+    for (std::size_t i = 0; i < half; ++i) turn(row[i], row[i + half], i);
+  }
+}
+
+void ExpectedAttention::logits4(std::size_t slot, double* out) const noexcept {
+  // logit() for slots slot ... slot + 3 at once: four independent chains,
+  // each adding in exactly logit()'s order, so each result has its bits.
+  const float* k0 = keys_.data() + slot * dim_;
+  const float* k1 = k0 + dim_;
+  const float* k2 = k1 + dim_;
+  const float* k3 = k2 + dim_;
+  const auto d = static_cast<double>(dim_);
+  double dot[4] = {0.0, 0.0, 0.0, 0.0};
+  for (std::size_t c = 0; c < dim_; ++c) {
+    const double m = mean_r_[c];
+    dot[0] += m * static_cast<double>(k0[c]);
+    dot[1] += m * static_cast<double>(k1[c]);
+    dot[2] += m * static_cast<double>(k2[c]);
+    dot[3] += m * static_cast<double>(k3[c]);
+  }
+  for (int j = 0; j < 4; ++j) out[j] = dot[j] / std::sqrt(d);
+  if (params_.covariance == 0) return;
+  double quad[4] = {0.0, 0.0, 0.0, 0.0};
+  for (std::size_t a = 0; a < dim_; ++a) {
+    const double* row = cov_.data() + a * dim_;
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    for (std::size_t b = 0; b < dim_; ++b) {
+      sum[0] += row[b] * static_cast<double>(k0[b]);
+      sum[1] += row[b] * static_cast<double>(k1[b]);
+      sum[2] += row[b] * static_cast<double>(k2[b]);
+      sum[3] += row[b] * static_cast<double>(k3[b]);
+    }
+    quad[0] += static_cast<double>(k0[a]) * sum[0];
+    quad[1] += static_cast<double>(k1[a]) * sum[1];
+    quad[2] += static_cast<double>(k2[a]) * sum[2];
+    quad[3] += static_cast<double>(k3[a]) * sum[3];
+  }
+  for (int j = 0; j < 4; ++j) out[j] += quad[j] / d / 2.0;
+}
+
+double ExpectedAttention::logit(std::size_t slot) const noexcept {
+  const float* k = keys_.data() + slot * dim_;
+  const auto d = static_cast<double>(dim_);
+  double dot = 0.0;
+  for (std::size_t c = 0; c < dim_; ++c) dot += mean_r_[c] * static_cast<double>(k[c]);
+  double z = dot / std::sqrt(d);
+  if (params_.covariance != 0) {
+    // k' Sigma' k, row by row in index order.
+    double quad = 0.0;
+    for (std::size_t a = 0; a < dim_; ++a) {
+      const double* row = cov_.data() + a * dim_;
+      double sum = 0.0;
+      for (std::size_t b = 0; b < dim_; ++b) sum += row[b] * static_cast<double>(k[b]);
+      quad += static_cast<double>(k[a]) * sum;
+    }
+    z += quad / d / 2.0;
+  }
+  return z;
+}
+
+void ExpectedAttention::fill_scores() const noexcept {
+  for (std::size_t i = 0; i < kept_; ++i) score_[i] = 0.0;
+  average_rotation();
+  for (std::size_t h = 0; h < groups_; ++h) {
+    head_statistics(h);
+    // The softmax over the scored positions (held, observed, not sinks), as
+    // kvpress takes it over every key after the sinks: the largest logit
+    // subtracted, exp, the sum added in slot order.
+    // The scored slots are one range: every slot from the first scored one
+    // on (only sinks and the unobserved position 0 lead).
+    std::size_t first = 0;
+    while (first < kept_ && !is_scored(first)) ++first;
+    std::size_t at = first;
+    for (; at + 4 <= kept_; at += 4) logits4(at, logit_.data() + at);
+    for (; at < kept_; ++at) logit_[at] = logit(at);
+    double largest = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = first; j < kept_; ++j) largest = std::max(largest, logit_[j]);
+    double sum = 0.0;
+    for (std::size_t i = 0; i < kept_; ++i) {
+      if (!is_scored(i)) continue;
+      logit_[i] = std::exp(logit_[i] - largest);
+      sum += logit_[i];
+    }
+    for (std::size_t i = 0; i < kept_; ++i) {
+      if (is_scored(i)) score_[i] += logit_[i] / sum;
+    }
+  }
+  for (std::size_t i = 0; i < kept_; ++i) {
+    if (!is_scored(i)) continue;
+    score_[i] /= static_cast<double>(groups_);  // the mean over the query heads
+    if (params_.value_norm != 0) score_[i] *= value_norms_[i];
+  }
+}
+
+std::size_t ExpectedAttention::compact_marked() noexcept {
+  return detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
+                         [this](std::size_t to, std::size_t from) {
+                           std::copy_n(keys_.data() + from * dim_, dim_, keys_.data() + to * dim_);
+                           value_norms_[to] = value_norms_[from];
+                           observed_[to] = observed_[from];
+                         });
+}
+
+std::span<const Position> ExpectedAttention::evict(std::int64_t budget) {
+  detail::check_evict_budget(kTitle, budget);
+  const auto b = static_cast<std::size_t>(budget);
+  if (kept_ <= b) return {};
+  const std::size_t needed = kept_ - b;
+  fill_scores();  // once per call, before the first victim
+  // The protected slots are a prefix (sinks; the unobserved position 0) and
+  // a suffix (the recent window): the candidates are one range between them.
+  std::size_t begin = 0;
+  while (begin < kept_ && !is_scored(begin)) ++begin;
+  const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
+  if (begin < end) detail::mark_argmin_victims(score_.data(), marked_.data(), begin, end, needed);
+  return {victims_.data(), compact_marked()};
+}
+
+double ExpectedAttention::logit_of(std::int64_t pos, std::int64_t head) const noexcept {
+  const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
+  if (slot == detail::kNoSlot || observed_[slot] == 0 || head < 0 || head >= params_.groups) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  average_rotation();
+  head_statistics(static_cast<std::size_t>(head));
+  return logit(slot);
+}
+
+double ExpectedAttention::score_of(std::int64_t pos) const noexcept {
+  const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
+  if (slot == detail::kNoSlot || !is_scored(slot)) return -1.0;
+  fill_scores();
+  return score_[slot];
+}
+
+std::size_t ExpectedAttention::scores(std::span<Position> positions, std::span<double> scores) {
+  detail::check_score_spans(kTitle, positions.size(), scores.size(), kept_);
+  fill_scores();
+  for (std::size_t i = 0; i < kept_; ++i) {
+    positions[i] = positions_[i];
+    scores[i] = is_protected(i) ? detail::kProtectedScore : score_[i];
+  }
+  return kept_;
+}
+
+void ExpectedAttention::remove(std::span<const Position> victims) {
+  detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
+                       [&](std::size_t slot) { return !is_protected(slot); });
+  compact_marked();
+}
+
+ScoreRules ExpectedAttention::score_rules() const {
+  ScoreRules rules;
+  // The unobserved position 0 is protected too: one more at the start.
+  rules.protected_newest = params_.recent_window;
+  rules.protected_below = std::max<std::int64_t>(params_.sinks, 1);
+  return rules;
+}
+
+namespace detail {
+const PolicyInfo& expected_attention_info() {
+  static const PolicyInfo info = describe<ExpectedAttention, ExpectedAttentionParams>(
+      "expected-attention", "ExpectedAttention",
+      "Reads keys, values and queries, not attention: the key the modelled future queries would attend least goes.",
+      {{"budget", &ExpectedAttentionParams::budget, "positions held after each eviction"},
+       {"headDim", &ExpectedAttentionParams::head_dim, "floats in a key, a value and a query head (the model's)"},
+       {"groups", &ExpectedAttentionParams::groups, "query heads sharing the cache (the model's)"},
+       {"sinks", &ExpectedAttentionParams::sinks,
+        "first positions never evicted, their queries not modelled (kvpress n_sink)"},
+       {"recentWindow", &ExpectedAttentionParams::recent_window,
+        "newest held positions that are never evicted (0: as published)"},
+       {"queryWindow", &ExpectedAttentionParams::query_window,
+        "the last queries (positions >= sinks) the Gaussian is fitted to"},
+       {"futurePositions", &ExpectedAttentionParams::future_positions,
+        "next positions RoPE is averaged over (kvpress n_future_positions)"},
+       {"ropeBase", &ExpectedAttentionParams::rope_base, "the model's RoPE base; 0: no RoPE"},
+       {"covariance", &ExpectedAttentionParams::covariance, "1: the logit's covariance term (use_covariance)"},
+       {"valueNorm", &ExpectedAttentionParams::value_norm, "1: scores scaled by ||v|| (use_vnorm)"}},
+      {QueryInfo{"logitOf", 2,
+                 [](const Policy& p, std::span<const std::int64_t> args) {
+                   return static_cast<const ExpectedAttention&>(p).logit_of(args[0], args[1]);
+                 }},
+       query1<ExpectedAttention>("scoreOf", [](const ExpectedAttention& p, std::int64_t pos) { return p.score_of(pos); }),
+       query0<ExpectedAttention>("modelledQueries",
+                                 [](const ExpectedAttention& p) { return p.modelled_queries(); })});
+  return info;
+}
+}  // namespace detail
+
+}  // namespace kvevict
