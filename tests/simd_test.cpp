@@ -461,6 +461,17 @@ void check_key_kernels(const std::string& target) {
       }
       detail::add_divided_rows(keys.data(), rows, dim, divisors.data(), got.data());
       ASSERT_TRUE(same_bits(got, want)) << target << " dim=" << dim << " rows=" << rows;
+      // The same sum from the quotients divided beforehand.
+      std::vector<double> quotients(rows * dim);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t k = 0; k < dim; ++k) {
+          quotients[r * dim + k] = divisors[r] == 0.0 ? 0.0 : static_cast<double>(keys[r * dim + k]) / divisors[r];
+        }
+      }
+      std::vector<double> from_quotients(dim);
+      for (std::size_t k = 0; k < dim; ++k) from_quotients[k] = static_cast<double>(k) / 3.0;
+      detail::add_rows(quotients.data(), rows, dim, divisors.data(), from_quotients.data());
+      ASSERT_TRUE(same_bits(from_quotients, want)) << target << " add_rows dim=" << dim << " rows=" << rows;
     }
   }
 }

@@ -201,9 +201,15 @@ BenchReport run_bench(const BenchOptions& options) {
       // attention, and their floor is that row.
       const bool keyed = (find_policy(name).signals & kSignalKey) != 0;
       std::size_t head_dim = 0;
+      std::size_t groups = 1;
       for (const auto& [key, value] : find_policy(name).effective({})) {
         if (keyed && key == "headDim") head_dim = static_cast<std::size_t>(value);
+        if (keyed && key == "groups") groups = static_cast<std::size_t>(value);
       }
+      // Expected Attention also reads the value (headDim floats) and the
+      // queries (groups x headDim): the same pool's rows serve as both (the
+      // key's row as the value, it and the rows after it as the queries).
+      const Signals reads = policy->signals();
       std::size_t vectors = 0;
       const std::vector<float> pool = keyed ? key_pool(head_dim, vectors) : attention_pool(budget, vectors);
       const std::size_t row_floats = keyed ? head_dim : static_cast<std::size_t>(budget);
@@ -211,12 +217,22 @@ BenchReport run_bench(const BenchOptions& options) {
       // buffer as large as the held state.
       const std::vector<float> state(keyed ? policy->memory_bytes() / sizeof(float) : 0, 1.0F);
       const std::size_t len = row_floats;
+      // The inputs of a keyed step from the pool row `row` (the queries' rows
+      // wrap to the pool's start rather than run past its end).
+      auto keyed_inputs = [&](std::size_t row) {
+        const float* at = pool.data() + row * head_dim;
+        const float* queries = row + groups <= vectors ? at : pool.data();
+        StepInputs in{.attention = std::nullopt, .key = {at, head_dim}};
+        if ((reads & kSignalValue) != 0) in.value = {at, head_dim};
+        if ((reads & kSignalQueries) != 0) in.queries = {queries, groups * head_dim};
+        return in;
+      };
       std::int64_t pos = 0;
-      if (keyed) policy->on_origin(StepInputs{.attention = std::nullopt, .key = {pool.data(), head_dim}});
+      if (keyed) policy->on_origin(keyed_inputs(0));
       // Fill to the steady state: budget held before each step.
       while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
         if (keyed) {
-          policy->on_step(++pos, StepInputs{.attention = std::nullopt, .key = {pool.data() + head_dim, head_dim}});
+          policy->on_step(++pos, keyed_inputs(1));
         } else {
           policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
         }
@@ -225,16 +241,27 @@ BenchReport run_bench(const BenchOptions& options) {
       // step would cost as much as the cheapest policies' whole step.
       std::size_t next_row = 0;
       auto step = [&](std::size_t /*k*/) {
-        const float* row = pool.data() + next_row * len;
+        const std::size_t this_row = next_row;
+        const float* row = pool.data() + this_row * len;
         next_row = next_row + 1 == vectors ? 0 : next_row + 1;
         if (keyed) {
-          policy->on_step(++pos, StepInputs{.attention = std::nullopt, .key = {row, head_dim}});
+          policy->on_step(++pos, keyed_inputs(this_row));
         } else {
           policy->on_decode_step(++pos, std::span<const float>(row, policy->kept_count()));
         }
         if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
       };
-      for (std::size_t k = 0; k < std::min<std::size_t>(vectors, 2000); ++k) step(k);  // warm-up
+      // Warm-up: up to 2000 steps, but no longer than one case's timing (an
+      // Expected Attention step at budget 4096 takes tens of ms).
+      const std::size_t warm_steps = std::min<std::size_t>(vectors, 2000);
+      std::size_t warmed = 0;
+      const auto warm_start = Clock::now();
+      do {
+        step(warmed++);
+      } while (warmed < warm_steps && (warmed < 2 || seconds_since(warm_start) < options.seconds_per_case));
+      // Steps per timed batch: 64, or fewer when a step is slow, so that a
+      // round stays near its share of the case's time (one step at least).
+      const double warm_step_s = seconds_since(warm_start) / static_cast<double>(warmed);
       // The floor: one plain sum over each row, from the same pool in the same
       // order -- what reading the step's attention from memory costs, row
       // start-up included. Policy and floor are timed in alternating rounds
@@ -245,13 +272,15 @@ BenchReport run_bench(const BenchOptions& options) {
       std::vector<double> step_ns;
       std::vector<double> floor_ns;
       constexpr int kRounds = 7;
+      const double round_s = options.seconds_per_case / kRounds;
+      const int batch = static_cast<int>(std::clamp(round_s / 4 / std::max(warm_step_s, 1e-12), 1.0, 64.0));
       for (int round = 0; round < kRounds; ++round) {
         std::size_t count = 0;
         auto start = Clock::now();
         double elapsed = 0.0;
         do {
-          for (int k = 0; k < 64; ++k) step(done++);
-          count += 64;
+          for (int k = 0; k < batch; ++k) step(done++);
+          count += static_cast<std::size_t>(batch);
           elapsed = seconds_since(start);
         } while (elapsed < options.seconds_per_case / kRounds);
         step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));

@@ -43,7 +43,7 @@ TEST(KeyScored, RulesAreCheckedAtConstruction) {
   expect_error<ParameterError>([] { make_policy("knorm", {{"recent", 1}}); },
                                "KNorm: unknown parameter 'recent' (known: budget, headDim, sinks, recentWindow)");
   EXPECT_EQ(KNorm({.budget = 63}).memory_bytes(), 22U * 64U);
-  EXPECT_EQ(KeyDiff({.budget = 63, .head_dim = 8}).memory_bytes(), (22U + 32U) * 64U + 64U);
+  EXPECT_EQ(KeyDiff({.budget = 63, .head_dim = 8}).memory_bytes(), (22U + 96U) * 64U + 64U);
 }
 
 TEST(KeyScored, AStepWithoutTheKeyIsRefusedNamingThePolicyAndTheSignal) {

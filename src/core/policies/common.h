@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -107,25 +108,43 @@ std::size_t mark_argmin_victims(const Score* score, std::uint8_t* marked, std::s
   return chosen;
 }
 
+// Index of the first nonzero byte of marked[begin, end), `end` if none: eight
+// bytes at a time (a steady-state eviction marks one slot among thousands).
+inline std::size_t next_marked(const std::uint8_t* marked, std::size_t begin, std::size_t end) noexcept {
+  std::size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, marked + i, sizeof word);
+    if (word != 0) break;
+  }
+  while (i < end && marked[i] == 0) ++i;
+  return i;
+}
+
 // Emits marked slots' positions ascending into `victims`, clears the marks and
-// slides survivors down; `move(to, from)` moves the policy's other per-slot
-// state. Returns the number of victims; `kept` becomes the survivors' count.
+// slides survivors down; `move(to, from, n)` moves the policy's other per-slot
+// state of slots [from, from + n) to [to, to + n) (to < from: a forward
+// copy, std::copy). The slots before the first mark stay where they are, and
+// each run of survivors between marks moves as one block. Returns the number
+// of victims; `kept` becomes the survivors' count.
 template <class Move>
 std::size_t compact(std::size_t& kept, std::uint8_t* marked, Position* positions, Position* victims,
                     Move&& move) noexcept {
-  std::size_t write = 0;
+  std::size_t i = next_marked(marked, 0, kept);
+  std::size_t write = i;
   std::size_t count = 0;
-  for (std::size_t i = 0; i < kept; ++i) {
-    if (marked[i] != 0) {
-      victims[count++] = positions[i];
-      marked[i] = 0;
-      continue;
+  while (i < kept) {
+    // slot i is marked
+    victims[count++] = positions[i];
+    marked[i] = 0;
+    const std::size_t run = i + 1;
+    const std::size_t run_end = next_marked(marked, run, kept);
+    if (run_end > run) {
+      std::copy(positions + run, positions + run_end, positions + write);
+      move(write, run, run_end - run);
+      write += run_end - run;
     }
-    if (write != i) {
-      positions[write] = positions[i];
-      move(write, i);
-    }
-    ++write;
+    i = run_end;
   }
   kept = write;
   return count;

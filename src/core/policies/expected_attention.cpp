@@ -315,10 +315,10 @@ void ExpectedAttention::fill_scores() const noexcept {
 
 std::size_t ExpectedAttention::compact_marked() noexcept {
   return detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-                         [this](std::size_t to, std::size_t from) {
-                           std::copy_n(keys_.data() + from * dim_, dim_, keys_.data() + to * dim_);
-                           value_norms_[to] = value_norms_[from];
-                           observed_[to] = observed_[from];
+                         [this](std::size_t to, std::size_t from, std::size_t n) {
+                           std::copy_n(keys_.data() + from * dim_, n * dim_, keys_.data() + to * dim_);
+                           std::copy_n(value_norms_.data() + from, n, value_norms_.data() + to);
+                           std::copy_n(observed_.data() + from, n, observed_.data() + to);
                          });
 }
 

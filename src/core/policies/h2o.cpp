@@ -77,7 +77,10 @@ std::span<const Position> H2O::evict(std::int64_t budget) {
   detail::mark_argmin_victims(scores_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
       kept_, marked_.data(), positions_.data(), victims_.data(),
-      [this](std::size_t to, std::size_t from) { scores_[to] = scores_[from]; });
+      [this](std::size_t to, std::size_t from, std::size_t n) {
+        std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                    scores_.begin() + static_cast<std::ptrdiff_t>(to));
+      });
   return {victims_.data(), count};
 }
 
@@ -124,7 +127,10 @@ void H2O::remove(std::span<const Position> victims) {
                        [&](std::size_t slot) { return slot >= first && slot < end; });
   hint_.valid = false;
   detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-                  [this](std::size_t to, std::size_t from) { scores_[to] = scores_[from]; });
+                  [this](std::size_t to, std::size_t from, std::size_t n) {
+        std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                    scores_.begin() + static_cast<std::ptrdiff_t>(to));
+      });
 }
 
 ScoreRules H2O::score_rules() const {

@@ -377,6 +377,45 @@ void AddDividedRows(const float* HWY_RESTRICT keys, std::size_t rows, std::size_
   }
 }
 
+void AddRows(const double* HWY_RESTRICT values, std::size_t rows, std::size_t dim, const double* HWY_RESTRICT skip,
+             double* HWY_RESTRICT sums) {
+  const hn::ScalableTag<double> dd;
+  const std::size_t N = hn::Lanes(dd);
+  std::size_t c = 0;
+  for (; c + 4 * N <= dim; c += 4 * N) {
+    auto s0 = hn::LoadU(dd, sums + c);
+    auto s1 = hn::LoadU(dd, sums + c + N);
+    auto s2 = hn::LoadU(dd, sums + c + 2 * N);
+    auto s3 = hn::LoadU(dd, sums + c + 3 * N);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (skip[r] == 0.0) continue;
+      const double* row = values + r * dim + c;
+      s0 = hn::Add(s0, hn::LoadU(dd, row));
+      s1 = hn::Add(s1, hn::LoadU(dd, row + N));
+      s2 = hn::Add(s2, hn::LoadU(dd, row + 2 * N));
+      s3 = hn::Add(s3, hn::LoadU(dd, row + 3 * N));
+    }
+    hn::StoreU(s0, dd, sums + c);
+    hn::StoreU(s1, dd, sums + c + N);
+    hn::StoreU(s2, dd, sums + c + 2 * N);
+    hn::StoreU(s3, dd, sums + c + 3 * N);
+  }
+  for (; c + N <= dim; c += N) {
+    auto s0 = hn::LoadU(dd, sums + c);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (skip[r] != 0.0) s0 = hn::Add(s0, hn::LoadU(dd, values + r * dim + c));
+    }
+    hn::StoreU(s0, dd, sums + c);
+  }
+  for (; c < dim; ++c) {
+    double sum = sums[c];
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (skip[r] != 0.0) sum += values[r * dim + c];
+    }
+    sums[c] = sum;
+  }
+}
+
 std::size_t FindFirstU32(const std::uint32_t* HWY_RESTRICT v, std::size_t begin, std::size_t end,
                          std::uint32_t value) {
   return FindFirstImpl(hn::ScalableTag<std::uint32_t>(), v, begin, end, value);
@@ -416,6 +455,7 @@ HWY_EXPORT(FirstMinU32);
 HWY_EXPORT(FirstMinF64);
 HWY_EXPORT(FirstMaxF64);
 HWY_EXPORT(AddDividedRows);
+HWY_EXPORT(AddRows);
 
 float vote_threshold(double share) noexcept {
   float t = static_cast<float>(share);
@@ -485,6 +525,10 @@ std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexc
 void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
                       double* sums) noexcept {
   HWY_DYNAMIC_DISPATCH(AddDividedRows)(keys, rows, dim, divisors, sums);
+}
+
+void add_rows(const double* values, std::size_t rows, std::size_t dim, const double* skip, double* sums) noexcept {
+  HWY_DYNAMIC_DISPATCH(AddRows)(values, rows, dim, skip, sums);
 }
 
 }  // namespace kvevict::detail

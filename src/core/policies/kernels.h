@@ -84,6 +84,10 @@ std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexc
 void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
                       double* sums) noexcept;
 
+// The same sum with the quotients given: for r = 0 ... rows - 1 in that
+// order, skipping a row whose skip[r] is 0, sums[c] += values[r * dim + c].
+void add_rows(const double* values, std::size_t rows, std::size_t dim, const double* skip, double* sums) noexcept;
+
 // The steady state's one victim in [first, end): the first minimum, found in
 // one block when the hint covers this range, else by a full scan. `end` when
 // the range is empty. Consumes the hint.

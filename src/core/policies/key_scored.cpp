@@ -11,7 +11,8 @@
 
 namespace kvevict {
 
-KeyScoredPolicy::KeyScoredPolicy(std::string_view title, const KeyScoredParams& params, bool keeps_keys)
+KeyScoredPolicy::KeyScoredPolicy(std::string_view title, const KeyScoredParams& params, bool keeps_keys,
+                                 bool keeps_units)
     : title_(title), params_(params) {
   detail::check_budget(title, params.budget);
   detail::check_at_least(title, "headDim", params.head_dim, 1);
@@ -30,6 +31,7 @@ KeyScoredPolicy::KeyScoredPolicy(std::string_view title, const KeyScoredParams& 
   squared_norms_.resize(capacity_);
   observed_.resize(capacity_);
   if (keeps_keys) keys_.resize(capacity_ * dim_);
+  if (keeps_units) units_.resize(capacity_ * dim_);
   score_.resize(capacity_);
   marked_.resize(capacity_);
   victims_.resize(capacity_);
@@ -41,24 +43,41 @@ void KeyScoredPolicy::on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) {
   detail::fail_attention_only(title_, kSignals);
 }
 
-void KeyScoredPolicy::admit(std::size_t slot, std::span<const float> key) noexcept {
-  squared_norms_[slot] = detail::squared_norm(key.data(), dim_);
+double KeyScoredPolicy::checked_squared_norm(const StepInputs& in) const {
+  if (in.key.size() != dim_) detail::check_step_signals(title_, kSignals, in, {dim_, 1});  // throws
+  const double squared = detail::squared_norm(in.key.data(), dim_);
+  // Every component is finite exactly when this sum is: a square is >= 0 and
+  // below 2^256, so 4096 of them stay far below float64's largest, while an
+  // infinite component keeps the sum infinite and a NaN keeps it NaN. Only a
+  // refused key is scanned again, for the error naming its component.
+  if (!std::isfinite(squared)) detail::check_step_signals(title_, kSignals, in, {dim_, 1});  // throws
+  return squared;
+}
+
+void KeyScoredPolicy::admit(std::size_t slot, std::span<const float> key, double squared) noexcept {
+  squared_norms_[slot] = squared;
   observed_[slot] = 1;
   if (!keys_.empty()) std::copy_n(key.data(), dim_, keys_.data() + slot * dim_);
+  if (!units_.empty()) {
+    // Each component's one correctly rounded division, as KeyDiff's anchor
+    // defines it; a zero key has no direction and stays zeros.
+    const double norm = squared_norms_[slot] == 0.0 ? 0.0 : std::sqrt(squared_norms_[slot]);
+    double* unit = units_.data() + slot * dim_;
+    for (std::size_t c = 0; c < dim_; ++c) unit[c] = norm == 0.0 ? 0.0 : static_cast<double>(key[c]) / norm;
+  }
 }
 
 void KeyScoredPolicy::on_origin(const StepInputs& in) {
   if (stepped_ || observed_[0] != 0 || kept_ == 0 || positions_[0] != 0) detail::fail_origin(title_, !stepped_);
-  detail::check_step_signals(title_, kSignals, in, {dim_, 1});
-  admit(0, in.key);
+  admit(0, in.key, checked_squared_norm(in));
 }
 
 void KeyScoredPolicy::on_step(std::int64_t pos, const StepInputs& in) {
   const std::int64_t newest = kept_ == 0 ? -1 : std::int64_t{positions_[kept_ - 1]};
   detail::check_admission(title_, pos, newest, kept_ + 1, capacity_, params_.budget);
-  detail::check_step_signals(title_, kSignals, in, {dim_, 1});
+  const double squared = checked_squared_norm(in);
   positions_[kept_] = static_cast<Position>(pos);
-  admit(kept_, in.key);
+  admit(kept_, in.key, squared);
   ++kept_;
   stepped_ = true;
 }
@@ -70,10 +89,11 @@ bool KeyScoredPolicy::is_protected(std::size_t slot) const noexcept {
 }
 
 std::size_t KeyScoredPolicy::compact_marked() noexcept {
-  return detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
-    squared_norms_[to] = squared_norms_[from];
-    observed_[to] = observed_[from];
-    if (!keys_.empty()) std::copy_n(keys_.data() + from * dim_, dim_, keys_.data() + to * dim_);
+  return detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from, std::size_t n) {
+    std::copy_n(squared_norms_.data() + from, n, squared_norms_.data() + to);
+    std::copy_n(observed_.data() + from, n, observed_.data() + to);
+    if (!keys_.empty()) std::copy_n(keys_.data() + from * dim_, n * dim_, keys_.data() + to * dim_);
+    if (!units_.empty()) std::copy_n(units_.data() + from * dim_, n * dim_, units_.data() + to * dim_);
   });
 }
 

@@ -11,7 +11,8 @@
 
 namespace kvevict {
 
-KeyDiff::KeyDiff(const KeyScoredParams& params) : KeyScoredPolicy("KeyDiff", params, /*keeps_keys=*/true) {
+KeyDiff::KeyDiff(const KeyScoredParams& params)
+    : KeyScoredPolicy("KeyDiff", params, /*keeps_keys=*/true, /*keeps_units=*/true) {
   anchor_.resize(dim_);
 }
 
@@ -24,7 +25,9 @@ void KeyDiff::fill_scores() const noexcept {
     score_[i] = observed_[i] == 0 || squared_norms_[i] == 0.0 ? 0.0 : std::sqrt(squared_norms_[i]);
   }
   std::fill(anchor_.begin(), anchor_.end(), 0.0);
-  detail::add_divided_rows(keys_.data(), kept_, dim_, score_.data(), anchor_.data());
+  // Each key's quotients k[c] / ||k|| were divided once, when it was admitted
+  // (units_): the same correctly rounded quotients, added in the same order.
+  detail::add_rows(units_.data(), kept_, dim_, score_.data(), anchor_.data());
   double anchor_squared = 0.0;
   for (const double a : anchor_) anchor_squared += a * a;
   const double anchor_norm = std::sqrt(anchor_squared);

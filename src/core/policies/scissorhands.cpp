@@ -119,10 +119,9 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   hint_.valid = false;
   detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
   const std::size_t count = detail::compact(
-      kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
-        votes_[to] = votes_[from];
-        std::copy_n(history_.begin() + static_cast<std::ptrdiff_t>(from * history_words_), history_words_,
-                    history_.begin() + static_cast<std::ptrdiff_t>(to * history_words_));
+      kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from, std::size_t n) {
+        std::copy_n(votes_.data() + from, n, votes_.data() + to);
+        std::copy_n(history_.data() + from * history_words_, n * history_words_, history_.data() + to * history_words_);
       });
   return {victims_.data(), count};
 }
@@ -176,11 +175,10 @@ void Scissorhands::remove(std::span<const Position> victims) {
   detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
                        [&](std::size_t slot) { return slot >= first && slot < end; });
   hint_.valid = false;
-  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from) {
-    votes_[to] = votes_[from];
-    std::copy_n(history_.begin() + static_cast<std::ptrdiff_t>(from * history_words_), history_words_,
-                history_.begin() + static_cast<std::ptrdiff_t>(to * history_words_));
-  });
+  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from, std::size_t n) {
+        std::copy_n(votes_.data() + from, n, votes_.data() + to);
+        std::copy_n(history_.data() + from * history_words_, n * history_words_, history_.data() + to * history_words_);
+      });
 }
 
 ScoreRules Scissorhands::score_rules() const {

@@ -129,7 +129,10 @@ std::span<const Position> SnapKVCore::compact_marked() {
   }
   const std::size_t count =
       compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-              [this](std::size_t to, std::size_t from) { ring_slot_[to] = ring_slot_[from]; });
+              [this](std::size_t to, std::size_t from, std::size_t n) {
+                std::copy_n(ring_slot_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                            ring_slot_.begin() + static_cast<std::ptrdiff_t>(to));
+              });
   // The victims' rings wait right past the survivors (the rings free before
   // this call still follow them).
   std::copy_n(freed_.begin(), freed, ring_slot_.begin() + static_cast<std::ptrdiff_t>(kept_));

@@ -103,7 +103,7 @@ std::span<const Position> TOVA::evict(std::int64_t budget) {
     marked_[best] = 1;
   }
   const std::size_t count = detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-                                            [last](std::size_t to, std::size_t from) { last[to] = last[from]; });
+                                            [last](std::size_t to, std::size_t from, std::size_t n) { std::copy_n(last + from, n, last + to); });
   return {victims_.data(), count};
 }
 
@@ -151,7 +151,7 @@ void TOVA::remove(std::span<const Position> victims) {
   close_hole();
   float* last = last_[current_].data();
   detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
-                  [last](std::size_t to, std::size_t from) { last[to] = last[from]; });
+                  [last](std::size_t to, std::size_t from, std::size_t n) { std::copy_n(last + from, n, last + to); });
 }
 
 ScoreRules TOVA::score_rules() const {

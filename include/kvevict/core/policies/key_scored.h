@@ -47,7 +47,9 @@ class KeyScoredPolicy : public Policy {
   double key_norm_of(std::int64_t pos) const noexcept;
 
  protected:
-  KeyScoredPolicy(std::string_view title, const KeyScoredParams& params, bool keeps_keys);
+  // keeps_units: also keep each held key divided by its norm in float64
+  // (units_), computed once when the key is admitted.
+  KeyScoredPolicy(std::string_view title, const KeyScoredParams& params, bool keeps_keys, bool keeps_units = false);
   // Fills score_[0, kept_) with every held slot's score (the lowest goes);
   // unobserved slots may hold anything: they are never candidates.
   virtual void fill_scores() const noexcept = 0;
@@ -80,12 +82,18 @@ class KeyScoredPolicy : public Policy {
   std::vector<double> squared_norms_;
   std::vector<std::uint8_t> observed_;
   std::vector<float> keys_;  // [capacity, head_dim] when the score reads the keys; else empty
+  // [capacity, head_dim] when kept: (double)k[c] / ||k|| for an observed key
+  // with ||k|| > 0 (the float64 sqrt of its squared norm), zeros otherwise.
+  std::vector<double> units_;
   mutable std::vector<double> score_;  // scratch, filled by fill_scores() (queries too)
   std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
 
  private:
-  void admit(std::size_t slot, std::span<const float> key) noexcept;
+  // The key's squared norm, after the checks of check_step_signals (a
+  // refused key changes nothing).
+  double checked_squared_norm(const StepInputs& in) const;
+  void admit(std::size_t slot, std::span<const float> key, double squared) noexcept;
   std::size_t compact_marked() noexcept;
 };
 

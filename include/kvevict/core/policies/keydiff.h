@@ -15,10 +15,11 @@ class KeyDiff final : public KeyScoredPolicy {
  public:
   explicit KeyDiff(const KeyScoredParams& params = {});
   std::string_view name() const noexcept override { return "keydiff"; }
-  // Per slot: position 4 + key 4 x headDim + squared norm 8 + observed 1 +
-  // scratch 1 + score 8; plus the anchor (8 x headDim).
+  // Per slot: position 4 + key 4 x headDim + the key over its norm 8 x
+  // headDim + squared norm 8 + observed 1 + scratch 1 + score 8; plus the
+  // anchor (8 x headDim).
   std::size_t memory_bytes() const noexcept override {
-    return capacity_ * (22 + 4 * dim_) + 8 * dim_;
+    return capacity_ * (22 + 12 * dim_) + 8 * dim_;
   }
   // cos(k_pos, a) with the anchor of the keys held now; -2 when pos is not
   // held or unobserved (-1 is a cosine).
