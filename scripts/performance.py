@@ -52,14 +52,21 @@ def measure(target):
     return tool, by_name
 
 
-KEY_AWARE = ["bench", "--policies", "knorm,keydiff", "--budgets", "512,4096", "--no-compare",
+KEY_AWARE = ["bench", "--policies", "knorm,keydiff,expected-attention", "--budgets", "512,4096", "--no-compare",
              "--bank-instances", "0"]
 
 
 def key_aware_section(targets):
     """The key-aware policies against their floor (the step's key plus the
     policy's whole held state), one table per target, under its command."""
-    lines = ["## Key-aware policies", ""]
+    lines = ["## Key-aware policies", "",
+             "The floor of a key-aware policy is reading the step's key plus its whole held",
+             "state (`memory_bytes()`: for KeyDiff every held key, in float32 and divided by",
+             "its norm in float64; for Expected Attention every held key and the query",
+             "ring). Each step gives the policy a key drawn from a 64 MiB pool (Expected",
+             "Attention also reads a value and the queries: the same row serves). All three",
+             "choose exactly the reference's victims (`tests/policies/key_scored_test.cpp`,",
+             "`tests/policies/expected_attention_test.cpp`, on every target).", ""]
     for target in targets:
         cmd = ["build/kvevict"] + KEY_AWARE + ["--simd", target]
         print(f"[{target}] kvevict bench (key-aware) ...", file=sys.stderr)
@@ -70,6 +77,18 @@ def key_aware_section(targets):
             lines.append(f"| {r['policy']} | {r['budget']} | {r['nsPerStep']:.0f} | {r['floorNs']:.0f} | "
                          f"{r['ratioToFloor']:.2f} |")
         lines.append("")
+    lines += [
+        "KeyDiff's anchor is the sum of every held key over its norm, so each",
+        "eviction reads every held key twice (the anchor, then each key's dot product",
+        "with it); the quotients are divided once per key, when it is admitted, and",
+        "added in the same order, so the sums are the definition's to the bit.",
+        "Expected Attention is far above its floor by design: every eviction fits the",
+        "Gaussian to the query window and scores every held key with a quadratic form",
+        "(k'Sigma'k), headDim^2 multiply-adds per key per query head, so a step costs",
+        "O((queryWindow + kept) x headDim^2), tens of ms at budget 4096 and headDim",
+        "128. kvpress pays that once per compression; a per-step policy pays it at",
+        "every step. The bench runs fewer steps when a step is slow (its warm-up",
+        "stops after one case's time, and each timed batch shrinks to one step).", ""]
     return lines
 
 
