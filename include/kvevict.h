@@ -136,6 +136,28 @@ kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, 
                                int64_t budget, const float* window, size_t rows, size_t length,
                                uint32_t* kept, size_t capacity, size_t* kept_count);
 
+/* ---- attention from queries and keys (docs/signals.md) ------------------- */
+
+/* An engine with fused attention never writes the softmax weights; these give
+ * the attention policies what they read from what it always has. */
+
+/* Rotates x (head_dim floats, head_dim even) to position pos in place: RoPE in
+ * the GPT-NeoX layout (dimension i pairs with i + head_dim/2), angle
+ * pos * base^(-2i/head_dim) in float64, cos and sin rounded to float32. An odd
+ * head_dim is KVEVICT_ERROR_CONTRACT (x unchanged). */
+kvevict_status kvevict_rope_neox(float* x, size_t head_dim, int64_t pos, double base);
+
+/* The weights `groups` query heads pay to `n` keys, averaged over the heads,
+ * into out[0, n): queries is groups x head_dim floats (head-major, already
+ * rotated to their position; each multiplied by `scale` before the dot
+ * products, e.g. 1/sqrt(head_dim)), keys n x head_dim (row-major, as the cache
+ * stores them). float32 dot products in index order, the row's maximum
+ * subtracted, exp, the sum added in order. scratch needs n floats. For a
+ * decode step the keys are the held positions then the new token's own: an
+ * attention policy's step reads the first n - 1 weights. */
+kvevict_status kvevict_attention_from_keys(const float* queries, size_t groups, const float* keys, size_t n,
+                                           size_t head_dim, float scale, float* out, float* scratch);
+
 /* ---- paged caches: block eviction and layer budgets (docs/paged.md) ------ */
 
 /* One policy instance driven in whole blocks, for one (layer, KV head) of a

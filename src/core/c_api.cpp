@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "c_api_internal.h"
+#include "kvevict/core/attention.h"
 #include "kvevict/core/block_evictor.h"
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/core/prefill.h"
@@ -295,6 +296,35 @@ kvevict_status kvevict_prefill(const char* policy, const kvevict_param* params, 
     if (!result.empty()) need(kept, kWhat, "kept");
     std::copy(result.begin(), result.end(), kept);
     *kept_count = result.size();
+  });
+}
+
+kvevict_status kvevict_rope_neox(float* x, size_t head_dim, int64_t pos, double base) {
+  return guard([&] {
+    if (head_dim > 0) need(x, "kvevict_rope_neox", "x");
+    kvevict::rope_neox(std::span<float>(x, head_dim), pos, base);
+  });
+}
+
+kvevict_status kvevict_attention_from_keys(const float* queries, size_t groups, const float* keys, size_t n,
+                                           size_t head_dim, float scale, float* out, float* scratch) {
+  return guard([&] {
+    constexpr const char* kWhat = "kvevict_attention_from_keys";
+    if (groups != 0 && head_dim > SIZE_MAX / sizeof(float) / groups) {
+      throw ArgumentError(fmt::format("{}: {} query heads of {} floats is too large", kWhat, groups, head_dim));
+    }
+    if (head_dim != 0 && n > SIZE_MAX / sizeof(float) / head_dim) {
+      throw ArgumentError(fmt::format("{}: {} keys of {} floats is too large", kWhat, n, head_dim));
+    }
+    if (groups * head_dim > 0) need(queries, kWhat, "queries");
+    if (n * head_dim > 0) need(keys, kWhat, "keys");
+    if (n > 0) {
+      need(out, kWhat, "out");
+      need(scratch, kWhat, "scratch");
+    }
+    kvevict::attention_from_keys(std::span<const float>(queries, groups * head_dim), groups,
+                                 std::span<const float>(keys, n * head_dim), n, head_dim, scale,
+                                 std::span<float>(out, n), std::span<float>(scratch, n));
   });
 }
 

@@ -115,7 +115,8 @@ PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap param
 std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<const Model>& model,
                                                         std::span<const std::uint8_t> text,
                                                         const Window& w,
-                                                        const ProgressFn& progress = {}) {
+                                                        const ProgressFn& progress = {},
+                                                        std::vector<std::unique_ptr<Policy>>* recorders = nullptr) {
   const ModelConfig& cfg = model->config();
   std::vector<std::unique_ptr<MatrixTrace>> heads;
   for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
@@ -123,6 +124,11 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
         fmt::format("model:layer{}.head{}", h / cfg.kv_heads, h % cfg.kv_heads), w.length));
   }
   Decoder decoder(model, w.length);
+  // Recorders (budget: the whole window, so they never evict) copy what
+  // every policy is given; the decoder itself is the full cache's.
+  if (recorders != nullptr) {
+    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) decoder.set_policy(h, (*recorders)[h].get(), w.length);
+  }
   for (std::uint32_t t = 0; t < w.length; ++t) {
     decoder.step(text[w.begin + t]);
     if (t > 0) {
@@ -286,6 +292,90 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   return rows;
 }
 
+namespace {
+
+// Sits on one cache of a full-cache decoder (its budget the whole window, so
+// it never evicts) and copies what every policy is given: position 0's key,
+// value and queries by on_origin, each later position's by on_step.
+class SignalRecorder final : public Policy {
+ public:
+  SignalRecorder(float* keys, float* values, float* queries, std::size_t dim, std::size_t query_width)
+      : keys_(keys), values_(values), queries_(queries), dim_(dim), query_width_(query_width) {}
+
+  std::string_view name() const noexcept override { return "record"; }
+  Signals signals() const noexcept override { return kSignalKey | kSignalValue | kSignalQueries; }
+  void on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) override {
+    throw ContractError("record: the decoder gives every step's key, value and queries (on_step)");
+  }
+  void on_origin(const StepInputs& in) override { copy(0, in); }
+  void on_step(std::int64_t pos, const StepInputs& in) override { copy(static_cast<std::size_t>(pos), in); }
+  std::span<const Position> evict(std::int64_t /*budget*/) override { return {}; }
+  std::size_t kept_count() const noexcept override { return count_; }
+  std::size_t memory_bytes() const noexcept override { return 0; }
+
+ private:
+  void copy(std::size_t pos, const StepInputs& in) {
+    if (in.key.size() != dim_ || in.value.size() != dim_ || in.queries.size() != query_width_) {
+      throw ContractError(fmt::format("record: position {} gives a key of {}, a value of {} and queries of {} floats "
+                                      "(want {}, {} and {})",
+                                      pos, in.key.size(), in.value.size(), in.queries.size(), dim_, dim_,
+                                      query_width_));
+    }
+    if (keys_ != nullptr) std::copy(in.key.begin(), in.key.end(), keys_ + pos * dim_);
+    if (values_ != nullptr) std::copy(in.value.begin(), in.value.end(), values_ + pos * dim_);
+    if (queries_ != nullptr) std::copy(in.queries.begin(), in.queries.end(), queries_ + pos * query_width_);
+    count_ = pos + 1;
+  }
+
+  float* keys_;
+  float* values_;
+  float* queries_;
+  std::size_t dim_;
+  std::size_t query_width_;
+  std::size_t count_ = 0;
+};
+
+
+// One head's recorded signals, in memory, for run_many: position p's key,
+// value and queries are row p of each buffer (an empty buffer: not given).
+class RecordedSignals final : public StepSignals {
+ public:
+  RecordedSignals(const float* keys, const float* values, const float* queries, std::size_t dim,
+                  std::size_t query_width)
+      : keys_(keys), values_(values), queries_(queries), dim_(dim), query_width_(query_width) {}
+  StepInputs at(std::uint32_t pos) override {
+    return StepInputs{.attention = std::nullopt,
+                      .key = {keys_ + std::size_t{pos} * dim_, dim_},
+                      .value = {values_ + std::size_t{pos} * dim_, dim_},
+                      .queries = {queries_ + std::size_t{pos} * query_width_, query_width_}};
+  }
+
+ private:
+  const float* keys_;
+  const float* values_;
+  const float* queries_;
+  std::size_t dim_;
+  std::size_t query_width_;
+};
+
+// One window's full-cache signals, every cache: what the decoder gave each
+// policy at each position ([caches, n, width] each).
+struct WindowSignals {
+  std::size_t n = 0, dim = 0, query_width = 0;
+  std::vector<float> keys, values, queries;
+  std::unique_ptr<StepSignals> head(std::size_t h) const {
+    return std::make_unique<RecordedSignals>(keys.data() + h * n * dim, values.data() + h * n * dim,
+                                             queries.data() + h * n * query_width, dim, query_width);
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> model_compare_policies(std::string_view text) {
+  if (text == "all") return policy_names(kSignalAttention);
+  return parse_policy_list(text, kEverySignal);
+}
+
 std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std::uint8_t> text,
                                          const CompareRequest& request,
                                          const ModelRunOptions& options) {
@@ -322,8 +412,27 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   std::vector<std::int64_t> calls(specs.size(), 0);
   const std::shared_ptr<const Model> shared = shared_view(model);
   std::uint32_t done = ppl_jobs;
+  // Key-aware runs replay each window's full-cache keys, values and queries
+  // beside its attention, as the recorded files do (eval/signal_files.h).
+  bool keyed = false;
+  for (const RunSpec& spec : specs) keyed = keyed || (find_policy(spec.policy).signals & ~kSignalAttention) != 0;
+  WindowSignals recorded;
   for (const Window& w : windows) {
-    const auto heads = record_window(shared, text, w);
+    std::vector<std::unique_ptr<Policy>> recorders;
+    if (keyed) {
+      recorded.n = w.length;
+      recorded.dim = cfg.head_dim();
+      recorded.query_width = std::size_t{cfg.group()} * recorded.dim;
+      recorded.keys.assign(std::size_t{cfg.head_count()} * recorded.n * recorded.dim, 0.0F);
+      recorded.values.assign(recorded.keys.size(), 0.0F);
+      recorded.queries.assign(std::size_t{cfg.head_count()} * recorded.n * recorded.query_width, 0.0F);
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        recorders.push_back(std::make_unique<SignalRecorder>(
+            recorded.keys.data() + h * recorded.n * recorded.dim, recorded.values.data() + h * recorded.n * recorded.dim,
+            recorded.queries.data() + h * recorded.n * recorded.query_width, recorded.dim, recorded.query_width));
+      }
+    }
+    const auto heads = record_window(shared, text, w, {}, keyed ? &recorders : nullptr);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
     auto add = [&](std::size_t h, const RunTotals& t) {
@@ -342,7 +451,16 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
         for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) views.push_back(heads[l * cfg.kv_heads + kv].get());
         for (const RunSpec& spec : specs) {
           const auto lb = make_layer_budget(spec, cfg, static_cast<std::uint32_t>(l), options.paged);
-          std::vector<RunTotals> totals = run_layer(*lb, lb->layer_budget(), views, views.front()->steps());
+          std::vector<std::unique_ptr<StepSignals>> sources;
+          std::vector<StepSignals*> per_head;
+          if ((find_policy(spec.policy).signals & ~kSignalAttention) != 0) {
+            for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) {
+              sources.push_back(recorded.head(l * cfg.kv_heads + kv));
+              per_head.push_back(sources.back().get());
+            }
+          }
+          std::vector<RunTotals> totals =
+              run_layer(*lb, lb->layer_budget(), views, views.front()->steps(), {}, per_head);
           for (std::uint32_t kv = 1; kv < cfg.kv_heads; ++kv) totals[kv].eviction_calls = 0;
           for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) add(l * cfg.kv_heads + kv, totals[kv]);
         }
@@ -357,7 +475,11 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
                                           options.paged));
           slots.push_back({built.back().get(), spec.budget});
         }
-        for (const RunTotals& t : run_many(slots, *heads[h])) add(h, t);
+        // One pass over the head's attention for every run; with a key-aware
+        // run, every run is given the signals too (an attention policy's
+        // on_step reads only the weights).
+        const std::unique_ptr<StepSignals> source = keyed ? recorded.head(h) : nullptr;
+        for (const RunTotals& t : run_many(slots, *heads[h], std::nullopt, {}, nullptr, {}, source.get())) add(h, t);
       });
     }
     for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -413,50 +535,6 @@ std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t>
   return w.length;
 }
 
-namespace {
-
-// Sits on one cache of a full-cache decoder (its budget the whole window, so
-// it never evicts) and copies what every policy is given: position 0's key,
-// value and queries by on_origin, each later position's by on_step.
-class SignalRecorder final : public Policy {
- public:
-  SignalRecorder(float* keys, float* values, float* queries, std::size_t dim, std::size_t query_width)
-      : keys_(keys), values_(values), queries_(queries), dim_(dim), query_width_(query_width) {}
-
-  std::string_view name() const noexcept override { return "record"; }
-  Signals signals() const noexcept override { return kSignalKey | kSignalValue | kSignalQueries; }
-  void on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) override {
-    throw ContractError("record: the decoder gives every step's key, value and queries (on_step)");
-  }
-  void on_origin(const StepInputs& in) override { copy(0, in); }
-  void on_step(std::int64_t pos, const StepInputs& in) override { copy(static_cast<std::size_t>(pos), in); }
-  std::span<const Position> evict(std::int64_t /*budget*/) override { return {}; }
-  std::size_t kept_count() const noexcept override { return count_; }
-  std::size_t memory_bytes() const noexcept override { return 0; }
-
- private:
-  void copy(std::size_t pos, const StepInputs& in) {
-    if (in.key.size() != dim_ || in.value.size() != dim_ || in.queries.size() != query_width_) {
-      throw ContractError(fmt::format("record: position {} gives a key of {}, a value of {} and queries of {} floats "
-                                      "(want {}, {} and {})",
-                                      pos, in.key.size(), in.value.size(), in.queries.size(), dim_, dim_,
-                                      query_width_));
-    }
-    if (keys_ != nullptr) std::copy(in.key.begin(), in.key.end(), keys_ + pos * dim_);
-    if (values_ != nullptr) std::copy(in.value.begin(), in.value.end(), values_ + pos * dim_);
-    if (queries_ != nullptr) std::copy(in.queries.begin(), in.queries.end(), queries_ + pos * query_width_);
-    count_ = pos + 1;
-  }
-
-  float* keys_;
-  float* values_;
-  float* queries_;
-  std::size_t dim_;
-  std::size_t query_width_;
-  std::size_t count_ = 0;
-};
-
-}  // namespace
 
 std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> text, const RecordFiles& files,
                              std::uint32_t tokens, const ProgressFn& progress) {

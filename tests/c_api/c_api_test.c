@@ -521,6 +521,37 @@ static void paged(void) {
   }
 }
 
+/* Attention from queries and keys: RoPE by hand at head_dim 2 (theta 1 rad
+ * whatever the base), weights of equal and mirrored logits. */
+static void attention_from_keys_api(void) {
+  float x[2] = {1.0f, 0.0f};
+  float odd[3] = {1.0f, 2.0f, 3.0f};
+  const float q1[2] = {1.0f, 0.0f};
+  const float flat[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float q2[4] = {1.0f, 0.0f, 0.0f, 1.0f};
+  const float mirrored[4] = {2.0f, 0.0f, 0.0f, 2.0f};
+  float out[2] = {0.0f, 0.0f};
+  float scratch[2] = {0.0f, 0.0f};
+  CHECK(kvevict_rope_neox(x, 2, 1, 10000.0) == KVEVICT_OK);
+  CHECK(x[0] == (float)cos(1.0) && x[1] == (float)sin(1.0)); /* (1, 0) turned by 1 rad */
+  CHECK(kvevict_rope_neox(odd, 3, 1, 10000.0) == KVEVICT_ERROR_CONTRACT && error_contains("must be even"));
+  CHECK(odd[0] == 1.0f && odd[2] == 3.0f);
+  /* Two equal logits: 1/2 each. */
+  CHECK(kvevict_attention_from_keys(q1, 1, flat, 2, 2, 1.0f, out, scratch) == KVEVICT_OK);
+  CHECK(out[0] == 0.5f && out[1] == 0.5f);
+  /* Two heads whose logits mirror each other (2, 0) and (0, 2): their mean is
+   * 1/2 each, up to float rounding. */
+  CHECK(kvevict_attention_from_keys(q2, 2, mirrored, 2, 2, 1.0f, out, scratch) == KVEVICT_OK);
+  CHECK(fabs(out[0] - 0.5) < 1e-6 && fabs(out[1] - 0.5) < 1e-6 && out[0] + out[1] > 0.999f);
+  /* One head of logits (2, 0): 1 / (1 + e^-2) and its complement. */
+  CHECK(kvevict_attention_from_keys(q1, 1, mirrored, 2, 2, 1.0f, out, scratch) == KVEVICT_OK);
+  CHECK(fabs(out[0] - 1.0 / (1.0 + exp(-2.0))) < 1e-6 && fabs(out[1] - exp(-2.0) / (1.0 + exp(-2.0))) < 1e-6);
+  CHECK(kvevict_attention_from_keys(q1, 1, flat, 2, 2, 1.0f, NULL, scratch) == KVEVICT_ERROR_ARGUMENT &&
+        error_contains("out"));
+  CHECK(kvevict_attention_from_keys(q1, 0, flat, 2, 2, 1.0f, out, scratch) == KVEVICT_ERROR_CONTRACT &&
+        error_contains("attention_from_keys"));
+}
+
 int main(int argc, char** argv) {
   size_t vpassed = 0;
   size_t vfailed = 0;
@@ -533,6 +564,7 @@ int main(int argc, char** argv) {
   prefill();
   paged();
   signals();
+  attention_from_keys_api();
   if (argc > 1) {
     CHECK(kvevict_vectors_run((const char* const*)(argv + 1), (size_t)(argc - 1), &vpassed, &vfailed,
                               &report) == KVEVICT_OK);

@@ -164,7 +164,7 @@ head -c 2100 "$model_dir/heldout-sample.txt" >"$tmp/text3.txt"
 ok  "perplexity interval" "95 % interval (paired by window)" -- perplexity --model "$model" --text "$tmp/text3.txt" --policy sliding-window --budget 16
 # A budget at least the text's length: exactly the full cache's perplexity.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy all --budget 400 --format csv >"$tmp/ppl.csv" 2>/dev/null
-if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 11 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
+if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 12 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
 # Paged: blocks and positions at the peak, measured; derived from the full
 # cache's row (caches x 399 positions, in blocks of 16: caches x 25 blocks).
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window,tova --budget 64 --block-size 16 --format csv >"$tmp/paged.csv" 2>/dev/null
@@ -233,6 +233,21 @@ ok  "replay knorm"     '"headDim": 32' -- run --policy knorm --budget 48 --trace
 ok  "replay keydiff"   "keydiff" -- compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --values "$tmp/values.npy" --queries "$tmp/queries.npy" --budgets 48,64
 ok  "replay all"       "knorm" -- compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --budgets 48,64,96
 ok  "replay sweep"     "recentWindow" -- sweep --policy knorm --param recentWindow=0,8 --budgets 48 --trace "$tmp/sig.npy" --keys "$tmp/keys.npy"
+# compare --model runs a named key-aware policy, its proxies replaying each
+# window's full-cache keys, values and queries: on one window of the same 120
+# bytes, exactly the retained mass of replaying the recorded files.
+head -c 120 "$tmp/text.txt" >"$tmp/text120.txt"
+"$tool" compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --values "$tmp/values.npy" --queries "$tmp/queries.npy" \
+  --policies knorm,expected-attention,h2o --budgets 48 --format csv 2>/dev/null | cut -d, -f1,4 | sort >"$tmp/replayed.csv"
+"$tool" compare --model "$model" --text "$tmp/text120.txt" --policies knorm,expected-attention,h2o --budgets 48 \
+  --format csv 2>/dev/null | awk -F, 'NR > 2 {print $2 "," $7}' | sort >"$tmp/modelled.csv"
+if [[ $(wc -l <"$tmp/replayed.csv") -eq 4 ]] && grep -q "^expected-attention,0\.[0-9]" "$tmp/modelled.csv" &&
+  diff <(grep -v '^policy' "$tmp/replayed.csv") "$tmp/modelled.csv" >/dev/null; then pass
+else fail "compare --model key-aware proxies: $(cat "$tmp/replayed.csv" "$tmp/modelled.csv")"; fi
+# "all" with --model is still the seven the published tables hold.
+"$tool" compare --model "$model" --text "$tmp/text120.txt" --budgets 48 --format csv >"$tmp/all.csv" 2>/dev/null
+if [[ $(wc -l <"$tmp/all.csv") -eq 9 ]] && ! grep -q "knorm\|keydiff\|expected" "$tmp/all.csv"; then pass
+else fail "compare --model all: $(cat "$tmp/all.csv")"; fi
 # By hand: keys with norms 5, 1, 2, 0.5, 1 at budget 3. Step 3 evicts the norm-5
 # key (position 0), so step 4 keeps 0.1 + 0.2 + 0.3 of its weight: mass (1+1+1+0.6)/4.
 mknpy "$tmp/hand.npy" 5,5 "0 0 0 0 0  1 0 0 0 0  .5 .5 0 0 0  .2 .3 .5 0 0  .4 .1 .2 .3 0"

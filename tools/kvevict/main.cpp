@@ -214,7 +214,10 @@ int main(int argc, char** argv) {
   std::string cmp_format = "table";
   auto* cmp = app.add_subcommand(
       "compare", "Every chosen policy at every budget, ranked by retained mass at the middle budget");
-  cmp->add_option("--policies", cmp_policies, "comma-separated names, or all")->capture_default_str();
+  cmp->add_option("--policies", cmp_policies,
+                  "comma-separated names, or all (the policies the source can feed; with --model, the seven "
+                  "attention and positional ones: name knorm, keydiff or expected-attention to add them)")
+      ->capture_default_str();
   cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   PagedFlags cmp_paged;
@@ -573,10 +576,7 @@ int main(int argc, char** argv) {
                              "decoder gives the policies their keys itself (give one or the other)");
       }
       CompareRequest request;
-      // Its retained mass replays the model's recorded attention, which has no keys.
-      request.policies = parse_policy_list(cmp_policies, kSignalAttention,
-                                           "compare --model (its retained mass replays the model's attention; run "
-                                           "key-aware policies with perplexity or tasks)");
+      request.policies = model_compare_policies(cmp_policies);
       request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
       request.overrides = parse_sets(cmp_sets);
       const auto model = Model::load(cmp_model);

@@ -959,17 +959,23 @@ kvevict::CompareRequest compare_request(const Napi::Object& options, const std::
   const Napi::Env env = options.Env();
   kvevict::CompareRequest request;
   const Napi::Value names = options.Get("policies");
+  // A compare over a trace replays attention: "all" is what attention can
+  // feed. compareModel's key-aware runs replay each window's full-cache keys
+  // (kvevict::model_compare_policies): named ones run, "all" is the seven.
+  const bool model = what == "compareModel";
   if (names.IsString()) {
-    // A compare replays attention (a trace, or the model's weights for
-    // retained mass): "all" is what attention can feed.
-    request.policies = kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value(), kvevict::kSignalAttention,
-                                                  what + " (it replays attention weights only)");
+    request.policies = model ? kvevict::model_compare_policies(names.As<Napi::String>().Utf8Value())
+                             : kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value(),
+                                                          kvevict::kSignalAttention,
+                                                          what + " (it replays attention weights only)");
   } else if (names.IsArray()) {
     const auto array = names.As<Napi::Array>();
     for (std::uint32_t i = 0; i < array.Length(); ++i) {
       const std::string name = to_string(array.Get(i), what + ": options.policies[" + std::to_string(i) + "]");
       const kvevict::PolicyInfo& info = kvevict::find_policy(name);
-      kvevict::check_signals_available(info, kvevict::kSignalAttention, what + " (it replays attention weights only)");
+      if (!model) {
+        kvevict::check_signals_available(info, kvevict::kSignalAttention, what + " (it replays attention weights only)");
+      }
       request.policies.push_back(info.name);
     }
     if (request.policies.empty()) {

@@ -176,6 +176,17 @@ test.describe('real model', { skip }, () => {
     assert.throws(() => kv.compareModel(m, t, { policies: ['scissorhands'], budgets: [16, 64] }), check);
   });
 
+  test('compareModel runs a named key-aware policy; "all" is the seven', () => {
+    const m = setup();
+    const rows = kv.compareModel(m, text(120), { policies: ['knorm', 'h2o'], budgets: [48] });
+    const knorm = rows.find((r) => r.policy === 'knorm');
+    assert.ok(knorm.retainedAttentionMass > 0 && knorm.retainedAttentionMass < 1);
+    assert.ok(knorm.evictionCalls > 0);
+    const every = kv.compareModel(m, text(120), { policies: 'all', budgets: [48] });
+    assert.equal(every.length, 1 + 7);
+    assert.ok(!every.some((r) => r.policy === 'knorm' || r.policy === 'expected-attention'));
+  });
+
   test('compareModel: the full cache first, then ranked rows with the proxies', () => {
     const m = setup();
     const n = 120;

@@ -924,8 +924,11 @@ py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const
 // feed, and a key-aware one named is refused with the signal it lacks.
 constexpr const char* kAttentionSource = "a compare (it replays attention weights only)";
 
-std::vector<std::string> policy_names(py::handle policies) {
+// `model`: compare_model, whose key-aware runs replay each window's
+// full-cache keys (kvevict::model_compare_policies): "all" is still the seven.
+std::vector<std::string> policy_names(py::handle policies, bool model = false) {
   if (py::isinstance<py::str>(policies)) {
+    if (model) return kvevict::model_compare_policies(policies.cast<std::string>());
     return kvevict::parse_policy_list(policies.cast<std::string>(), kvevict::kSignalAttention, kAttentionSource);
   }
   if (!py::isinstance<py::iterable>(policies)) {
@@ -935,7 +938,7 @@ std::vector<std::string> policy_names(py::handle policies) {
   std::vector<std::string> names;
   for (const py::handle item : policies) {
     const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(item, "a policy name"));
-    kvevict::check_signals_available(info, kvevict::kSignalAttention, kAttentionSource);
+    if (!model) kvevict::check_signals_available(info, kvevict::kSignalAttention, kAttentionSource);
     names.push_back(info.name);
   }
   if (names.empty()) throw py::value_error("compare: no policies given (use \"all\" for every policy)");
@@ -1196,7 +1199,7 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::CompareRequest request;
-  request.policies = policy_names(policies.obj);
+  request.policies = policy_names(policies.obj, /*model=*/true);
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
   kvevict::ModelRunOptions options = model_options(max_windows.obj, prefill.obj, prefill_window.obj);

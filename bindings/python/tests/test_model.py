@@ -410,6 +410,18 @@ def test_compare_model(model, text):
             assert r["evictionCalls"] == heads_of(model) * (len(text) - r["budget"])
 
 
+def test_compare_model_runs_a_named_key_aware_policy(model, text):
+    # Its perplexity is perplexity()'s; its proxies replay the window's keys.
+    rows = kvevict.compare_model(model, text, ["knorm", "h2o"], [48], max_windows=1)
+    knorm = next(r for r in rows if r["policy"] == "knorm")
+    assert 0.0 < knorm["retainedAttentionMass"] < 1.0 and knorm["evictionCalls"] > 0
+    plain = kvevict.perplexity(model, text, [("knorm", 48)], max_windows=1)
+    assert knorm["perplexity"] == plain[1]["perplexity"]
+    # "all" is still the seven attention and positional policies.
+    every = kvevict.compare_model(model, text, "all", [48], max_windows=1)
+    assert len(every) == 1 + 7 and all(r["policy"] not in ("knorm", "keydiff", "expected-attention") for r in every)
+
+
 def test_compare_model_errors(model, text):
     with pytest.raises(ValueError, match=r"recentWindow \(32\) must be smaller than budget \(16\)"):
         kvevict.compare_model(model, text, ["scissorhands"], [16, 64])

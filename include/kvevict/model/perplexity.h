@@ -117,6 +117,12 @@ std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model,
                                                        std::span<const std::uint8_t> text,
                                                        std::uint32_t tokens = 0);
 
+// The policies of a compare over the model: "all" is the seven attention and
+// positional policies (the published tables' set); a key-aware policy runs
+// when named, its proxies replaying each window's full-cache keys, values
+// and queries beside its attention.
+std::vector<std::string> model_compare_policies(std::string_view text);
+
 std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens = 0, const ProgressFn& progress = {});
