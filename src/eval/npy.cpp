@@ -322,6 +322,44 @@ void write_npy_trace(Trace& trace, std::uint32_t steps, const std::filesystem::p
   write_npy_heads(std::span<Trace* const>(&one, 1), steps, file, overwrite, false);
 }
 
+namespace {
+// Writes `file` whole or not at all (a .tmp beside it, then renamed): the
+// magic, version 1.0, the header dict padded so the data starts on a 64-byte
+// boundary, then what `body(out)` writes.
+template <class Body>
+void write_npy_atomically(const std::string& name, const std::filesystem::path& file, std::string header,
+                          Body&& body) {
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::error_code ec;
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(name, "cannot be written (is the folder there and writable?)");
+    const auto len = static_cast<std::uint16_t>(header.size());
+    out.write(kMagic.data(), 6);
+    out.put('\x01');
+    out.put('\x00');
+    out.put(static_cast<char>(len & 0xFF));
+    out.put(static_cast<char>(len >> 8));
+    out << header;
+    body(out);
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp, ec);
+      fail(name, "writing failed (disk full?)");
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    fail(name, fmt::format("cannot be written: {}", ec.message()));
+  }
+}
+}  // namespace
+
 void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
                      const std::filesystem::path& file, bool overwrite, bool head_axis) {
   const std::string name = file.string();
@@ -337,22 +375,7 @@ void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
       head_axis ? fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}, {}), }}",
                               heads.size(), n, n)
                 : fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", n, n);
-  // Pad so the data starts on a 64-byte boundary; the header ends with '\n'.
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header.push_back('\n');
-
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(name, "cannot be written (is the folder there and writable?)");
-    const auto len = static_cast<std::uint16_t>(header.size());
-    out.write(kMagic.data(), 6);
-    out.put('\x01');
-    out.put('\x00');
-    out.put(static_cast<char>(len & 0xFF));
-    out.put(static_cast<char>(len >> 8));
-    out << header;
+  write_npy_atomically(name, file, std::move(header), [&](std::ofstream& out) {
     std::vector<float> row(n, 0.0F);
     for (Trace* trace : heads) {
       std::fill(row.begin(), row.end(), 0.0F);
@@ -365,18 +388,7 @@ void write_npy_heads(std::span<Trace* const> heads, std::uint32_t steps,
         out.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(n * 4));
       }
     }
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      fail(name, "writing failed (disk full?)");
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail(name, fmt::format("cannot be written: {}", ec.message()));
-  }
+  });
 }
 
 void write_npy_floats(std::span<const std::uint64_t> shape, std::span<const float> data,
@@ -391,35 +403,11 @@ void write_npy_floats(std::span<const std::uint64_t> shape, std::span<const floa
   if (!overwrite && std::filesystem::exists(file, ec)) {
     fail(name, "already exists (pass --force to replace it)");
   }
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}{}), }}",
-                                   fmt::join(shape, ", "), shape.size() == 1 ? "," : "");
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header.push_back('\n');
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(name, "cannot be written (is the folder there and writable?)");
-    const auto len = static_cast<std::uint16_t>(header.size());
-    out.write(kMagic.data(), 6);
-    out.put('\x01');
-    out.put('\x00');
-    out.put(static_cast<char>(len & 0xFF));
-    out.put(static_cast<char>(len >> 8));
-    out << header;
+  const std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}{}), }}",
+                                         fmt::join(shape, ", "), shape.size() == 1 ? "," : "");
+  write_npy_atomically(name, file, header, [&](std::ofstream& out) {
     out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      fail(name, "writing failed (disk full?)");
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail(name, fmt::format("cannot be written: {}", ec.message()));
-  }
+  });
 }
 
 }  // namespace kvevict
