@@ -61,6 +61,16 @@ void fail_admission(std::string_view title, std::int64_t pos, std::int64_t newes
       title, held_after, budget));
 }
 
+void check_sinks_and_recent(std::string_view title, std::int64_t sinks, std::int64_t recent_window,
+                            std::int64_t budget, std::string_view what_chooses) {
+  if (sinks + recent_window >= budget) {
+    fail_param(title, "sinks", sinks,
+               fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there would be nothing for {} "
+                           "to choose between",
+                           recent_window, budget, what_chooses));
+  }
+}
+
 void check_sinks(std::string_view title, std::int64_t sinks, std::int64_t budget) {
   check_at_least(title, "sinks", sinks, 0);
   if (sinks >= budget) {

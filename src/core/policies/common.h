@@ -41,6 +41,10 @@ void check_sinks(std::string_view title, std::int64_t sinks, std::int64_t budget
 
 void check_recent_window(std::string_view title, std::int64_t recent_window, std::int64_t budget,
                          std::string_view what_chooses);
+// Sinks and a recent window together must leave something to choose:
+// sinks + recentWindow < budget ("... nothing for <what_chooses> to choose between").
+void check_sinks_and_recent(std::string_view title, std::int64_t sinks, std::int64_t recent_window,
+                            std::int64_t budget, std::string_view what_chooses);
 
 // Refuses, before anything changes, a position that is not above the newest
 // held one (`newest` is -1 when nothing is held) or that would not fit.

@@ -32,12 +32,7 @@ ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : pa
   detail::check_at_most(kTitle, "groups", params.groups, 64);
   detail::check_at_least(kTitle, "sinks", params.sinks, 0);
   detail::check_at_least(kTitle, "recentWindow", params.recent_window, 0);
-  if (params.sinks + params.recent_window >= params.budget) {
-    detail::fail_param(kTitle, "sinks", params.sinks,
-                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there would be "
-                                   "nothing for the scores to choose between",
-                                   params.recent_window, params.budget));
-  }
+  detail::check_sinks_and_recent(kTitle, params.sinks, params.recent_window, params.budget, "the scores");
   detail::check_at_least(kTitle, "queryWindow", params.query_window, 1);
   detail::check_at_most(kTitle, "queryWindow", params.query_window, 65536);
   detail::check_at_least(kTitle, "futurePositions", params.future_positions, 1);
@@ -132,6 +127,15 @@ void ExpectedAttention::on_step(std::int64_t pos, const StepInputs& in) {
 
 bool ExpectedAttention::is_scored(std::size_t slot) const noexcept {
   return observed_[slot] != 0 && std::int64_t{positions_[slot]} >= params_.sinks;
+}
+
+std::size_t ExpectedAttention::first_scored() const noexcept {
+  // The scored slots are one range, from this slot to the newest: only sinks
+  // (a prefix, positions ascending) and the unobserved position 0 (slot 0)
+  // are not scored.
+  std::size_t first = 0;
+  while (first < kept_ && !is_scored(first)) ++first;
+  return first;
 }
 
 bool ExpectedAttention::is_protected(std::size_t slot) const noexcept {
@@ -282,32 +286,25 @@ double ExpectedAttention::logit(std::size_t slot) const noexcept {
 void ExpectedAttention::fill_scores() const noexcept {
   for (std::size_t i = 0; i < kept_; ++i) score_[i] = 0.0;
   average_rotation();
+  const std::size_t first = first_scored();
   for (std::size_t h = 0; h < groups_; ++h) {
     head_statistics(h);
     // The softmax over the scored positions (held, observed, not sinks), as
     // kvpress takes it over every key after the sinks: the largest logit
     // subtracted, exp, the sum added in slot order.
-    // The scored slots are one range: every slot from the first scored one
-    // on (only sinks and the unobserved position 0 lead).
-    std::size_t first = 0;
-    while (first < kept_ && !is_scored(first)) ++first;
     std::size_t at = first;
     for (; at + 4 <= kept_; at += 4) logits4(at, logit_.data() + at);
     for (; at < kept_; ++at) logit_[at] = logit(at);
     double largest = -std::numeric_limits<double>::infinity();
-    for (std::size_t j = first; j < kept_; ++j) largest = std::max(largest, logit_[j]);
+    for (std::size_t i = first; i < kept_; ++i) largest = std::max(largest, logit_[i]);
     double sum = 0.0;
-    for (std::size_t i = 0; i < kept_; ++i) {
-      if (!is_scored(i)) continue;
+    for (std::size_t i = first; i < kept_; ++i) {
       logit_[i] = std::exp(logit_[i] - largest);
       sum += logit_[i];
     }
-    for (std::size_t i = 0; i < kept_; ++i) {
-      if (is_scored(i)) score_[i] += logit_[i] / sum;
-    }
+    for (std::size_t i = first; i < kept_; ++i) score_[i] += logit_[i] / sum;
   }
-  for (std::size_t i = 0; i < kept_; ++i) {
-    if (!is_scored(i)) continue;
+  for (std::size_t i = first; i < kept_; ++i) {
     score_[i] /= static_cast<double>(groups_);  // the mean over the query heads
     if (params_.value_norm != 0) score_[i] *= value_norms_[i];
   }
@@ -330,8 +327,7 @@ std::span<const Position> ExpectedAttention::evict(std::int64_t budget) {
   fill_scores();  // once per call, before the first victim
   // The protected slots are a prefix (sinks; the unobserved position 0) and
   // a suffix (the recent window): the candidates are one range between them.
-  std::size_t begin = 0;
-  while (begin < kept_ && !is_scored(begin)) ++begin;
+  const std::size_t begin = first_scored();
   const std::size_t end = kept_ - std::min(static_cast<std::size_t>(params_.recent_window), kept_);
   if (begin < end) detail::mark_argmin_victims(score_.data(), marked_.data(), begin, end, needed);
   return {victims_.data(), compact_marked()};

@@ -19,12 +19,7 @@ H2O::H2O(const H2OParams& params) : params_(params) {
   detail::check_budget(kTitle, params.budget);
   detail::check_recent_window(kTitle, params.recent_window, params.budget, "the scores");
   detail::check_at_least(kTitle, "sinks", params.sinks, 0);
-  if (params.sinks + params.recent_window >= params.budget) {
-    detail::fail_param(kTitle, "sinks", params.sinks,
-                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there "
-                                   "would be nothing for the scores to choose between",
-                                   params.recent_window, params.budget));
-  }
+  detail::check_sinks_and_recent(kTitle, params.sinks, params.recent_window, params.budget, "the scores");
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
   positions_.resize(capacity_);
   scores_.resize(capacity_);

@@ -19,12 +19,7 @@ KeyScoredPolicy::KeyScoredPolicy(std::string_view title, const KeyScoredParams& 
   detail::check_at_most(title, "headDim", params.head_dim, 4096);
   detail::check_at_least(title, "sinks", params.sinks, 0);
   detail::check_at_least(title, "recentWindow", params.recent_window, 0);
-  if (params.sinks + params.recent_window >= params.budget) {
-    detail::fail_param(title, "sinks", params.sinks,
-                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there would be "
-                                   "nothing for the scores to choose between",
-                                   params.recent_window, params.budget));
-  }
+  detail::check_sinks_and_recent(title, params.sinks, params.recent_window, params.budget, "the scores");
   dim_ = static_cast<std::size_t>(params.head_dim);
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
   positions_.resize(capacity_);

@@ -23,12 +23,7 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
   detail::check_budget(kTitle, params.budget);
   detail::check_recent_window(kTitle, params.recent_window, params.budget, "the votes");
   detail::check_at_least(kTitle, "sinks", params.sinks, 0);
-  if (params.sinks + params.recent_window >= params.budget) {
-    detail::fail_param(kTitle, "sinks", params.sinks,
-                       fmt::format("plus recentWindow ({}) must be smaller than budget ({}): there "
-                                   "would be nothing for the votes to choose between",
-                                   params.recent_window, params.budget));
-  }
+  detail::check_sinks_and_recent(kTitle, params.sinks, params.recent_window, params.budget, "the votes");
   detail::check_at_least(kTitle, "historyWindow", params.history_window, 0);
   detail::check_at_most(kTitle, "historyWindow", params.history_window, kMaxHistoryWindow);
   // Whole 64-bit words a slot that fit in the cap, as steps.

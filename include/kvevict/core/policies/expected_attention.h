@@ -75,6 +75,7 @@ class ExpectedAttention final : public Policy {
   void admit(std::size_t slot, std::int64_t pos, const StepInputs& in) noexcept;
   bool is_protected(std::size_t slot) const noexcept;
   bool is_scored(std::size_t slot) const noexcept;
+  std::size_t first_scored() const noexcept;
   // The rotated mean and covariance of query head `head` into mean_r_ and cov_
   // (rope_cos_/rope_sin_ must hold the averaged rotation for the newest position).
   void head_statistics(std::size_t head) const noexcept;
