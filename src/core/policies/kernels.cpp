@@ -335,48 +335,6 @@ std::size_t FirstMaxF64(const double* HWY_RESTRICT v, std::size_t begin, std::si
 // KeyDiff's anchor, lanes across channels: four vectors of channels stay in
 // registers while every row is added to them in row order, so each lane is
 // its channel's plain sum.
-void AddDividedRows(const float* HWY_RESTRICT keys, std::size_t rows, std::size_t dim,
-                    const double* HWY_RESTRICT divisors, double* HWY_RESTRICT sums) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
-  const std::size_t N = hn::Lanes(dd);
-  std::size_t c = 0;
-  for (; c + 4 * N <= dim; c += 4 * N) {
-    auto s0 = hn::LoadU(dd, sums + c);
-    auto s1 = hn::LoadU(dd, sums + c + N);
-    auto s2 = hn::LoadU(dd, sums + c + 2 * N);
-    auto s3 = hn::LoadU(dd, sums + c + 3 * N);
-    for (std::size_t r = 0; r < rows; ++r) {
-      if (divisors[r] == 0.0) continue;
-      const auto n = hn::Set(dd, divisors[r]);
-      const float* row = keys + r * dim + c;
-      s0 = hn::Add(s0, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row)), n));
-      s1 = hn::Add(s1, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + N)), n));
-      s2 = hn::Add(s2, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + 2 * N)), n));
-      s3 = hn::Add(s3, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, row + 3 * N)), n));
-    }
-    hn::StoreU(s0, dd, sums + c);
-    hn::StoreU(s1, dd, sums + c + N);
-    hn::StoreU(s2, dd, sums + c + 2 * N);
-    hn::StoreU(s3, dd, sums + c + 3 * N);
-  }
-  for (; c + N <= dim; c += N) {
-    auto s0 = hn::LoadU(dd, sums + c);
-    for (std::size_t r = 0; r < rows; ++r) {
-      if (divisors[r] == 0.0) continue;
-      s0 = hn::Add(s0, hn::Div(hn::PromoteTo(dd, hn::LoadU(df, keys + r * dim + c)), hn::Set(dd, divisors[r])));
-    }
-    hn::StoreU(s0, dd, sums + c);
-  }
-  for (; c < dim; ++c) {
-    double sum = sums[c];
-    for (std::size_t r = 0; r < rows; ++r) {
-      if (divisors[r] != 0.0) sum += static_cast<double>(keys[r * dim + c]) / divisors[r];
-    }
-    sums[c] = sum;
-  }
-}
-
 void AddRows(const double* HWY_RESTRICT values, std::size_t rows, std::size_t dim, const double* HWY_RESTRICT skip,
              double* HWY_RESTRICT sums) {
   const hn::ScalableTag<double> dd;
@@ -454,7 +412,6 @@ HWY_EXPORT(FindFirstF64);
 HWY_EXPORT(FirstMinU32);
 HWY_EXPORT(FirstMinF64);
 HWY_EXPORT(FirstMaxF64);
-HWY_EXPORT(AddDividedRows);
 HWY_EXPORT(AddRows);
 
 float vote_threshold(double share) noexcept {
@@ -520,11 +477,6 @@ std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexc
 
 std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexcept {
   return HWY_DYNAMIC_DISPATCH(FirstMaxF64)(v, begin, end);
-}
-
-void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
-                      double* sums) noexcept {
-  HWY_DYNAMIC_DISPATCH(AddDividedRows)(keys, rows, dim, divisors, sums);
 }
 
 void add_rows(const double* values, std::size_t rows, std::size_t dim, const double* skip, double* sums) noexcept {

@@ -77,15 +77,10 @@ std::size_t first_min(const double* v, std::size_t begin, std::size_t end) noexc
 // `end` when the range is empty. v holds no NaN.
 std::size_t first_max(const double* v, std::size_t begin, std::size_t end) noexcept;
 
-// KeyDiff's anchor: for r = 0 ... rows - 1 in that order, skipping a row
-// whose divisor is 0, sums[c] += (double)keys[r * dim + c] / divisors[r] for
-// every c < dim -- each channel's sum in row order, exactly the plain loop's
-// (the lanes run across channels; every division is IEEE-rounded).
-void add_divided_rows(const float* keys, std::size_t rows, std::size_t dim, const double* divisors,
-                      double* sums) noexcept;
-
-// The same sum with the quotients given: for r = 0 ... rows - 1 in that
-// order, skipping a row whose skip[r] is 0, sums[c] += values[r * dim + c].
+// KeyDiff's anchor from its stored quotients k / ||k||: for r = 0 ... rows - 1
+// in that order, skipping a row whose skip[r] is 0, sums[c] += values[r * dim
+// + c] for every c < dim -- each channel's sum in row order, exactly the plain
+// loop's (the lanes run across channels).
 void add_rows(const double* values, std::size_t rows, std::size_t dim, const double* skip, double* sums) noexcept;
 
 // The steady state's one victim in [first, end): the first minimum, found in
