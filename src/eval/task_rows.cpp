@@ -66,17 +66,22 @@ std::string tasks_json(const std::vector<TaskRow>& rows) {
                    {"accuracy", r.accuracy},
                    {"accuracy_low", r.low},
                    {"accuracy_high", r.high},
-                   {"evicted", r.evicted}});
+                   {"evicted", r.evicted},
+                   {"kvPrecision", r.kv_precision},
+                   {"kvResidual", r.kv_residual},
+                   {"bytesPerPosition", r.bytes_per_position}});
   }
   return out.dump(2) + "\n";
 }
 
 std::string tasks_csv(const std::vector<TaskRow>& rows) {
-  std::string out = "task,policy,budget,moment,length,depth,samples,correct,accuracy,accuracy_low,accuracy_high,evicted\n";
+  std::string out =
+      "task,policy,budget,moment,length,depth,samples,correct,accuracy,accuracy_low,accuracy_high,evicted,"
+      "kv_precision,kv_residual,bytes_per_position\n";
   for (const TaskRow& r : rows) {
-    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{}\n", r.task, label(r), r.budget,
-                       moment_name(r.moment), r.length, r.depth, r.samples, r.correct, r.accuracy, r.low, r.high,
-                       r.evicted);
+    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{},{},{},{:.1f}\n", r.task, label(r),
+                       r.budget, moment_name(r.moment), r.length, r.depth, r.samples, r.correct, r.accuracy, r.low,
+                       r.high, r.evicted, r.kv_precision, r.kv_residual, r.bytes_per_position);
   }
   return out;
 }
@@ -88,6 +93,8 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
     if (std::find(depths.begin(), depths.end(), r.depth) == depths.end()) depths.push_back(r.depth);
   }
   std::sort(depths.begin(), depths.end());
+  // The store's precision gets a column when it is not fp32 (one run has one).
+  const bool quantized = std::any_of(rows.begin(), rows.end(), [](const TaskRow& r) { return r.kv_precision != "fp32"; });
   using Key = std::tuple<std::string, std::uint32_t, std::string, std::int64_t, std::string>;
   std::vector<Key> order;
   std::map<Key, std::map<double, const TaskRow*>> grid;
@@ -97,8 +104,10 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
     grid[k][r.depth] = &r;
   }
   std::string out = "| task | length | policy | budget | moment |";
+  if (quantized) out += " KV |";
   for (const double d : depths) out += fmt::format(" depth {:.0f} % |", d * 100.0);
   out += " mean | 95 % interval |\n|---|---:|---|---:|---|";
+  if (quantized) out += "---|";
   for (std::size_t i = 0; i < depths.size(); ++i) out += "---:|";
   out += "---:|---|\n";
   for (const Key& k : order) {
@@ -106,6 +115,11 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
     std::uint64_t correct = 0, n = 0;  // summed over rows: 64 bits cannot wrap
     out += fmt::format("| {} | {} | {} | {} | {} |", std::get<0>(k), std::get<1>(k), std::get<2>(k),
                        std::get<3>(k) == 0 ? std::string("—") : std::to_string(std::get<3>(k)), std::get<4>(k));
+    if (quantized) {
+      const TaskRow& any = *cells.begin()->second;
+      out += any.kv_residual == 0 ? fmt::format(" {} |", any.kv_precision)
+                                  : fmt::format(" {}, residual {} |", any.kv_precision, any.kv_residual);
+    }
     for (const double d : depths) {
       const auto it = cells.find(d);
       if (it == cells.end()) {
@@ -207,6 +221,20 @@ TaskRow read_row(const nlohmann::json& r) {
   row.samples = static_cast<std::uint32_t>(in.count("samples", 1, kMaxU32));
   row.correct = static_cast<std::uint32_t>(in.count("correct", 0, row.samples));
   row.evicted = in.count("evicted", 0, std::numeric_limits<std::uint64_t>::max());
+  // The store's fields came later: a file without them was fp32.
+  if (r.contains("kvPrecision")) {
+    row.kv_precision = in.text("kvPrecision");
+    if (row.kv_precision != "fp32" && row.kv_precision != "fp16" && row.kv_precision != "int8" &&
+        row.kv_precision != "int4") {
+      throw InputError(fmt::format("'kvPrecision' ('{}') is not fp32, fp16, int8 or int4", row.kv_precision));
+    }
+    row.kv_residual = static_cast<std::uint32_t>(in.count("kvResidual", 0, kMaxU32));
+    const nlohmann::json& b = in.field("bytesPerPosition");
+    if (!b.is_number() || !(b.get<double>() > 0.0)) {
+      throw InputError(fmt::format("'bytesPerPosition' must be a positive number, not {}", b.dump()));
+    }
+    row.bytes_per_position = b.get<double>();
+  }
   return row;
 }
 

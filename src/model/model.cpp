@@ -354,7 +354,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
       throw ParameterError(fmt::format("decoder: a pool of {} blocks of {} positions is too large", blocks,
                                        options.block_size));
     }
-    pool = std::make_shared<BlockPool>(d, options.block_size, blocks);
+    pool = std::make_shared<BlockPool>(d, options.block_size, blocks, options.kv);
     m.own_pool = true;
   } else if (options.pool_blocks != 0) {
     throw ParameterError("decoder: pool_blocks needs a paged store (block_size >= 1)");
@@ -363,7 +363,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
     throw ParameterError("decoder: share_prefix needs a paged store (block_size >= 1 or a shared pool)");
   }
   m.store = std::make_unique<SequenceStore>(StoreShape{m.cfg.layers, m.cfg.kv_heads, d, capacity}, std::move(pool),
-                                            options.share_prefix);
+                                            options.share_prefix, options.kv);
   m.heads.resize(caches);
   for (Impl::HeadCache& hc : m.heads) {
     hc.weights.assign(capacity, 0.0F);
@@ -586,11 +586,13 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         k[i + half] = ka * sin_p[i] + kb * cos_p[i];
       }
       std::copy_n(v_rows + std::size_t{kv} * d, d, v);
-      std::copy_n(k, d, m.step_key.data());
-      std::copy_n(v, d, m.step_value.data());
       store.seal(cache, m.tokens);
       const std::uint32_t n = held + 1;
       const auto [keys, values] = store.rows(cache);
+      // The policy reads the new key and value as stored (a quantized
+      // store's read back), from its own copy.
+      std::copy_n(keys + std::size_t{held} * d, d, m.step_key.data());
+      std::copy_n(values + std::size_t{held} * d, d, m.step_value.data());
       // Each query head of the group: scores over the held positions and the
       // new token itself, softmax, output. The policy sees their mean.
       for (std::uint32_t g = 0; g < group; ++g) {

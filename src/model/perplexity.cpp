@@ -69,12 +69,13 @@ struct WindowResult {
 // One window through a decoder whose heads have the given policies (null =
 // full cache), on the store `paged` asks for.
 WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
-                        const Window& w, const RunSpec* spec, const ModelRunOptions& options) {
+                        const Window& w, const RunSpec* spec, const ModelRunOptions& options, const KvFormat& kv) {
   const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
   DecoderOptions store;
   store.capacity = w.length;
   store.block_size = static_cast<std::uint32_t>(paged.block_size);
+  store.kv = kv;
   Decoder decoder(model, store);
   DecoderPolicies policies;
   std::optional<PrefillCompressor> compressor;
@@ -192,6 +193,7 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   const ModelConfig& cfg = model.config();
   if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to predict");
   check_paged(options.paged);
+  check_format(options.kv, cfg.head_dim());
   if (options.paged.block_size > std::int64_t{cfg.context}) {
     throw ParameterError(fmt::format("--block-size ({}) is over the model's context of {} positions",
                                      options.paged.block_size, cfg.context));
@@ -239,34 +241,39 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
       }
     }
   }
-  const std::size_t runs = specs.size() + 1;  // the full cache first
+  // The full cache first -- at fp32, the reference every row's extra bits
+  // are measured from -- then, with a quantized store, the full cache at
+  // its precision (what the bits alone cost), then the specs.
+  const std::size_t lead = options.kv.quantized() ? 2 : 1;
+  const std::size_t runs = specs.size() + lead;
   std::vector<WindowResult> results(runs * windows.size());
   std::vector<double> seconds(runs * windows.size(), 0.0);
   const std::shared_ptr<const Model> shared = shared_view(model);
   detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
     const std::size_t r = job / windows.size();
     const auto started = std::chrono::steady_clock::now();
-    results[job] = run_window(shared, text, windows[job % windows.size()], r == 0 ? nullptr : &specs[r - 1],
-                              options);
+    results[job] = run_window(shared, text, windows[job % windows.size()], r < lead ? nullptr : &specs[r - lead],
+                              options, r == 0 ? KvFormat{} : options.kv);
     seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   });
 
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs; ++r) {
     double sum = 0.0, secs = 0.0;  // window order: the same sum on any thread count
-    std::uint64_t ev = 0, peak_blocks = 0, peak_positions = 0;
+    std::uint64_t ev = 0, peak_blocks = 0, peak_positions = 0, peak_cache_bytes = 0;
     for (std::size_t i = 0; i < windows.size(); ++i) {
       const WindowResult& w = results[r * windows.size() + i];
       sum += w.nll;
       ev += w.evicted;
       peak_blocks = std::max(peak_blocks, w.store.peak_blocks);
       peak_positions = std::max(peak_positions, w.store.peak_positions);
+      peak_cache_bytes = std::max(peak_cache_bytes, w.store.peak_cache_bytes);
       secs += seconds[r * windows.size() + i];
     }
-    if (r == 0) {
+    if (r < lead) {
       rows.push_back(finish_row("", 0, {}, sum, predictions, ev, secs));
     } else {
-      const RunSpec& spec = specs[r - 1];
+      const RunSpec& spec = specs[r - lead];
       rows.push_back(finish_row(spec.policy, spec.budget,
                                 find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
                                 predictions, ev, secs));
@@ -287,6 +294,11 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     rows.back().peak_blocks = peak_blocks;
     rows.back().peak_positions = peak_positions;
     rows.back().store_measured = options.paged.active();
+    const KvFormat kv = r == 0 ? KvFormat{} : options.kv;
+    rows.back().kv_precision = std::string(precision_name(kv.precision));
+    rows.back().kv_residual = kv.residual_window();
+    rows.back().bytes_per_position = bytes_per_position(kv, cfg.head_dim());
+    rows.back().peak_cache_bytes = peak_cache_bytes;
     rows.back().prefill = options.prefill;
   }
   return rows;
@@ -383,7 +395,8 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const std::vector<RunSpec> specs = compare_specs(request);
   const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
   // Work units for progress: every perplexity job, then one per proxy window.
-  const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + 1) * windows.size());
+  const std::size_t lead = options.kv.quantized() ? 2 : 1;  // the full caches before the specs' rows
+  const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + lead) * windows.size());
   // With a prefill there are no proxies: they replay decode-time eviction.
   const auto total = static_cast<std::uint32_t>(ppl_jobs + (options.prefill > 0 ? 0 : windows.size()));
   ModelRunOptions inner = options;
@@ -398,7 +411,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const auto rank = [&] {
     // Rank by perplexity at the ranking budget (lower is better); the full
     // cache stays first, unranked.
-    detail::rank_rows(std::span<PerplexityRow>(rows).subspan(1), ranking_budget(request.budgets),
+    detail::rank_rows(std::span<PerplexityRow>(rows).subspan(lead), ranking_budget(request.budgets),
                       [](const PerplexityRow& r) { return -r.perplexity; });
   };
   if (options.prefill > 0) {
@@ -496,7 +509,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   }
   const auto n = static_cast<double>(windows.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    PerplexityRow& row = rows[i + 1];
+    PerplexityRow& row = rows[i + lead];
     row.proxy.retained_attention_mass = round6(mass[i] / n);
     row.proxy.heavy_hitter_recall = round6(recall[i] / n);
     row.proxy.eviction_calls = calls[i];

@@ -12,6 +12,8 @@ namespace {
 using Row = PerplexityRow;
 
 bool full_cache(const Row& r) { return r.policy.empty(); }
+// The row every other's extra bits are measured from: the full cache at fp32.
+bool reference(const Row& r) { return r.policy.empty() && r.kv_precision == "fp32"; }
 
 // A field that is present but may have no value for this row (the full
 // cache's policy, budget, rank and proxies): put() when it has one, else null.
@@ -57,21 +59,23 @@ constexpr RowField<Row> kFields[] = {
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bits_per_byte); }},
     {{"extraBitsPerByte", FieldType::kNumber, "bits per byte",
-      "bitsPerByte minus the full cache's on the same windows; null for the full cache", "", {}},
+      "bitsPerByte minus the fp32 full cache's on the same windows (a full cache at a lower precision: what the bits "
+      "alone cost); null for the fp32 full cache",
+      "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       value_or_null(!full_cache(r), f, v, [&] { v.number(f, r.extra_bits_per_byte); });
+       value_or_null(!reference(r), f, v, [&] { v.number(f, r.extra_bits_per_byte); });
      }},
     {{"extraLow", FieldType::kNumber, "bits per byte",
       "low end of the 95 % interval of extraBitsPerByte, paired by window (Student's t over the windows); null for "
-      "the full cache or a single window",
+      "the fp32 full cache or a single window",
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       value_or_null(!full_cache(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_low); });
+       value_or_null(!reference(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_low); });
      }},
     {{"extraHigh", FieldType::kNumber, "bits per byte",
-      "high end of the same interval; null for the full cache or a single window", "", {}},
+      "high end of the same interval; null for the fp32 full cache or a single window", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
-       value_or_null(!full_cache(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_high); });
+       value_or_null(!reference(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_high); });
      }},
     {{"predictions", FieldType::kInteger, "bytes", "bytes predicted (scored), all windows together", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
@@ -113,6 +117,22 @@ constexpr RowField<Row> kFields[] = {
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.store_measured) v.integer(f, static_cast<std::int64_t>(r.peak_positions));
      }},
+    {{"kvPrecision", FieldType::kString, "",
+      "the precision keys and values were stored at: fp32, fp16, int8 or int4 (docs/paged.md)", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.kv_precision); }},
+    {{"kvResidual", FieldType::kInteger, "positions",
+      "the residual window: newest positions kept at fp32 until that many arrive (0 at fp32)", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, r.kv_residual); }},
+    {{"bytesPerPosition", FieldType::kNumber, "bytes",
+      "bytes one stored position costs, key and value, once out of the residual window (int4: with its share of "
+      "the key group's scales)",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bytes_per_position); }},
+    {{"peakCacheBytes", FieldType::kInteger, "bytes",
+      "the most bytes any one cache held at once, measured (rows or blocks, the residual window, int4 key groups), "
+      "the most of any window",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, static_cast<std::int64_t>(r.peak_cache_bytes)); }},
     {{"seconds", FieldType::kNumber, "seconds", "decoder time of the row, summed over windows (varies run to run)", "",
       {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.seconds); }},

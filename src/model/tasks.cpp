@@ -205,14 +205,15 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
 }
 
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk) {
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
+                 const KvFormat& kv) {
   const ModelConfig& cfg = model->config();
   const std::size_t needed = sample.prompt.size() + sample.answer.size();
   if (needed > cfg.context) {
     throw InputError(fmt::format("task {}: {} bytes are more than the model's context of {}", sample.task, needed,
                                  cfg.context));
   }
-  Decoder decoder(model, static_cast<std::uint32_t>(needed));
+  Decoder decoder(model, DecoderOptions{.capacity = static_cast<std::uint32_t>(needed), .kv = kv});
   std::vector<std::unique_ptr<Policy>> policies;
   const bool at_decode = spec != nullptr && moment == Moment::decode;
   if (at_decode) {
@@ -265,6 +266,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   }
   if (request.samples < 1) throw InputError("tasks: samples must be at least 1");
   if (request.window < 1) throw InputError("tasks: the observation window must be at least 1 byte");
+  check_format(options.kv, cfg.head_dim());
   const std::uint32_t shortest = *std::min_element(request.lengths.begin(), request.lengths.end());
   for (const std::int64_t b : request.budgets) {
     if (b < 1) throw InputError(fmt::format("tasks: budget {} must be at least 1", b));
@@ -358,7 +360,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     const std::size_t s = job / per_sample, c = job % per_sample;
     const RunSpec* spec = c == 0 ? nullptr : &configs[c - 1].spec;
     const Moment m = c == 0 ? Moment::full : configs[c - 1].moment;
-    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job], request.chunk) ? 1 : 0;
+    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job], request.chunk, options.kv) ? 1 : 0;
   });
   std::vector<TaskRow> rows;
   for (std::size_t cell = 0; cell < cells.size(); ++cell) {
@@ -379,6 +381,9 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
         row.evicted += evicted[job];
       }
       row.accuracy = static_cast<double>(row.correct) / row.samples;
+      row.kv_precision = std::string(precision_name(options.kv.precision));
+      row.kv_residual = options.kv.residual_window();
+      row.bytes_per_position = bytes_per_position(options.kv, model->config().head_dim());
       std::tie(row.low, row.high) = wilson_interval(row.correct, row.samples);
       rows.push_back(std::move(row));
     }

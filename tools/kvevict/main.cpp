@@ -134,6 +134,37 @@ void add_paged_options(CLI::App* cmd, PagedFlags& f) {
                   "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
 }
 
+// --kv-precision and --kv-residual (docs/paged.md "Fewer bits a position");
+// checked by the library against the model.
+struct KvFlags {
+  std::string precision = "fp32";
+  std::optional<std::int64_t> residual;
+};
+
+CLI::Option* add_kv_options(CLI::App* cmd, KvFlags& f, const std::string& needs = "") {
+  auto* p = cmd->add_option("--kv-precision", f.precision,
+                            std::string(needs.empty() ? "" : "with --model: ") +
+                                "store keys and values as fp32, fp16, int8 (per token) or int4 (KIVI: keys per "
+                                "channel over groups, values per token)");
+  p->capture_default_str();
+  auto* r = cmd->add_option("--kv-residual", f.residual,
+                            "newest positions kept at fp32 until N have arrived, then quantized together (int4: the "
+                            "key group; default 32 for int4, 0 otherwise)");
+  if (!needs.empty()) {
+    p->needs(needs);
+    r->needs(needs);
+  }
+  return p;
+}
+
+KvFormat kv_of(const KvFlags& f) {
+  KvFormat kv;
+  kv.precision = parse_precision(f.precision);
+  if (f.residual) kv.residual = *f.residual;
+  if (kv.residual < -1) throw ParameterError(fmt::format("--kv-residual ({}) must be at least 0", kv.residual));
+  return kv;
+}
+
 PagedOptions paged_of(const PagedFlags& f) {
   PagedOptions p;
   if (f.block_size) p.block_size = given_block_size(*f.block_size, "--block-size");
@@ -238,6 +269,8 @@ int main(int argc, char** argv) {
   cmp_model_opt->needs("--text");
   cmp->add_option("--max-windows", cmp_windows, "with --model: use only the first N context windows (0 = all)")
       ->needs(cmp_model_opt);
+  KvFlags cmp_kv;
+  add_kv_options(cmp, cmp_kv, "--model");
   std::uint32_t cmp_prefill = 0;
   std::uint32_t cmp_window = 32;
   cmp->add_option("--prefill", cmp_prefill,
@@ -274,6 +307,8 @@ int main(int argc, char** argv) {
       ->needs("--prefill")->capture_default_str();
   PagedFlags ppl_paged;
   add_paged_options(ppl, ppl_paged);
+  KvFlags ppl_kv;
+  add_kv_options(ppl, ppl_kv);
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
@@ -371,6 +406,8 @@ int main(int argc, char** argv) {
   tasks_cmd->add_option("--chunk", task_chunk,
                         "prefill moments: read the prompt in chunks of N bytes, compressing after each (0 = once)")
       ->check(CLI::Range(0U, 1U << 20))->capture_default_str();
+  KvFlags task_kv;
+  add_kv_options(tasks_cmd, task_kv);
   tasks_cmd->add_option("--format", task_format, "markdown, json or csv")
       ->check(CLI::IsMember({"markdown", "json", "csv"}))->capture_default_str();
 
@@ -586,6 +623,7 @@ int main(int argc, char** argv) {
       options.paged = paged_of(cmp_paged);
       options.prefill = cmp_prefill;
       options.prefill_window = cmp_window;
+      options.kv = kv_of(cmp_kv);
       options.progress = model_progress("compare");
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
       cli::print_perplexity(std::cout, rows, cmp_format);
@@ -632,6 +670,7 @@ int main(int argc, char** argv) {
       options.paged = paged_of(ppl_paged);
       options.prefill = ppl_prefill;
       options.prefill_window = ppl_window;
+      options.kv = kv_of(ppl_kv);
       options.progress = model_progress("perplexity");
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
       cli::print_perplexity(std::cout, rows, ppl_format);
@@ -709,6 +748,7 @@ int main(int argc, char** argv) {
       request.window = task_window;
       request.chunk = task_chunk;
       ModelRunOptions options;
+      options.kv = kv_of(task_kv);
       options.progress = model_progress("tasks", "answers");
       const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
       if (task_format == "json") {

@@ -229,6 +229,8 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   const bool proxy = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_proxy; });
   const bool blocks = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.block_size != 0; });
   const bool interval = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_extra_interval; });
+  const bool quantized =
+      std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.kv_precision != "fp32"; });
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");
@@ -241,6 +243,11 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   header.push_back("evicted");
   if (blocks) header.push_back(fmt::format("peak blocks of {}", rows.front().block_size));
   if (store) header.push_back("peak positions");
+  if (quantized) {
+    header.push_back("KV precision");
+    header.push_back("bytes a position");
+    header.push_back("peak bytes a cache");
+  }
   cells.push_back(header);
   for (const PerplexityRow& r : rows) {
     std::vector<std::string> line;
@@ -249,7 +256,7 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     line.push_back(r.budget == 0 ? "-" : std::to_string(r.budget));
     line.push_back(fmt::format("{:.4f}", r.perplexity));
     line.push_back(fmt::format("{:.4f}", r.bits_per_byte));
-    const bool full = r.policy.empty();
+    const bool full = r.policy.empty() && r.kv_precision == "fp32";  // the reference
     line.push_back(full ? "-" : fmt::format("{:+.4f}", r.extra_bits_per_byte));
     if (interval) {
       line.push_back(full || !r.has_extra_interval ? "-"
@@ -262,6 +269,12 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     line.push_back(std::to_string(r.evicted));
     if (blocks) line.push_back(std::to_string(r.peak_blocks));
     if (store) line.push_back(std::to_string(r.peak_positions));
+    if (quantized) {
+      line.push_back(r.kv_residual == 0 ? r.kv_precision
+                                        : fmt::format("{}, residual {}", r.kv_precision, r.kv_residual));
+      line.push_back(fmt::format("{:.1f}", r.bytes_per_position));
+      line.push_back(std::to_string(r.peak_cache_bytes));
+    }
     cells.push_back(std::move(line));
   }
   print_cells(out, cells, format, ranked ? 2 : 1);

@@ -33,6 +33,11 @@ struct TaskRow {
   double low = 0.0;   // Wilson 95 % interval
   double high = 0.0;
   std::uint64_t evicted = 0;  // positions removed over the cell's samples, every cache
+  // The store's precision (model/kv_precision.h), its residual window and
+  // the bytes a stored position costs; fp32 when a file has none.
+  std::string kv_precision = "fp32";
+  std::uint32_t kv_residual = 0;
+  double bytes_per_position = 0.0;
 };
 
 // The rows as JSON (an array of objects), CSV (a header line, then one line

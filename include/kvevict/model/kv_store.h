@@ -16,6 +16,13 @@
 // shared block is copied before a sequence changes it (copy on write), and
 // dropping a shared block drops only that sequence's reference. Sizes are
 // fixed at construction; appending, reading and evicting never allocate.
+//
+// A store keeps its positions at one precision (kv_precision.h): fp32 rows
+// as computed, or fp16, int8 or int4 codes with their scales. A quantized
+// row is written once -- when it arrives, or when the residual window it
+// waits in fills -- and read back through rows(); eviction and compaction
+// move codes and scales and never re-quantize what stays. Prefix sharing
+// needs fp32 rows (it compares blocks bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "kvevict/core/policy.h"
+#include "kvevict/model/kv_precision.h"
 
 namespace kvevict {
 
@@ -40,6 +48,13 @@ struct StoreStats {
   std::uint64_t peak_positions = 0;   // the most held at once since construction or clear()
   std::uint64_t peak_cache = 0;       // the most positions any one cache held at once
   std::uint64_t rows_moved = 0;       // key/value rows copied to close the gaps evictions left
+  // Bytes of keys and values held, every cache together (kv_precision.h):
+  // contiguous, the rows held; paged, the blocks referenced; both, the
+  // residual window's fp32 rows and int4's live key groups (lo and scale per
+  // channel). Now, and the most at once; and the most any one cache held.
+  std::uint64_t bytes_held = 0;
+  std::uint64_t peak_bytes = 0;
+  std::uint64_t peak_cache_bytes = 0;
 };
 
 // What a pool holds, measured: physical blocks, and what sharing saved.
@@ -59,12 +74,15 @@ struct PoolStats {
 class BlockPool {
  public:
   // Throws ParameterError for a zero size or a pool over 2^30 floats a side.
-  BlockPool(std::uint32_t head_dim, std::uint32_t block_size, std::uint64_t blocks);
+  // Its rows hold `format`'s precision (the residual window is each
+  // sequence's own).
+  BlockPool(std::uint32_t head_dim, std::uint32_t block_size, std::uint64_t blocks, KvFormat format = {});
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
   std::uint32_t head_dim() const noexcept { return head_dim_; }
   std::uint32_t block_size() const noexcept { return block_size_; }
+  KvPrecision precision() const noexcept { return precision_; }
   std::uint64_t blocks() const noexcept { return refcount_.size(); }
   std::uint64_t free_blocks() const noexcept { return free_count_; }
   std::uint32_t refcount(std::uint32_t block) const noexcept { return refcount_[block]; }
@@ -76,9 +94,9 @@ class BlockPool {
   friend class SequenceStore;
   static constexpr std::uint32_t kNone = 0xFFFFFFFFU;
 
-  float* keys(std::uint32_t block) noexcept { return keys_.data() + std::size_t{block} * block_size_ * head_dim_; }
+  float* keys(std::uint32_t block) noexcept { return keys_.data() + std::size_t{block} * block_size_ * key_floats_; }
   float* values(std::uint32_t block) noexcept {
-    return values_.data() + std::size_t{block} * block_size_ * head_dim_;
+    return values_.data() + std::size_t{block} * block_size_ * value_floats_;
   }
   bool try_take(std::uint32_t& block) noexcept;
   void retain(std::uint32_t block) noexcept;
@@ -95,7 +113,10 @@ class BlockPool {
 
   std::uint32_t head_dim_;
   std::uint32_t block_size_;
-  std::vector<float> keys_;    // [blocks, block_size, head_dim]
+  KvPrecision precision_;
+  std::uint32_t key_floats_;    // a stored key row, in floats (head_dim at fp32)
+  std::uint32_t value_floats_;
+  std::vector<float> keys_;    // [blocks, block_size, key_floats]
   std::vector<float> values_;
   std::vector<std::uint32_t> free_list_;  // a stack; block 0 is taken first from a new pool
   std::uint64_t free_count_ = 0;
@@ -124,8 +145,10 @@ class SequenceStore {
   // Otherwise block tables into `pool` (whose head_dim must match), taking a
   // block when a cache's last one is full. With `share_prefix`, each block a
   // cache fills is published, or swapped for an equal published one.
-  // Throws ParameterError for a mismatched pool or sharing without one.
-  SequenceStore(const StoreShape& shape, std::shared_ptr<BlockPool> pool, bool share_prefix);
+  // Rows at `format`'s precision (a pool's must be the same). Throws
+  // ParameterError for a mismatched pool, sharing without one or with a
+  // quantized format, and check_format()'s rules.
+  SequenceStore(const StoreShape& shape, std::shared_ptr<BlockPool> pool, bool share_prefix, KvFormat format = {});
   ~SequenceStore();  // gives back every reference
   SequenceStore(const SequenceStore&) = delete;
   SequenceStore& operator=(const SequenceStore&) = delete;
@@ -133,6 +156,11 @@ class SequenceStore {
   const StoreShape& shape() const noexcept { return shape_; }
   std::uint32_t caches() const noexcept { return static_cast<std::uint32_t>(caches_.size()); }
   bool paged() const noexcept { return pool_ != nullptr; }
+  const KvFormat& format() const noexcept { return format_; }
+  // Positions of cache `cache` in the residual window (at fp32, the newest).
+  std::uint32_t pending(std::uint32_t cache) const noexcept { return caches_[cache].pending; }
+  // Bytes cache `cache` holds now (StoreStats::bytes_held's share).
+  std::uint64_t bytes(std::uint32_t cache) const noexcept { return cache_bytes(caches_[cache]); }
   BlockPool* pool() const noexcept { return pool_.get(); }
   std::uint32_t count(std::uint32_t cache) const noexcept { return caches_[cache].count; }
   std::span<const Position> positions(std::uint32_t cache) const noexcept {
@@ -142,17 +170,23 @@ class SequenceStore {
   std::span<const std::uint32_t> blocks(std::uint32_t cache) const noexcept;
 
   // Appends position `pos` to cache `cache` and returns its key and value rows
-  // to fill (head_dim floats each). Takes a block (or copies a shared last
+  // to fill (head_dim floats each, fp32: the stored rows, or where a
+  // quantized store takes them from). Takes a block (or copies a shared last
   // block) first when needed; throws InputError, changing nothing, when the
   // pool has none free. Throws ContractError past the capacity.
   std::pair<float*, float*> append(std::uint32_t cache, Position pos);
-  // After the appended rows are written: with sharing, a block the append
-  // filled is published under (cache, `tokens`, its positions), or swapped
-  // for an equal published one. `tokens` identifies every token fed so far.
-  void seal(std::uint32_t cache, std::uint64_t tokens) noexcept;
+  // After the appended rows are written: a quantized store stores them
+  // (at once, or with the residual window once it fills); with sharing, a
+  // block the append filled is published under (cache, `tokens`, its
+  // positions), or swapped for an equal published one. `tokens` identifies
+  // every token fed so far. Throws ContractError when int4 has no free key
+  // group (more groups alive than capacity / residual: a store appended to
+  // past its capacity between clears).
+  void seal(std::uint32_t cache, std::uint64_t tokens);
 
-  // The cache's held rows, contiguous ([count, head_dim] each): its own
-  // buffers, or the pool's rows copied through the block table.
+  // The cache's held rows, contiguous ([count, head_dim] fp32 each): its own
+  // buffers, or the pool's rows copied through the block table; a quantized
+  // store's read back from their codes (the residual window's as they are).
   std::pair<const float*, const float*> rows(std::uint32_t cache) noexcept;
 
   // Marks `victims` for removal. The first victim not held, or named twice,
@@ -179,13 +213,31 @@ class SequenceStore {
 
  private:
   struct Cache {
-    std::vector<float> keys;    // contiguous: [capacity, head_dim]
-    std::vector<float> values;
+    std::vector<float> keys;    // contiguous: [capacity, key_floats]
+    std::vector<float> values;  // [capacity, value_floats]
     std::vector<std::uint32_t> table;  // paged: the pool block of each logical block
     std::vector<Position> positions;   // [capacity], ascending in slots 0 ... count-1
     std::vector<std::uint8_t> marked;  // [capacity]
     std::uint32_t count = 0;
+    // Quantized: the residual window's rows at fp32 ([residual, head_dim]),
+    // the last `pending` slots'.
+    std::vector<float> residual_keys;
+    std::vector<float> residual_values;
+    std::uint32_t pending = 0;
+    // int4: key groups, lo and scale per channel ([groups, head_dim]), the
+    // held rows each references, and the free ones (a stack).
+    std::vector<float> group_lo;
+    std::vector<float> group_scale;
+    std::vector<std::uint32_t> group_rows;
+    std::vector<std::uint32_t> free_groups;
+    std::uint32_t free_group_count = 0;
+    std::uint32_t live_groups = 0;
   };
+  std::uint64_t cache_bytes(const Cache& c) const noexcept;
+  void recount(const Cache& c, std::uint64_t before) noexcept;
+  void quantize_rows(Cache& c, std::uint32_t cache);  // the residual window (or the staged row) into codes
+  void decode_key(Cache& c, std::uint32_t slot, float* out) noexcept;
+  void decode_value(Cache& c, std::uint32_t slot, float* out) noexcept;
   float* key_row(Cache& c, std::uint32_t slot) noexcept;
   float* value_row(Cache& c, std::uint32_t slot) noexcept;
   // Makes logical block `b` of the cache this sequence's own before a write:
@@ -199,9 +251,16 @@ class SequenceStore {
   StoreShape shape_;
   std::shared_ptr<BlockPool> pool_;
   bool share_ = false;
+  KvFormat format_;
+  std::uint32_t residual_ = 0;     // the window in effect
+  std::uint32_t key_floats_ = 0;   // a stored row, in floats
+  std::uint32_t value_floats_ = 0;
   std::vector<Cache> caches_;
-  std::vector<float> gather_keys_;  // [capacity, head_dim]: one cache's rows read through its table
+  std::vector<float> gather_keys_;  // [capacity, head_dim]: one cache's rows read through its table or decoded
   std::vector<float> gather_values_;
+  std::vector<float> stage_keys_;   // quantized without a residual window: the appended row before it is stored
+  std::vector<float> stage_values_;
+  std::vector<std::int8_t> codes_;  // int8 scratch, [head_dim]
   StoreStats stats_;
 };
 

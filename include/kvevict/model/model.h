@@ -103,6 +103,11 @@ struct DecoderOptions {
   // With a paged store: publish each block a cache fills, or reference an
   // equal block another decoder on the pool published (kv_store.h).
   bool share_prefix = false;
+  // The precision keys and values are stored at and the residual window
+  // (kv_precision.h, docs/paged.md "Fewer bits a position"). fp32, the
+  // default, is the store as it always was, to the bit. A shared pool must
+  // hold the same precision; prefix sharing needs fp32.
+  KvFormat kv{};
 };
 
 // One sequence through the model. All buffers are sized at construction for
@@ -172,8 +177,9 @@ class Decoder {
   // The last step's queries of cache `h`'s query heads, before RoPE and
   // scaling, head-major [group x head_dim]: what the policies were given.
   std::span<const float> queries(std::uint32_t h) const noexcept;
-  // Cache `h`'s held keys (as stored, after RoPE) and values, [held, head_dim]
-  // each, in the order of held(h); valid until the next step or drop.
+  // Cache `h`'s held keys (as stored, after RoPE; a quantized store's read
+  // back from their codes) and values, [held, head_dim] each, in the order
+  // of held(h); valid until the next step or drop.
   std::pair<const float*, const float*> held_rows(std::uint32_t h);
   // Positions removed from all heads so far.
   std::uint64_t evicted() const noexcept { return evicted_; }

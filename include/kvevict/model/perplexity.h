@@ -57,6 +57,14 @@ struct PerplexityRow {
   std::uint32_t block_size = 0;
   std::uint64_t peak_blocks = 0;
   std::uint64_t peak_positions = 0;
+  // The store's precision (kv_precision.h): its name, the residual window in
+  // effect, the bytes a stored position costs (bytes_per_position()), and
+  // the most bytes any one cache held at once (measured, the most of any
+  // window).
+  std::string kv_precision = "fp32";
+  std::uint32_t kv_residual = 0;
+  double bytes_per_position = 0.0;
+  std::uint64_t peak_cache_bytes = 0;
   // How the row was made, which decides the fields it is written with
   // (kvevict/model/perplexity_rows.h): ranked by compare_model; with the
   // proxy fields (compare_model without a prefill; null on the full cache);
@@ -77,6 +85,10 @@ struct ModelRunOptions {
   // Layer mode: each layer's KV heads share budget x kv_heads positions
   // (a LayerBudget per layer). The proxies replay the same way.
   PagedOptions paged;
+  // The precision every decoder stores its keys and values at, the full
+  // cache's too (kv_precision.h); the proxies replay the model's fp32
+  // attention whatever it is.
+  KvFormat kv{};
   // The prefill moment (docs/tasks.md): when > 0, each window's first
   // `prefill` bytes are read with the full cache, every policy compresses
   // each cache once to its budget (kvevict::prefill, from the attention rows

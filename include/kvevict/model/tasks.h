@@ -98,8 +98,10 @@ struct TaskRequest {
 
 // Greedy exact match of one sample with the given policy (null spec: the
 // full cache). `evicted` receives the positions removed.
+// `kv`: the precision the decoder stores keys and values at.
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr, std::uint32_t chunk = 0);
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr, std::uint32_t chunk = 0,
+                 const KvFormat& kv = {});
 
 // Every task x length x depth: the full cache, then each policy x budget x
 // moment, in that order. Every request is checked -- each policy built with
