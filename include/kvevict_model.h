@@ -51,6 +51,21 @@ kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_
                                         size_t param_count, uint32_t max_windows,
                                         kvevict_perplexity_result* result);
 
+/* kvevict_model_perplexity with every decoder's keys and values stored at
+ * `kv_precision` (docs/paged.md, "Fewer bits a position"): "fp32" (or NULL),
+ * "fp16", "int8" (per token) or "int4" (KIVI: keys per channel over groups
+ * of kv_residual tokens, values per token); kv_residual the newest
+ * positions kept at fp32 until that many arrive (-1: 32 for int4, 0
+ * otherwise). *result is the policy's (or, with `policy` NULL, the full
+ * cache's at that precision); *peak_cache_bytes, when not NULL, receives the
+ * most bytes any one cache held at once. KVEVICT_ERROR_PARAMETER for an
+ * unknown precision, a residual with fp32 or int4 with residual 0. */
+kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uint8_t* text, size_t length,
+                                           const char* policy, int64_t budget, const kvevict_param* params,
+                                           size_t param_count, uint32_t max_windows, const char* kv_precision,
+                                           int64_t kv_residual, kvevict_perplexity_result* result,
+                                           uint64_t* peak_cache_bytes);
+
 /* ---- many sequences on one block pool (docs/serving.md) ------------------- */
 
 /* Sequences decoding together over one pool of KV blocks: each joins or

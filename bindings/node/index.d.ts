@@ -533,6 +533,17 @@ export interface ModelRunOptions extends PagedOptions {
    */
   prefill?: number;
   prefillWindow?: number;
+  /**
+   * The precision every decoder stores keys and values at (docs/paged.md,
+   * "Fewer bits a position"): fp32 (the default), fp16, int8 (per token) or
+   * int4 (KIVI: keys per channel over groups of `kvResidual` tokens, values
+   * per token). With a quantized precision the rows start with the fp32 full
+   * cache (every row's extra bits are measured from it), then the full cache
+   * at that precision.
+   */
+  kvPrecision?: 'fp32' | 'fp16' | 'int8' | 'int4';
+  /** Newest positions kept at fp32 until this many arrive (default 32 for int4, 0 otherwise). */
+  kvResidual?: number;
 }
 
 /**
@@ -566,6 +577,13 @@ export interface PerplexityRow {
   peakBlocks?: number;
   /** With paged options only: the most positions held at once over every cache (measured). */
   peakPositions?: number;
+  /** perplexity_at_memory (the tool's --kv-memory): the bytes a cache the budget was chosen to fit. */
+  kvMemory?: number;
+  /** The store's precision, its residual window, the bytes a stored position costs, and the most bytes any one cache held at once (measured). */
+  kvPrecision: 'fp32' | 'fp16' | 'int8' | 'int4';
+  kvResidual: number;
+  bytesPerPosition: number;
+  peakCacheBytes: number;
   seconds: number;
 }
 /**

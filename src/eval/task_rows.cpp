@@ -118,7 +118,7 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
     if (quantized) {
       const TaskRow& any = *cells.begin()->second;
       out += any.kv_residual == 0 ? fmt::format(" {} |", any.kv_precision)
-                                  : fmt::format(" {}, residual {} |", any.kv_precision, any.kv_residual);
+                                  : fmt::format(" {} (residual {}) |", any.kv_precision, any.kv_residual);
     }
     for (const double d : depths) {
       const auto it = cells.find(d);

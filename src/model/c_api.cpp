@@ -76,6 +76,33 @@ kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_
   });
 }
 
+kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uint8_t* text, size_t length,
+                                           const char* policy, int64_t budget, const kvevict_param* params,
+                                           size_t param_count, uint32_t max_windows, const char* kv_precision,
+                                           int64_t kv_residual, kvevict_perplexity_result* result,
+                                           uint64_t* peak_cache_bytes) {
+  return guard([&] {
+    check_live(model, "kvevict_model_perplexity_kv");
+    need(result, "kvevict_model_perplexity_kv", "result");
+    if (length > 0) need(text, "kvevict_model_perplexity_kv", "text");
+    std::vector<kvevict::RunSpec> specs;
+    if (policy != nullptr) {
+      specs.push_back({kvevict::find_policy(policy).name,
+                       param_map(params, param_count, "kvevict_model_perplexity_kv"), budget});
+    }
+    kvevict::ModelRunOptions options;
+    options.max_windows = max_windows;
+    if (kv_precision != nullptr) {
+      options.kv.precision = kvevict::parse_precision(kv_precision, "kvevict_model_perplexity_kv: kv_precision");
+    }
+    options.kv.residual = kv_residual;
+    const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
+    const kvevict::PerplexityRow& row = rows.back();
+    *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
+    if (peak_cache_bytes != nullptr) *peak_cache_bytes = row.peak_cache_bytes;
+  });
+}
+
 kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
                                     kvevict_batch** out) {
   return guard([&] {

@@ -187,13 +187,22 @@ ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32
   return params;
 }
 
-std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
-                                      const std::vector<RunSpec>& specs,
-                                      const ModelRunOptions& options) {
+namespace {
+
+// One row's run: a policy (null: the full cache) on a store of one precision;
+// `memory` the bytes a cache that chose its budget (0: none).
+struct Run {
+  const RunSpec* spec = nullptr;
+  KvFormat kv{};
+  std::int64_t memory = 0;
+};
+
+std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const std::uint8_t> text,
+                                           const std::vector<Run>& runs_in, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to predict");
   check_paged(options.paged);
-  check_format(options.kv, cfg.head_dim());
+  for (const Run& run : runs_in) check_format(run.kv, cfg.head_dim());
   if (options.paged.block_size > std::int64_t{cfg.context}) {
     throw ParameterError(fmt::format("--block-size ({}) is over the model's context of {} positions",
                                      options.paged.block_size, cfg.context));
@@ -227,7 +236,9 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
                                  "scored, and the longest window here has {} bytes",
                                  options.prefill, options.prefill, longest));
   }
-  for (const RunSpec& spec : specs) {
+  for (const Run& run : runs_in) {
+    if (run.spec == nullptr) continue;
+    const RunSpec& spec = *run.spec;
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) {
       throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
@@ -241,19 +252,15 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
       }
     }
   }
-  // The full cache first -- at fp32, the reference every row's extra bits
-  // are measured from -- then, with a quantized store, the full cache at
-  // its precision (what the bits alone cost), then the specs.
-  const std::size_t lead = options.kv.quantized() ? 2 : 1;
-  const std::size_t runs = specs.size() + lead;
+  // Run 0 is the full cache at fp32: every row's extra bits are measured from it.
+  const std::size_t runs = runs_in.size();
   std::vector<WindowResult> results(runs * windows.size());
   std::vector<double> seconds(runs * windows.size(), 0.0);
   const std::shared_ptr<const Model> shared = shared_view(model);
   detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
     const std::size_t r = job / windows.size();
     const auto started = std::chrono::steady_clock::now();
-    results[job] = run_window(shared, text, windows[job % windows.size()], r < lead ? nullptr : &specs[r - lead],
-                              options, r == 0 ? KvFormat{} : options.kv);
+    results[job] = run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv);
     seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   });
 
@@ -270,10 +277,10 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
       peak_cache_bytes = std::max(peak_cache_bytes, w.store.peak_cache_bytes);
       secs += seconds[r * windows.size() + i];
     }
-    if (r < lead) {
+    if (runs_in[r].spec == nullptr) {
       rows.push_back(finish_row("", 0, {}, sum, predictions, ev, secs));
     } else {
-      const RunSpec& spec = specs[r - lead];
+      const RunSpec& spec = *runs_in[r].spec;
       rows.push_back(finish_row(spec.policy, spec.budget,
                                 find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
                                 predictions, ev, secs));
@@ -294,7 +301,8 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     rows.back().peak_blocks = peak_blocks;
     rows.back().peak_positions = peak_positions;
     rows.back().store_measured = options.paged.active();
-    const KvFormat kv = r == 0 ? KvFormat{} : options.kv;
+    const KvFormat& kv = runs_in[r].kv;
+    rows.back().memory_bytes = runs_in[r].memory;
     rows.back().kv_precision = std::string(precision_name(kv.precision));
     rows.back().kv_residual = kv.residual_window();
     rows.back().bytes_per_position = bytes_per_position(kv, cfg.head_dim());
@@ -302,6 +310,67 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
     rows.back().prefill = options.prefill;
   }
   return rows;
+}
+
+}  // namespace
+
+std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
+                                      const std::vector<RunSpec>& specs, const ModelRunOptions& options) {
+  // The full cache first -- at fp32, the reference every row's extra bits
+  // are measured from -- then, with a quantized store, the full cache at
+  // its precision (what the bits alone cost), then the specs.
+  check_format(options.kv, model.config().head_dim());  // a residual with fp32 too, which no run would carry
+  std::vector<Run> runs{Run{}};
+  if (options.kv.quantized()) runs.push_back({nullptr, options.kv, 0});
+  for (const RunSpec& spec : specs) runs.push_back({&spec, options.kv, 0});
+  return perplexity_runs(model, text, runs, options);
+}
+
+std::int64_t budget_for_memory(std::int64_t memory, const KvFormat& format, std::uint32_t head_dim) {
+  // The residual window's rows are held at fp32: reserve what they cost
+  // beyond a stored position.
+  const double stored = bytes_per_position(format, head_dim);
+  const double full = 8.0 * head_dim;
+  const double reserve = static_cast<double>(format.residual_window()) * (full - stored);
+  return static_cast<std::int64_t>(std::floor((static_cast<double>(memory) - reserve) / stored));
+}
+
+std::vector<PerplexityRow> perplexity_at_memory(const Model& model, std::span<const std::uint8_t> text,
+                                                const MemoryRequest& request, const ModelRunOptions& options) {
+  const ModelConfig& cfg = model.config();
+  if (request.memories.empty()) throw ParameterError("--kv-memory: give at least one memory budget");
+  if (request.formats.empty()) throw ParameterError("--kv-precision: give at least one precision");
+  if (request.policies.empty()) throw ParameterError("--policy: give at least one policy to fit in the memory");
+  if (options.prefill > 0 || options.paged.active()) {
+    throw ParameterError("--kv-memory chooses token budgets for eviction while decoding; it does not combine with "
+                         "--prefill or the paged options");
+  }
+  for (const KvFormat& f : request.formats) check_format(f, cfg.head_dim());
+  std::vector<RunSpec> specs;
+  std::vector<Run> runs{Run{}};
+  for (const KvFormat& f : request.formats) {
+    if (f.quantized()) runs.push_back({nullptr, f, 0});
+  }
+  std::vector<std::pair<const KvFormat*, std::int64_t>> of_spec;  // each spec's format and memory
+  for (const std::int64_t memory : request.memories) {
+    for (const KvFormat& f : request.formats) {
+      const std::int64_t budget = budget_for_memory(memory, f, cfg.head_dim());
+      if (budget < 1) {
+        throw ParameterError(fmt::format("--kv-memory ({} bytes) holds no position at {} ({} bytes a position)",
+                                         memory, precision_name(f.precision), bytes_per_position(f, cfg.head_dim())));
+      }
+      CompareRequest one;
+      one.policies = request.policies;
+      one.budgets = {budget};
+      one.overrides = request.overrides;
+      for (RunSpec& spec : compare_specs(one)) {
+        specs.push_back(std::move(spec));
+        of_spec.emplace_back(&f, memory);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i) runs.push_back({&specs[i], *of_spec[i].first, of_spec[i].second});
+  return perplexity_runs(model, text, runs, options);
 }
 
 namespace {

@@ -117,6 +117,13 @@ constexpr RowField<Row> kFields[] = {
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.store_measured) v.integer(f, static_cast<std::int64_t>(r.peak_positions));
      }},
+    {{"kvMemory", FieldType::kInteger, "bytes",
+      "the bytes a cache the budget was chosen to fit: floor(kvMemory / bytesPerPosition) positions "
+      "(perplexity --kv-memory)",
+      "--kv-memory given (a policy's rows)", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (r.memory_bytes > 0) v.integer(f, r.memory_bytes);
+     }},
     {{"kvPrecision", FieldType::kString, "",
       "the precision keys and values were stored at: fp32, fp16, int8 or int4 (docs/paged.md)", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.kv_precision); }},

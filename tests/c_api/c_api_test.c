@@ -206,6 +206,7 @@ static void real_model(void) {
   uint8_t text[300];
   size_t i;
   uint64_t caches;
+  uint64_t peak = 0;
   if (path == NULL || path[0] == '\0') {
     printf("(KVEVICT_MODEL_FILE unset: real-model checks skipped)\n");
     return;
@@ -236,6 +237,24 @@ static void real_model(void) {
   CHECK(kvevict_model_perplexity(model, text, 1, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_INPUT);
   CHECK(kvevict_model_perplexity(model, text, sizeof text, "lru", 8, NULL, 0, 0, &full) == KVEVICT_ERROR_PARAMETER);
   CHECK(kvevict_model_perplexity(model, NULL, 10, NULL, 0, NULL, 0, 0, &full) == KVEVICT_ERROR_ARGUMENT);
+  /* The store's precision: fp32 (NULL) is the plain call's; an int4 window
+   * longer than the 299 positions never fills, so every position stays at
+   * fp32 and costs 2 x 32 floats; int8 costs 2 x (32 codes + a scale). */
+  CHECK(kvevict_model_perplexity_kv(model, text, sizeof text, NULL, 0, NULL, 0, 0, NULL, -1, &same, &peak) ==
+        KVEVICT_OK);
+  CHECK(same.perplexity == full.perplexity && peak == 299u * 256u);
+  CHECK(kvevict_model_perplexity_kv(model, text, sizeof text, NULL, 0, NULL, 0, 0, "int4", 512, &same, &peak) ==
+        KVEVICT_OK);
+  CHECK(same.perplexity == full.perplexity && peak == 299u * 256u);
+  CHECK(kvevict_model_perplexity_kv(model, text, sizeof text, "sliding-window", 8, NULL, 0, 0, "int8", -1, &same,
+                                    &peak) == KVEVICT_OK);
+  CHECK(same.evicted == window.evicted && peak == 9u * 72u);
+  CHECK(kvevict_model_perplexity_kv(model, text, sizeof text, NULL, 0, NULL, 0, 0, "int3", -1, &same, NULL) ==
+        KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("kv_precision: 'int3' is not a KV precision (fp32, fp16, int8 or int4)"));
+  CHECK(kvevict_model_perplexity_kv(model, text, sizeof text, NULL, 0, NULL, 0, 0, "fp32", 4, &same, NULL) ==
+        KVEVICT_ERROR_PARAMETER);
+  CHECK(error_contains("needs a quantized --kv-precision"));
   batch(model, caches, text);
   CHECK(kvevict_model_destroy(model) == KVEVICT_OK);
   CHECK(kvevict_model_destroy(model) == KVEVICT_ERROR_ARGUMENT);

@@ -165,6 +165,19 @@ KvFormat kv_of(const KvFlags& f) {
   return kv;
 }
 
+// --kv-memory's precisions: a comma-separated list, --kv-residual applied to
+// each quantized one.
+std::vector<KvFormat> kv_list_of(const KvFlags& f) {
+  std::vector<KvFormat> out;
+  for (const std::string& name : split_list(f.precision, "--kv-precision")) {
+    KvFlags one = f;
+    one.precision = name;
+    if (parse_precision(name) == KvPrecision::kFp32) one.residual.reset();
+    out.push_back(kv_of(one));
+  }
+  return out;
+}
+
 PagedOptions paged_of(const PagedFlags& f) {
   PagedOptions p;
   if (f.block_size) p.block_size = given_block_size(*f.block_size, "--block-size");
@@ -309,6 +322,11 @@ int main(int argc, char** argv) {
   add_paged_options(ppl, ppl_paged);
   KvFlags ppl_kv;
   add_kv_options(ppl, ppl_kv);
+  std::string ppl_memory;
+  ppl->add_option("--kv-memory", ppl_memory,
+                  "bytes a cache may hold, comma-separated: each --policy runs at every --kv-precision (a list here) "
+                  "with the most positions that fit, floor(bytes / bytes a position), beside the fp32 full cache")
+      ->excludes("--budget");
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
@@ -662,16 +680,28 @@ int main(int argc, char** argv) {
           request.budgets.erase(std::unique(request.budgets.begin(), request.budgets.end()), request.budgets.end());
         }
         specs = compare_specs(request);
-      } else if (!ppl_budgets.empty() || !ppl_sets.empty()) {
-        throw ParameterError("--budget and --set need --policy (without it only the full cache is scored)");
+      } else if (!ppl_budgets.empty() || !ppl_sets.empty() || !ppl_memory.empty()) {
+        throw ParameterError("--budget, --set and --kv-memory need --policy (without it only the full cache is scored)");
       }
       ModelRunOptions options;
       options.max_windows = ppl_windows;
       options.paged = paged_of(ppl_paged);
       options.prefill = ppl_prefill;
       options.prefill_window = ppl_window;
-      options.kv = kv_of(ppl_kv);
       options.progress = model_progress("perplexity");
+      if (!ppl_memory.empty()) {
+        MemoryRequest request;
+        request.policies = parse_policy_list(ppl_policies);
+        request.overrides = parse_sets(ppl_sets);
+        for (const std::int64_t m : parse_integer_list(ppl_memory, "--kv-memory")) {
+          if (m < 1) throw ParameterError(fmt::format("--kv-memory: {} bytes is not a memory budget", m));
+          request.memories.push_back(m);
+        }
+        request.formats = kv_list_of(ppl_kv);
+        cli::print_perplexity(std::cout, perplexity_at_memory(*model, text, request, options), ppl_format);
+        return 0;
+      }
+      options.kv = kv_of(ppl_kv);
       const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
       cli::print_perplexity(std::cout, rows, ppl_format);
       return 0;

@@ -231,9 +231,11 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   const bool interval = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.has_extra_interval; });
   const bool quantized =
       std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.kv_precision != "fp32"; });
+  const bool memory = std::any_of(rows.begin(), rows.end(), [](const PerplexityRow& r) { return r.memory_bytes > 0; });
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");
+  if (memory) header.push_back("memory a cache");
   for (const char* h : {"policy", "budget", "perplexity", "bits per byte", "extra bits per byte"}) header.push_back(h);
   if (interval) header.push_back("95 % interval (paired by window)");
   if (proxy) {
@@ -252,6 +254,7 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   for (const PerplexityRow& r : rows) {
     std::vector<std::string> line;
     if (ranked) line.push_back(r.policy.empty() ? "-" : std::to_string(r.rank));
+    if (memory) line.push_back(r.memory_bytes == 0 ? "-" : fmt::format("{} KiB", r.memory_bytes / 1024.0));
     line.push_back(r.policy.empty() ? "full cache" : r.policy);
     line.push_back(r.budget == 0 ? "-" : std::to_string(r.budget));
     line.push_back(fmt::format("{:.4f}", r.perplexity));
@@ -271,13 +274,13 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     if (store) line.push_back(std::to_string(r.peak_positions));
     if (quantized) {
       line.push_back(r.kv_residual == 0 ? r.kv_precision
-                                        : fmt::format("{}, residual {}", r.kv_precision, r.kv_residual));
+                                        : fmt::format("{} (residual {})", r.kv_precision, r.kv_residual));
       line.push_back(fmt::format("{:.1f}", r.bytes_per_position));
       line.push_back(std::to_string(r.peak_cache_bytes));
     }
     cells.push_back(std::move(line));
   }
-  print_cells(out, cells, format, ranked ? 2 : 1);
+  print_cells(out, cells, format, (ranked ? 2 : 1) + (memory ? 1 : 0));
 }
 
 void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format) {

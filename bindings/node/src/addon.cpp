@@ -1252,6 +1252,18 @@ kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::s
     out.prefill_window = to_u32(window, what + ": options.prefillWindow", rule);
     if (out.prefill_window < 1) throw Napi::RangeError::New(options.Env(), what + ": options.prefillWindow (0) " + rule);
   }
+  // The store's precision (docs/paged.md): checked against the model by the library.
+  const Napi::Value precision = options.Get("kvPrecision");
+  if (!precision.IsUndefined()) {
+    if (!precision.IsString()) {
+      throw Napi::TypeError::New(options.Env(), what + ": options.kvPrecision must be a string (fp32, fp16, int8 or int4)");
+    }
+    out.kv.precision = kvevict::parse_precision(precision.As<Napi::String>().Utf8Value(), what + ": options.kvPrecision");
+  }
+  const Napi::Value residual = options.Get("kvResidual");
+  if (!residual.IsUndefined()) {
+    out.kv.residual = to_u32(residual, what + ": options.kvResidual", "must be at least 0");
+  }
   return out;
 }
 

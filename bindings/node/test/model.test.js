@@ -153,6 +153,36 @@ test.describe('real model', { skip }, () => {
     assert.equal(rows[1].perplexity, rows[2].perplexity);
   });
 
+  test('perplexity at a KV precision: the fp32 full cache, then the full cache at that precision', () => {
+    const m = setup();
+    const t = text(300);
+    const [plain, window] = kv.perplexity(m, t, [['sliding-window', 8]]);
+    // An int4 window longer than the 299 positions never fills: every row stays fp32, bit for bit.
+    const same = kv.perplexity(m, t, [['sliding-window', 8]], { kvPrecision: 'int4', kvResidual: 1000 });
+    assert.equal(same.length, 3);
+    assert.equal(same[0].kvPrecision, 'fp32');
+    assert.equal(same[0].extraBitsPerByte, null);
+    assert.equal(same[1].policy, null);
+    assert.equal(same[1].kvPrecision, 'int4');
+    assert.equal(same[1].kvResidual, 1000);
+    assert.equal(same[1].perplexity, plain.perplexity);
+    assert.equal(same[1].extraBitsPerByte, 0);
+    assert.equal(same[2].perplexity, window.perplexity);
+    // int8: 32 codes and a scale, key and value: 72 bytes a position, measured on the full cache's 299.
+    const int8 = kv.perplexity(m, t, [], { kvPrecision: 'int8' });
+    assert.equal(int8[1].bytesPerPosition, 72);
+    assert.equal(int8[1].peakCacheBytes, 299 * 72);
+    assert.equal(int8[0].peakCacheBytes, 299 * 256);
+    assert.throws(() => kv.perplexity(m, t, [], { kvPrecision: 'int3' }),
+      /perplexity: options.kvPrecision: 'int3' is not a KV precision \(fp32, fp16, int8 or int4\)/);
+    assert.throws(() => kv.perplexity(m, t, [], { kvPrecision: 8 }), /options.kvPrecision must be a string/);
+    assert.throws(() => kv.perplexity(m, t, [], { kvResidual: 4 }), /needs a quantized --kv-precision/);
+    const ranked = kv.compareModel(m, t, { policies: 'sliding-window,tova', budgets: [16, 32], kvPrecision: 'fp16' });
+    assert.equal(ranked[1].kvPrecision, 'fp16');
+    assert.equal(ranked[1].rank, null);
+    assert.deepEqual(ranked.slice(2).map((r) => r.kvPrecision), ['fp16', 'fp16', 'fp16', 'fp16']);
+  });
+
   test('perplexity: params, maxWindows and the full cache alone', () => {
     const m = setup();
     const [, row] = kv.perplexity(m, text(100), [['h2o', 24, { recentWindow: 4 }]]);

@@ -1158,6 +1158,17 @@ std::vector<kvevict::RunSpec> runs_of(py::handle runs) {
   return out;
 }
 
+// kv_precision (a str) and kv_residual (None: the precision's default).
+kvevict::KvFormat kv_format_of(py::handle precision, py::handle residual, const std::string& what) {
+  kvevict::KvFormat kv;
+  if (!py::isinstance<py::str>(precision)) {
+    throw py::type_error(what + ": kv_precision must be a str (fp32, fp16, int8 or int4), got " + type_name(precision));
+  }
+  kv.precision = kvevict::parse_precision(precision.cast<std::string>(), what + ": kv_precision");
+  if (!residual.is_none()) kv.residual = to_u32(residual, "kv_residual", "must be at least 0");
+  return kv;
+}
+
 kvevict::ModelRunOptions model_options(py::handle max_windows, py::handle prefill, py::handle prefill_window) {
   kvevict::ModelRunOptions options;
   options.max_windows =
@@ -1184,18 +1195,20 @@ py::list row_dicts(const std::vector<Row>& rows) {
 
 py::list model_perplexity(const ModelArg& model_arg, const Text& text_arg, const Runs& runs_arg,
                           const Int& max_windows, const py::object& paged, const Int& prefill,
-                          const Int& prefill_window) {
+                          const Int& prefill_window, const py::object& kv_precision, const py::object& kv_residual) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   const std::vector<kvevict::RunSpec> specs = runs_of(runs_arg.obj);
   kvevict::ModelRunOptions options = model_options(max_windows.obj, prefill.obj, prefill_window.obj);
   options.paged = paged_of(paged, "perplexity");
+  options.kv = kv_format_of(kv_precision, kv_residual, "perplexity");
   return row_dicts(without_gil([&] { return kvevict::perplexity(*model, text, specs, options); }));
 }
 
 py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const PolicyList& policies,
                        const IntList& budgets, const Overrides& overrides, const Int& max_windows,
-                       const py::object& paged, const Int& prefill, const Int& prefill_window) {
+                       const py::object& paged, const Int& prefill, const Int& prefill_window,
+                       const py::object& kv_precision, const py::object& kv_residual) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::CompareRequest request;
@@ -1204,6 +1217,7 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   request.overrides = overrides_of(overrides.obj);
   kvevict::ModelRunOptions options = model_options(max_windows.obj, prefill.obj, prefill_window.obj);
   options.paged = paged_of(paged, "compare_model");
+  options.kv = kv_format_of(kv_precision, kv_residual, "compare_model");
   return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
@@ -2176,7 +2190,8 @@ run per sequence count x policy ("none": the full cache) x mode ("token",
 
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
         py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
-        py::arg("prefill") = 0, py::arg("prefill_window") = 32, R"doc(
+        py::arg("prefill") = 0, py::arg("prefill_window") = 32, py::arg("kv_precision") = "fp32",
+        py::arg("kv_residual") = py::none(), R"doc(
 Perplexity of `model` over `text` with every (layer, head) evicting through
 its own instance of each run's policy, beside the full cache. Returns a list
 of dicts, the full cache first, then one per run in order, shaped as
@@ -2202,6 +2217,15 @@ prefill: the prefill moment (docs/tasks.md): each window's first `prefill`
     `prefill_window` of those bytes); the rest runs without eviction and only
     it is scored, the full cache's too. Rows gain "prefill". 0 (the default)
     evicts while decoding. Does not combine with `paged`.
+kv_precision: the precision every decoder stores keys and values at
+    (docs/paged.md, "Fewer bits a position"): "fp32" (the default), "fp16",
+    "int8" (per token) or "int4" (KIVI: keys per channel over groups of
+    kv_residual tokens, values per token). Quantized, the rows start with the
+    fp32 full cache (every row's "extraBitsPerByte" is measured from it),
+    then the full cache at that precision. Every row has "kvPrecision",
+    "kvResidual", "bytesPerPosition" and "peakCacheBytes" (measured).
+kv_residual: newest positions kept at fp32 until this many arrive (None:
+    32 for int4, 0 otherwise).
 
 Every policy is built before any work: a bad parameter raises ValueError.
 Runs on every core without the GIL (it cannot be interrupted).
@@ -2210,7 +2234,8 @@ Runs on every core without the GIL (it cannot be interrupted).
   m.def("compare_model", &model_compare, py::arg("model"), py::arg("text"),
         py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(64, 128, 256, 512),
         py::arg("overrides") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
-        py::arg("prefill") = 0, py::arg("prefill_window") = 32, R"doc(
+        py::arg("prefill") = 0, py::arg("prefill_window") = 32, py::arg("kv_precision") = "fp32",
+        py::arg("kv_residual") = py::none(), R"doc(
 Every policy at every budget by perplexity on `model` over `text`, with the
 attention proxies measured on the model's own full-cache attention. Returns
 a list of dicts: the full cache first, then ranked by perplexity at the
@@ -2220,7 +2245,8 @@ with "retainedAttentionMass", "heavyHitterRecall" and "evictionCalls" after
 "evicted" (None for the full cache).
 
 policies, budgets, overrides: as for compare().
-max_windows, paged, prefill, prefill_window: as for perplexity(). With a
+max_windows, paged, prefill, prefill_window, kv_precision, kv_residual: as
+    for perplexity(). With a
     prefill there are no proxy keys (they replay decode-time eviction).
 )doc");
 

@@ -337,6 +337,31 @@ def test_windows_and_max_windows(model, heldout):
     assert first[0]["perplexity"] == kvevict.perplexity(model, long[:context])[0]["perplexity"]
 
 
+def test_perplexity_at_a_kv_precision(model, text):
+    """The fp32 full cache first, then the full cache at the precision; an
+    int4 window longer than the text never fills, so nothing changes; int8
+    costs 32 codes and a scale per key and value (72 bytes a position)."""
+    plain = kvevict.perplexity(model, text, [("sliding-window", 8)])
+    same = kvevict.perplexity(model, text, [("sliding-window", 8)], kv_precision="int4", kv_residual=1000)
+    assert [r["kvPrecision"] for r in same] == ["fp32", "int4", "int4"]
+    assert same[0]["extraBitsPerByte"] is None and same[1]["policy"] is None
+    assert same[1]["perplexity"] == plain[0]["perplexity"] and same[1]["extraBitsPerByte"] == 0
+    assert same[2]["perplexity"] == plain[1]["perplexity"]
+    assert same[1]["kvResidual"] == 1000 and same[1]["bytesPerPosition"] == pytest.approx(44 + 256 / 1000)
+    int8 = kvevict.perplexity(model, text, kv_precision="int8")
+    assert int8[1]["bytesPerPosition"] == 72 and int8[1]["peakCacheBytes"] == (len(text) - 1) * 72
+    assert int8[0]["peakCacheBytes"] == (len(text) - 1) * 256
+    with pytest.raises(ValueError, match=r"perplexity: kv_precision: 'int3' is not a KV precision"):
+        kvevict.perplexity(model, text, kv_precision="int3")
+    with pytest.raises(TypeError, match="kv_precision must be a str"):
+        kvevict.perplexity(model, text, kv_precision=8)
+    with pytest.raises(ValueError, match="needs a quantized --kv-precision"):
+        kvevict.perplexity(model, text, kv_residual=4)
+    ranked = kvevict.compare_model(model, text, ["sliding-window", "tova"], [16, 32], kv_precision="fp16")
+    assert ranked[1]["kvPrecision"] == "fp16" and ranked[1]["rank"] is None
+    assert {r["kvPrecision"] for r in ranked[2:]} == {"fp16"}
+
+
 def test_perplexity_errors(model, text):
     with pytest.raises(ValueError, match=r"Scissorhands: recentWindow \(32\) must be smaller than budget \(16\)"):
         kvevict.perplexity(model, text, [("scissorhands", 16)])

@@ -65,6 +65,8 @@ struct PerplexityRow {
   std::uint32_t kv_residual = 0;
   double bytes_per_position = 0.0;
   std::uint64_t peak_cache_bytes = 0;
+  // perplexity_at_memory: the bytes a cache its budget was chosen for (0: none).
+  std::int64_t memory_bytes = 0;
   // How the row was made, which decides the fields it is written with
   // (kvevict/model/perplexity_rows.h): ranked by compare_model; with the
   // proxy fields (compare_model without a prefill; null on the full cache);
@@ -110,6 +112,31 @@ ParamMap head_params(const RunSpec& spec, const ModelConfig& config, std::uint32
 std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
                                       const std::vector<RunSpec>& specs,
                                       const ModelRunOptions& options = {});
+
+// Equal memory (docs/real-model.md, "Fewer bits or fewer tokens"): the
+// positions a cache of `memory` bytes holds between steps at `format`'s
+// precision: floor((memory - R x (8 head_dim - b)) / b), b =
+// bytes_per_position(format, head_dim), R its residual window (whose rows
+// are at fp32). Not in it, and measured by the rows' peak_cache_bytes: the
+// newest position before eviction, and int4 key groups partly emptied by
+// eviction (each keeps its scales while any of its rows is held). Below 1
+// when nothing fits.
+std::int64_t budget_for_memory(std::int64_t memory, const KvFormat& format, std::uint32_t head_dim);
+
+struct MemoryRequest {
+  std::vector<std::string> policies;
+  ParamMap overrides;                 // "policy.param" or "param", as compare takes them
+  std::vector<std::int64_t> memories;  // bytes a cache (keys and values of one layer's KV head)
+  std::vector<KvFormat> formats;
+};
+
+// Every policy at every memory budget and precision, its budget the
+// positions that fit (budget_for_memory). Rows: the fp32 full cache (the
+// reference), the full cache at each quantized precision, then memory x
+// precision x policy, each with its memory_bytes. Decode-time eviction only:
+// ParameterError with a prefill or paged options.
+std::vector<PerplexityRow> perplexity_at_memory(const Model& model, std::span<const std::uint8_t> text,
+                                                const MemoryRequest& request, const ModelRunOptions& options = {});
 
 // Every policy x budget by perplexity, with the attention proxies measured on
 // the model's own full-cache attention. The full cache comes first (rank 0);
