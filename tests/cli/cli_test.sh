@@ -193,6 +193,38 @@ bad "model both modes" "--layer-budget and --block-size" -- perplexity --model "
 bad "model floor alone" "--head-floor needs --layer-budget" -- perplexity --model "$model" --text "$tmp/text.txt" --head-floor 2
 bad "model block score" "normal" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 16 --block-score normal
 bad "model areas" "blockBudget (4) must be at least startBlocks + recentBlocks (0 + 5)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 16 --recent-blocks 5
+# The store's precision (docs/paged.md "Fewer bits a position"). An int4
+# window longer than the text never fills: every position stays fp32, so the
+# full cache at int4 scores what the fp32 one does, and holds 399 positions of
+# 2 x 32 floats a cache. int8 holds 32 codes and a scale a row: 72 bytes.
+"$tool" perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 1000 --format csv >"$tmp/kv.csv" 2>/dev/null
+if [[ $(sed -n 2p "$tmp/kv.csv" | cut -d, -f3) == $(sed -n 3p "$tmp/kv.csv" | cut -d, -f3) \
+      && $(sed -n 3p "$tmp/kv.csv") == *",int4 (residual 1000),44.3,$((399 * 256))" && $(wc -l <"$tmp/kv.csv") -eq 3 ]]; then
+  pass
+else
+  fail "perplexity --kv-precision int4 --kv-residual 1000: $(cat "$tmp/kv.csv")"
+fi
+ok  "kv int8 bytes"    ",int8,72.0,$((399 * 72))" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int8 --format csv
+ok  "kv json"          '"kvPrecision": "fp16"' -- perplexity --model "$model" --text "$tmp/text.txt" --policy tova --budget 64 --kv-precision fp16 --format json
+ok  "kv compare"       "int8" -- compare --model "$model" --text "$tmp/text.txt" --budgets 64 --policies tova,sliding-window --kv-precision int8
+# Equal memory: 16 KiB a cache holds 64 fp32 positions (256 bytes each) and
+# floor(16384 / 72) = 227 int8 ones.
+"$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window --kv-memory 16384 --kv-precision fp32,int8 --format csv >"$tmp/mem.csv" 2>/dev/null
+if [[ $(grep -c "^16 KiB,sliding-window,64,.*,fp32,256.0," "$tmp/mem.csv") -eq 1 && $(grep -c "^16 KiB,sliding-window,227,.*,int8,72.0," "$tmp/mem.csv") -eq 1 \
+      && $(sed -n 3p "$tmp/mem.csv") == "-,full cache,"*",int8,72.0,"* ]]; then
+  pass
+else
+  fail "perplexity --kv-memory 16384: $(cat "$tmp/mem.csv")"
+fi
+bad "kv precision"     "--kv-precision: 'int3' is not a KV precision (fp32, fp16, int8 or int4)" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int3
+bad "kv fp32 residual" "--kv-residual (4) needs a quantized --kv-precision (fp16, int8 or int4)" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-residual 4
+bad "kv int4 window 0" "--kv-residual 0 with --kv-precision int4" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 0
+bad "kv residual < 0"  "--kv-residual (-2) must be at least 0" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int8 --kv-residual -2
+bad "kv memory budget" "--budget excludes --kv-memory" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --kv-memory 16384
+bad "kv memory small"  "--kv-memory (100 bytes) holds no position at fp32 (256 bytes a position)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --kv-memory 100
+bad "kv memory alone"  "--budget, --set and --kv-memory need --policy" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-memory 16384
+bad "kv memory prefill" "--kv-memory chooses token budgets for eviction while decoding" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --kv-memory 16384 --prefill 100
+bad "kv no model"      "--kv-precision requires --model" -- compare --kv-precision int8
 ok  "compare model"    "ranked by perplexity at budget 64" -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64,128 --policies sliding-window,tova
 ok  "record"           "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 200
 caches=$(python3 -c "import struct,sys; b=open(sys.argv[1],'rb').read(); w=struct.unpack_from('<8I',b,20); print(w[1]*(w[6] or w[2]))" "$model")
@@ -209,7 +241,7 @@ bad "model not one"    "text.txt: not a kvevict model" -- perplexity --model "$t
 printf 'a' >"$tmp/one.txt"
 bad "text too short"   "one.txt: has 1 bytes; a text needs at least 2" -- perplexity --model "$model" --text "$tmp/one.txt"
 bad "text missing"     "nope.txt: not a readable file" -- perplexity --model "$model" --text "$tmp/nope.txt"
-bad "budget no policy" "--budget and --set need --policy" -- perplexity --model "$model" --text "$tmp/text.txt" --budget 64
+bad "budget no policy" "--budget, --set and --kv-memory need --policy" -- perplexity --model "$model" --text "$tmp/text.txt" --budget 64
 bad "model budget"     "Scissorhands: recentWindow (32) must be smaller than budget (16)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy scissorhands --budget 16
 bad "model and trace"  "--trace and --steps replay a trace; --model runs the model" -- compare --model "$model" --text "$tmp/text.txt" --trace decode-4096
 bad "model no text"    "--text" -- compare --model "$model"
@@ -273,6 +305,9 @@ heldout=$model_dir/heldout-sample.txt
 ok  "tasks table"      "| passkey | 300 | sliding-window | 32 | decode |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 2 --policies sliding-window --budgets 32
 ok  "tasks json"       '"moment": "prefill-query"' -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies tova --budgets 32 --moments prefill-query --format json
 ok  "tasks csv"        "task,policy,budget,moment,length,depth" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies none --format csv
+ok  "tasks kv"         "| int8 |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies sliding-window --budgets 32 --kv-precision int8
+ok  "tasks kv json"    '"bytesPerPosition": 72.0' -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies none --kv-precision int8 --format json
+bad "tasks kv"         "--kv-precision: 'fp8' is not a KV precision" -- tasks --model "$model" --text "$heldout" --kv-precision fp8
 bad "tasks unknown"    "unknown task 'haystack' (known: passkey, multikey, multivalue, vartrack, copy)" -- tasks --model "$model" --text "$heldout" --tasks haystack
 bad "tasks too long"   "length 5000 is longer than the model's context" -- tasks --model "$model" --text "$heldout" --lengths 5000
 bad "tasks budget"     "budget 400 is above the context length 300" -- tasks --model "$model" --text "$heldout" --lengths 300 --budgets 400
