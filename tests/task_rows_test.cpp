@@ -47,7 +47,28 @@ TEST(TaskRows, JsonRoundTripsEveryField) {
     EXPECT_EQ(back[i].depth, rows[i].depth);
     EXPECT_EQ(back[i].correct, rows[i].correct);
     EXPECT_EQ(back[i].accuracy, rows[i].accuracy);
+    EXPECT_EQ(back[i].kv_precision, rows[i].kv_precision);
+    EXPECT_EQ(back[i].kv_residual, rows[i].kv_residual);
+    EXPECT_EQ(back[i].bytes_per_position, rows[i].bytes_per_position);
   }
+  // The store's fields round-trip; a file without them was fp32.
+  std::vector<TaskRow> int4 = rows;
+  for (TaskRow& r : int4) {
+    r.kv_precision = "int4";
+    r.kv_residual = 32;
+    r.bytes_per_position = 52.0;
+  }
+  const std::vector<TaskRow> back4 = read_task_rows(tasks_json(int4), "int4.json");
+  EXPECT_EQ(back4[0].kv_precision, "int4");
+  EXPECT_EQ(back4[0].kv_residual, 32U);
+  EXPECT_EQ(back4[0].bytes_per_position, 52.0);
+  EXPECT_NE(tasks_markdown(int4).find("| decode | int4 (residual 32) |"), std::string::npos) << tasks_markdown(int4);
+  EXPECT_EQ(tasks_markdown(rows).find("residual"), std::string::npos);
+  const std::vector<TaskRow> old = read_task_rows(
+      R"([{"task": "passkey", "policy": "full", "budget": 0, "moment": "full", "length": 512, "depth": 0.25,
+           "samples": 4, "correct": 4, "evicted": 0}])",
+      "old.json");
+  EXPECT_EQ(old[0].kv_precision, "fp32");
   EXPECT_NE(tasks_csv(rows).find("passkey,full,0,full,512,0.2500,4,4,1.0000"), std::string::npos);
   // markdown: one line per policy x budget x moment, a column per depth.
   const std::string md = tasks_markdown(rows);
@@ -65,6 +86,10 @@ TEST(TaskRows, BadDocumentsAreOneLineErrors) {
     }
   };
   expect("{", "t.json: not JSON");
+  expect(R"([{"task": "passkey", "policy": "full", "budget": 0, "moment": "full", "length": 512, "depth": 0.25,
+              "samples": 4, "correct": 4, "evicted": 0, "kvPrecision": "int2", "kvResidual": 0,
+              "bytesPerPosition": 1}])",
+         "'kvPrecision' ('int2') is not fp32, fp16, int8 or int4");
   expect("{}", "t.json: expected an array of task rows");
   expect(R"([{"task": "passkey"}])", "t.json: row 0: no 'policy'");
   expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"soon","length":512,"depth":0.5,"samples":4,"correct":1,"evicted":0}])",

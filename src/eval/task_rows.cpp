@@ -230,8 +230,8 @@ TaskRow read_row(const nlohmann::json& r) {
     }
     row.kv_residual = static_cast<std::uint32_t>(in.count("kvResidual", 0, kMaxU32));
     const nlohmann::json& b = in.field("bytesPerPosition");
-    if (!b.is_number() || !(b.get<double>() > 0.0)) {
-      throw InputError(fmt::format("'bytesPerPosition' must be a positive number, not {}", b.dump()));
+    if (!b.is_number() || !(b.get<double>() >= 0.0)) {
+      throw InputError(fmt::format("'bytesPerPosition' must be a number at least 0, not {}", b.dump()));
     }
     row.bytes_per_position = b.get<double>();
   }

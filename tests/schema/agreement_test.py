@@ -141,8 +141,10 @@ def model_case(name, tool_args, from_python, node_call, expect_keys):
     return from_tool
 
 
-plain = ["policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-         "predictions", "evicted", "seconds"]
+base = ["policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
+        "predictions", "evicted"]
+kv = ["kvPrecision", "kvResidual", "bytesPerPosition", "peakCacheBytes"]
+plain = base + kv + ["seconds"]
 proxies = ["retainedAttentionMass", "heavyHitterRecall", "evictionCalls"]
 rows = model_case("perplexity", ["perplexity", "--policy", "h2o,tova", "--budget", "128"],
                   kvevict.perplexity(model, text, runs=[("h2o", 128), ("tova", 128)], max_windows=1),
@@ -153,14 +155,20 @@ if len(rows) != 3 or rows[0]["policy"] is not None or rows[1]["policy"] != "h2o"
 rows = model_case("compare --model", ["compare", "--policies", "snapkv,tova", "--budgets", "64,128"],
                   kvevict.compare_model(model, text, policies=["snapkv", "tova"], budgets=[64, 128], max_windows=1),
                   f"kv.compareModel({node_model}, {{policies: ['snapkv', 'tova'], budgets: [64, 128], maxWindows: 1}})",
-                  lambda row: ["rank"] + plain[:-1] + proxies + ["seconds"])
+                  lambda row: ["rank"] + base + proxies + kv + ["seconds"])
 if rows[0]["rank"] is not None or rows[0]["retainedAttentionMass"] is not None or \
         any(not isinstance(r["rank"], int) or not isinstance(r["retainedAttentionMass"], float) for r in rows[1:]):
     failures.append(f"compare --model: rank/proxies should be null on the full cache only: {rows!r}")
 model_case("perplexity paged", ["perplexity", "--policy", "tova", "--budget", "128", "--block-size", "16"],
            kvevict.perplexity(model, text, runs=[("tova", 128)], max_windows=1, paged={"block_size": 16}),
            f"kv.perplexity({node_model}, [['tova', 128]], {{maxWindows: 1, blockSize: 16}})",
-           lambda row: plain[:-1] + ["blockSize", "peakBlocks", "peakPositions", "seconds"])
+           lambda row: base + ["blockSize", "peakBlocks", "peakPositions"] + kv + ["seconds"])
+rows = model_case("perplexity int8", ["perplexity", "--policy", "tova", "--budget", "128", "--kv-precision", "int8"],
+                  kvevict.perplexity(model, text, runs=[("tova", 128)], max_windows=1, kv_precision="int8"),
+                  f"kv.perplexity({node_model}, [['tova', 128]], {{maxWindows: 1, kvPrecision: 'int8'}})",
+                  lambda row: plain)
+if [r["kvPrecision"] for r in rows] != ["fp32", "int8", "int8"]:
+    failures.append(f"perplexity int8: expected the fp32 full cache, then int8 rows; got {rows!r}")
 model_case("compare --model --prefill",
            ["compare", "--policies", "snapkv", "--budgets", "64,128", "--prefill", "512", "--window", "16"],
            kvevict.compare_model(model, text, policies=["snapkv"], budgets=[64, 128], max_windows=1, prefill=512,
