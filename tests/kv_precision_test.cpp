@@ -19,6 +19,7 @@
 #include "kvevict/model/kv_precision.h"
 #include "kvevict/model/kv_store.h"
 #include "kvevict/model/model.h"
+#include "kvevict/model/perplexity.h"
 #include "support.h"
 
 namespace kvevict {
@@ -440,6 +441,42 @@ TEST(DecoderKv, QuantizedPagedAndContiguousGiveTheSameLogitsUnderEviction) {
           << precision_name(format.precision) << " step " << t;
     }
     EXPECT_GT(contiguous.evicted(), 0U);
+  }
+}
+
+// Every registered policy (an eleventh too) in token, block and layer mode
+// and after a prefill, on int8 and int4 stores: it runs, evicts, holds fewer
+// bytes than fp32 would, and blocks of 1 are the token policy to the bit.
+TEST(DecoderKv, EveryPolicyAndModeRunsOnAQuantizedStore) {
+  const auto model = testing::committed_model();
+  const std::vector<std::uint8_t> all = read_text(testing::model_dir() / "heldout-sample.txt");
+  const std::vector<std::uint8_t> text(all.begin(), all.begin() + 200);
+  for (const KvFormat format : {KvFormat{KvPrecision::kInt8, 0}, KvFormat{KvPrecision::kInt4, 16}}) {
+    for (const std::string& name : policy_names()) {
+      const std::string what = name + " at " + std::string(precision_name(format.precision));
+      RunSpec spec{name, {}, 96};
+      if (find_policy(name).has_param("recentWindow")) spec.params = {{"recentWindow", 8}};
+      ModelRunOptions token;
+      token.kv = format;
+      const std::vector<PerplexityRow> rows = perplexity(*model, text, {spec}, token);
+      ASSERT_EQ(rows.size(), 3U) << what;
+      EXPECT_GT(rows[2].evicted, 0U) << what;
+      EXPECT_EQ(rows[2].kv_precision, precision_name(format.precision)) << what;
+      EXPECT_LT(rows[2].peak_cache_bytes, 97U * 256) << what;  // 97 fp32 positions: the budget and the newest
+      ModelRunOptions one = token;
+      one.paged.block_size = 1;
+      const std::vector<PerplexityRow> blocks = perplexity(*model, text, {spec}, one);
+      EXPECT_EQ(blocks[2].bits_per_byte, rows[2].bits_per_byte) << what << ": blocks of 1";
+      ModelRunOptions sixteen = token;
+      sixteen.paged.block_size = 16;
+      EXPECT_GT(perplexity(*model, text, {spec}, sixteen)[2].evicted, 0U) << what << ": blocks of 16";
+      ModelRunOptions layer = token;
+      layer.paged.layer_budget = true;
+      EXPECT_GT(perplexity(*model, text, {spec}, layer)[2].evicted, 0U) << what << ": layer budget";
+      ModelRunOptions prefill = token;
+      prefill.prefill = 128;
+      EXPECT_GT(perplexity(*model, text, {spec}, prefill)[2].evicted, 0U) << what << ": prefill";
+    }
   }
 }
 
