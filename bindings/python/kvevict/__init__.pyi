@@ -97,6 +97,13 @@ class PerplexityRow(TypedDict):
     blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
     peakPositions: NotRequired[int]  # with paged options
+    # the store's precision (docs/paged.md "Fewer bits a position"), its
+    # residual window, the bytes a stored position costs, and the most bytes
+    # any one cache held at once (measured)
+    kvPrecision: str
+    kvResidual: int
+    bytesPerPosition: float
+    peakCacheBytes: int
     seconds: float
 
 class ModelCompareRow(TypedDict):
@@ -121,6 +128,13 @@ class ModelCompareRow(TypedDict):
     blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
     peakPositions: NotRequired[int]  # with paged options
+    # the store's precision (docs/paged.md "Fewer bits a position"), its
+    # residual window, the bytes a stored position costs, and the most bytes
+    # any one cache held at once (measured)
+    kvPrecision: str
+    kvResidual: int
+    bytesPerPosition: float
+    peakCacheBytes: int
     seconds: float
 
 class PersistenceRow(TypedDict):
@@ -465,6 +479,8 @@ def perplexity(
     paged: Optional[PagedOptions] = None,
     prefill: int = 0,
     prefill_window: int = 32,
+    kv_precision: str = "fp32",
+    kv_residual: Optional[int] = None,
 ) -> List[PerplexityRow]: ...
 def compare_model(
     model: Model,
@@ -476,6 +492,8 @@ def compare_model(
     paged: Optional[PagedOptions] = None,
     prefill: int = 0,
     prefill_window: int = 32,
+    kv_precision: str = "fp32",
+    kv_residual: Optional[int] = None,
 ) -> List[ModelCompareRow]: ...
 def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
 def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...

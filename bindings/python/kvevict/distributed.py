@@ -134,24 +134,15 @@ def _run_cell(cell: Cell) -> Tuple[bool, Any]:
 
 
 def _full_cache_row(row: Dict[str, Any]) -> Dict[str, Any]:
-    """perplexity()'s full-cache row in compare_model()'s shape (unranked, no proxies)."""
-    return {
-        "rank": None,
-        "policy": None,
-        "budget": None,
-        "params": row["params"],
-        "perplexity": row["perplexity"],
-        "bitsPerByte": row["bitsPerByte"],
-        "extraBitsPerByte": None,
-        "extraLow": None,
-        "extraHigh": None,
-        "predictions": row["predictions"],
-        "evicted": row["evicted"],
-        "retainedAttentionMass": None,
-        "heavyHitterRecall": None,
-        "evictionCalls": None,
-        "seconds": row["seconds"],
-    }
+    """perplexity()'s full-cache row in compare_model()'s shape (unranked, no
+    proxies): its fields in order, "rank" first and the proxies after
+    "evicted", as the perplexity row's one description places them."""
+    out: Dict[str, Any] = {"rank": None}
+    for key, value in row.items():
+        out[key] = value
+        if key == "evicted":
+            out.update(retainedAttentionMass=None, heavyHitterRecall=None, evictionCalls=None)
+    return out
 
 
 # ---- failures ------------------------------------------------------------------------
