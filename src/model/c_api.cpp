@@ -55,45 +55,26 @@ kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_mode
   });
 }
 
-kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
-                                        const char* policy, int64_t budget, const kvevict_param* params,
-                                        size_t param_count, uint32_t max_windows,
-                                        kvevict_perplexity_result* result) {
-  return guard([&] {
-    check_live(model, "kvevict_model_perplexity");
-    need(result, "kvevict_model_perplexity", "result");
-    if (length > 0) need(text, "kvevict_model_perplexity", "text");
-    std::vector<kvevict::RunSpec> specs;
-    if (policy != nullptr) {
-      specs.push_back({kvevict::find_policy(policy).name,
-                       param_map(params, param_count, "kvevict_model_perplexity"), budget});
-    }
-    kvevict::ModelRunOptions options;
-    options.max_windows = max_windows;
-    const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
-    const kvevict::PerplexityRow& row = rows.back();
-    *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
-  });
-}
+}  // extern "C"
 
-kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uint8_t* text, size_t length,
-                                           const char* policy, int64_t budget, const kvevict_param* params,
-                                           size_t param_count, uint32_t max_windows, const char* kv_precision,
-                                           int64_t kv_residual, kvevict_perplexity_result* result,
-                                           uint64_t* peak_cache_bytes) {
+namespace {
+
+// Both perplexity entry points: `who` names the function in errors; a null
+// precision is fp32.
+kvevict_status model_perplexity(const char* who, const kvevict_model* model, const uint8_t* text, size_t length,
+                                const char* policy, int64_t budget, const kvevict_param* params, size_t param_count,
+                                uint32_t max_windows, const char* kv_precision, int64_t kv_residual,
+                                kvevict_perplexity_result* result, uint64_t* peak_cache_bytes) {
   return guard([&] {
-    check_live(model, "kvevict_model_perplexity_kv");
-    need(result, "kvevict_model_perplexity_kv", "result");
-    if (length > 0) need(text, "kvevict_model_perplexity_kv", "text");
+    check_live(model, who);
+    need(result, who, "result");
+    if (length > 0) need(text, who, "text");
     std::vector<kvevict::RunSpec> specs;
-    if (policy != nullptr) {
-      specs.push_back({kvevict::find_policy(policy).name,
-                       param_map(params, param_count, "kvevict_model_perplexity_kv"), budget});
-    }
+    if (policy != nullptr) specs.push_back({kvevict::find_policy(policy).name, param_map(params, param_count, who), budget});
     kvevict::ModelRunOptions options;
     options.max_windows = max_windows;
     if (kv_precision != nullptr) {
-      options.kv.precision = kvevict::parse_precision(kv_precision, "kvevict_model_perplexity_kv: kv_precision");
+      options.kv.precision = kvevict::parse_precision(kv_precision, std::string(who) + ": kv_precision");
     }
     options.kv.residual = kv_residual;
     const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
@@ -101,6 +82,27 @@ kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uin
     *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
     if (peak_cache_bytes != nullptr) *peak_cache_bytes = row.peak_cache_bytes;
   });
+}
+
+}  // namespace
+
+extern "C" {
+
+kvevict_status kvevict_model_perplexity(const kvevict_model* model, const uint8_t* text, size_t length,
+                                        const char* policy, int64_t budget, const kvevict_param* params,
+                                        size_t param_count, uint32_t max_windows,
+                                        kvevict_perplexity_result* result) {
+  return model_perplexity("kvevict_model_perplexity", model, text, length, policy, budget, params, param_count,
+                          max_windows, nullptr, -1, result, nullptr);
+}
+
+kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uint8_t* text, size_t length,
+                                           const char* policy, int64_t budget, const kvevict_param* params,
+                                           size_t param_count, uint32_t max_windows, const char* kv_precision,
+                                           int64_t kv_residual, kvevict_perplexity_result* result,
+                                           uint64_t* peak_cache_bytes) {
+  return model_perplexity("kvevict_model_perplexity_kv", model, text, length, policy, budget, params, param_count,
+                          max_windows, kv_precision, kv_residual, result, peak_cache_bytes);
 }
 
 kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
