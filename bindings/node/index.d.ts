@@ -709,6 +709,24 @@ export interface CompareModelOptions extends ModelRunOptions {
 /** Every policy x budget by perplexity: the full cache first (rank null), then ranked. Synchronous. */
 export function compareModel(model: Model, text: Text, options?: CompareModelOptions): CompareModelRow[];
 
+export interface SweepModelOptions extends ModelRunOptions {
+  /** The policy whose parameter is swept. */
+  policy: string;
+  /** The parameter (camelCase, e.g. "recentWindow"); "budget" sweeps the budget itself and ignores `budgets`. */
+  param: string;
+  values: readonly number[];
+  /** Default [64, 128, 256]. */
+  budgets?: readonly number[];
+  /** The policy's other parameters. */
+  params?: Params;
+}
+/**
+ * `kvevict sweep --model`: perplexity rows, the full cache first, then each
+ * value x budget (value-major), each with its paired interval and `params`
+ * holding the value. Synchronous.
+ */
+export function sweepModel(model: Model, text: Text, options: SweepModelOptions): PerplexityRow[];
+
 /**
  * Attention as [heads, N, N] (or one head as [N, N]), row-major: row t holds
  * the weights token t gave positions 0 ... t-1, zeros elsewhere.

@@ -305,6 +305,11 @@ function compareModel(model, text, options) {
   return native.compareModel(model, text, options);
 }
 
+/** One policy's parameter swept on the model: perplexity rows, the full cache first (`kvevict sweep --model`); synchronous. */
+function sweepModel(model, text, options) {
+  return native.sweepModel(model, text, options);
+}
+
 /** `kvevict serve-bench`: sequences over one block pool, one row per run (docs/serving.md); synchronous. */
 function serveBench(model, text, options) {
   return native.serveBench(model, text, options);
@@ -347,6 +352,7 @@ module.exports = {
   LayerBudget,
   perplexity,
   compareModel,
+  sweepModel,
   serveBench,
   recordAttention,
   persistence,

@@ -172,6 +172,10 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
 }
 
 std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& options) {
+  return evaluate(sweep_specs(request), options);
+}
+
+std::vector<RunSpec> sweep_specs(const SweepRequest& request) {
   const PolicyInfo& info = find_policy(request.policy);
   if (!info.has_param(request.param)) {
     std::string known;
@@ -193,7 +197,7 @@ std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& op
       specs.push_back({info.name, params, b});
     }
   }
-  return evaluate(specs, options);
+  return specs;
 }
 
 }  // namespace kvevict

@@ -216,6 +216,18 @@ if [[ $(grep -c "^16 KiB,sliding-window,64,.*,fp32,256.0," "$tmp/mem.csv") -eq 1
 else
   fail "perplexity --kv-memory 16384: $(cat "$tmp/mem.csv")"
 fi
+# sweep --model: perplexity rows over value x budget, the value in its own column.
+"$tool" sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32,64 --format csv >"$tmp/sweep.csv" 2>/dev/null
+if [[ $(head -1 "$tmp/sweep.csv") == "policy,budget,recentWindow,perplexity,"* && $(sed -n 2p "$tmp/sweep.csv") == "full cache,-,-,"* \
+      && $(tail -n +3 "$tmp/sweep.csv" | cut -d, -f1-3 | tr '\n' ' ') == "h2o,32,8 h2o,64,8 h2o,32,16 h2o,64,16 " ]]; then
+  pass
+else
+  fail "sweep --model: $(cat "$tmp/sweep.csv")"
+fi
+ok  "sweep model json" '"recentWindow": 16' -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16 --budgets 64 --format json
+bad "sweep model trace" "--trace and --steps replay a trace; --model runs the model" -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16 --trace decode-4096
+bad "sweep model param" "H2O: unknown parameter 'window'" -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param window=16
+bad "sweep text alone" "--text requires --model" -- sweep --policy h2o --param recentWindow=16 --text "$tmp/text.txt"
 bad "kv precision"     "--kv-precision: 'int3' is not a KV precision (fp32, fp16, int8 or int4)" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int3
 bad "kv fp32 residual" "--kv-residual (4) needs a quantized --kv-precision (fp16, int8 or int4)" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-residual 4
 bad "kv int4 window 0" "--kv-residual 0 with --kv-precision int4" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 0

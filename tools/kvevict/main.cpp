@@ -492,6 +492,19 @@ int main(int argc, char** argv) {
   add_signal_options(sw, sw_signals);
   sw->add_option("--format", sw_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+  std::string sw_model;
+  std::string sw_text;
+  std::uint32_t sw_windows = 0;
+  auto* sw_model_opt = sw->add_option(
+      "--model", sw_model,
+      "sweep on this model (.kvm) evicting for real: perplexity rows over --text with their paired intervals "
+      "(budgets default to 64,128,256)");
+  sw->add_option("--text", sw_text, "with --model: the text to score (bytes)")->needs(sw_model_opt);
+  sw_model_opt->needs("--text");
+  sw->add_option("--max-windows", sw_windows, "with --model: use only the first N context windows (0 = all)")
+      ->needs(sw_model_opt);
+  KvFlags sw_kv;
+  add_kv_options(sw, sw_kv, "--model");
 
   // trace
   std::string tr_trace = "decode-4096";
@@ -876,8 +889,30 @@ int main(int argc, char** argv) {
       }
       request.param = sw_param.substr(0, eq);
       request.values = parse_integer_list(sw_param.substr(eq + 1), request.param);
-      request.budgets = parse_integer_list(sw_budgets, "--budgets");
+      request.budgets = parse_integer_list(sw->count("--budgets") > 0 || sw_model.empty() ? sw_budgets : "64,128,256",
+                                           "--budgets");
       request.params = parse_sets(sw_sets);
+      std::vector<std::string> extra;
+      if (request.param != "budget") extra.push_back(request.param);
+      if (!sw_model.empty()) {
+        if (sw->count("--trace") + sw->count("--steps") > 0) {
+          throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or "
+                               "the other)");
+        }
+        if (!sw_signals.empty()) {
+          throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
+                               "decoder gives the policies their keys itself (give one or the other)");
+        }
+        const std::vector<RunSpec> specs = sweep_specs(request);
+        const auto model = Model::load(sw_model);
+        const std::vector<std::uint8_t> text = read_text(sw_text);
+        ModelRunOptions options;
+        options.max_windows = sw_windows;
+        options.kv = kv_of(sw_kv);
+        options.progress = model_progress("sweep");
+        cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), sw_format, extra);
+        return 0;
+      }
       EvaluateOptions options = options_of(sw_trace, sw_steps, "sweep");
       options.signals = sw_signals;
       const std::vector<RunRow> rows = sweep(request, options);
@@ -885,8 +920,6 @@ int main(int argc, char** argv) {
         std::cout << rows_json(rows) << '\n';
         return 0;
       }
-      std::vector<std::string> extra;
-      if (request.param != "budget") extra.push_back(request.param);
       cli::print_rows(std::cout, rows, sw_format, false, extra);
       return 0;
     }

@@ -219,7 +219,8 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 }
 
 
-void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format) {
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format,
+                      const std::vector<std::string>& extra) {
   if (format == "json") {
     out << perplexity_json(rows) << '\n';
     return;
@@ -236,7 +237,10 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");
   if (memory) header.push_back("memory a cache");
-  for (const char* h : {"policy", "budget", "perplexity", "bits per byte", "extra bits per byte"}) header.push_back(h);
+  header.push_back("policy");
+  header.push_back("budget");
+  for (const std::string& p : extra) header.push_back(p);
+  for (const char* h : {"perplexity", "bits per byte", "extra bits per byte"}) header.push_back(h);
   if (interval) header.push_back("95 % interval (paired by window)");
   if (proxy) {
     header.push_back("retained mass");
@@ -257,6 +261,10 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     if (memory) line.push_back(r.memory_bytes == 0 ? "-" : fmt::format("{} KiB", r.memory_bytes / 1024.0));
     line.push_back(r.policy.empty() ? "full cache" : r.policy);
     line.push_back(r.budget == 0 ? "-" : std::to_string(r.budget));
+    for (const std::string& p : extra) {
+      const auto it = std::find_if(r.params.begin(), r.params.end(), [&](const auto& kv) { return kv.first == p; });
+      line.push_back(it == r.params.end() ? "-" : std::to_string(it->second));
+    }
     line.push_back(fmt::format("{:.4f}", r.perplexity));
     line.push_back(fmt::format("{:.4f}", r.bits_per_byte));
     const bool full = r.policy.empty() && r.kv_precision == "fp32";  // the reference

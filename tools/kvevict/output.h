@@ -32,7 +32,9 @@ void print_simd(std::ostream& out, const std::vector<std::string>& compiled, con
 // Ranked rows (compare) add the rank column; rows with proxies add their two
 // columns; rows of a paged store add the peak blocks in use, and a measured
 // store (block or layer mode) the peak positions held.
-void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format);
+// `extra`: parameters to show in a column each after the budget (a sweep's).
+void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format,
+                      const std::vector<std::string>& extra = {});
 
 // Persistence rows as a table, CSV, Markdown or JSON.
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,

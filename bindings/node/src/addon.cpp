@@ -1310,6 +1310,37 @@ Napi::Value CompareModel(const Napi::CallbackInfo& info) {
   });
 }
 
+// sweepModel(model, text, {policy, param, values, budgets?, params?, maxWindows?,
+// kvPrecision?, kvResidual?}) -> perplexity rows (kvevict sweep --model)
+Napi::Value SweepModel(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "sweepModel: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "sweepModel");
+    const Napi::Object options = options_object(info[2], "sweepModel");
+    kvevict::SweepRequest request;
+    request.policy = kvevict::find_policy(to_string(options.Get("policy"), "sweepModel: options.policy")).name;
+    request.param = to_string(options.Get("param"), "sweepModel: options.param");
+    const auto list = [&](const char* key) {
+      const Napi::Value v = options.Get(key);
+      const std::string what = std::string("sweepModel: options.") + key;
+      if (!v.IsArray()) throw Napi::TypeError::New(env, what + " must be an array of numbers, got " + type_name(v));
+      const auto array = v.As<Napi::Array>();
+      std::vector<std::int64_t> out;
+      for (std::uint32_t i = 0; i < array.Length(); ++i) {
+        out.push_back(to_integer(array.Get(i), what + "[" + std::to_string(i) + "]"));
+      }
+      return out;
+    };
+    request.values = list("values");
+    request.budgets = options.Get("budgets").IsUndefined() ? std::vector<std::int64_t>{64, 128, 256} : list("budgets");
+    request.params = to_params(options.Get("params"), "sweepModel: options.params", call);
+    const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request);
+    const kvevict::ModelRunOptions run = model_options(options, "sweepModel");
+    return row_array(env, kvevict::perplexity(*model, text, specs, run));
+  });
+}
+
 // A string "a,b" (split as the tool splits it) or an array of strings.
 std::vector<std::string> string_items(const Napi::Value& v, const std::string& what) {
   if (v.IsString()) return kvevict::split_list(v.As<Napi::String>().Utf8Value(), what);
@@ -1882,6 +1913,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("perplexity", Napi::Function::New<Perplexity>(env, "perplexity"));
   exports.Set("serveBench", Napi::Function::New<ServeBench>(env, "serveBench"));
   exports.Set("compareModel", Napi::Function::New<CompareModel>(env, "compareModel"));
+  exports.Set("sweepModel", Napi::Function::New<SweepModel>(env, "sweepModel"));
   exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
   exports.Set("prefill", Napi::Function::New<Prefill>(env, "prefill"));

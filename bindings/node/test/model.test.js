@@ -183,6 +183,19 @@ test.describe('real model', { skip }, () => {
     assert.deepEqual(ranked.slice(2).map((r) => r.kvPrecision), ['fp16', 'fp16', 'fp16', 'fp16']);
   });
 
+  test('sweepModel: perplexity over each value x budget, value-major', () => {
+    const m = setup();
+    const t = text(300);
+    const rows = kv.sweepModel(m, t, { policy: 'h2o', param: 'recentWindow', values: [4, 12], budgets: [24, 48], params: { sinks: 2 } });
+    assert.deepEqual(rows.slice(1).map((r) => [r.budget, r.params.recentWindow, r.params.sinks]),
+      [[24, 4, 2], [48, 4, 2], [24, 12, 2], [48, 12, 2]]);
+    const [, same] = kv.perplexity(m, t, [['h2o', 48, { recentWindow: 12, sinks: 2 }]]);
+    assert.equal(rows[4].perplexity, same.perplexity);
+    assert.throws(() => kv.sweepModel(m, t, { policy: 'h2o', param: 'windowSize', values: [1] }), /unknown parameter 'windowSize'/);
+    assert.throws(() => kv.sweepModel(m, t, { policy: 'h2o', param: 'recentWindow', values: 8 }),
+      /sweepModel: options.values must be an array of numbers/);
+  });
+
   test('perplexity: params, maxWindows and the full cache alone', () => {
     const m = setup();
     const [, row] = kv.perplexity(m, text(100), [['h2o', 24, { recentWindow: 4 }]]);

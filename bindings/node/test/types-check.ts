@@ -64,6 +64,10 @@ const prows: kv.PerplexityRow[] = kv.perplexity(model, bytes, ['h2o', new kv.TOV
 const ppl: number = prows[0]!.perplexity + (prows[0]!.budget ?? 0);
 const crows: kv.CompareModelRow[] = kv.compareModel(model, bytes, { policies: 'all', budgets: [64, 128], overrides: { recentWindow: 8 }, maxWindows: 2 });
 const rank: number | null = crows[1]!.rank;
+const swept: kv.PerplexityRow[] = kv.sweepModel(model, bytes, { policy: 'h2o', param: 'recentWindow', values: [8, 16], budgets: [64], kvPrecision: 'int8' });
+const sweptBytes: number = swept[1]!.peakCacheBytes + swept[1]!.bytesPerPosition;
+// @ts-expect-error -- kvPrecision is one of the four names
+kv.perplexity(model, bytes, [], { kvPrecision: 'int3' });
 const attnRec: kv.AttentionArray = kv.recordAttention(model, bytes, 64);
 const baseRate: number = kv.persistence(attnRec, [1, 2])[0]!.baseRate;
 const dec = new kv.Decoder(model, 64);

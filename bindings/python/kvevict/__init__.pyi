@@ -495,6 +495,18 @@ def compare_model(
     kv_precision: str = "fp32",
     kv_residual: Optional[int] = None,
 ) -> List[ModelCompareRow]: ...
+def sweep_model(
+    model: Model,
+    text: _Text,
+    policy: str,
+    param: str,
+    values: Sequence[int],
+    budgets: Sequence[int] = (64, 128, 256),
+    params: Optional[Dict[str, int]] = None,
+    max_windows: int = 0,
+    kv_precision: str = "fp32",
+    kv_residual: Optional[int] = None,
+) -> List[PerplexityRow]: ...
 def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
 def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...
 def prefill(policy: str, window: npt.ArrayLike, budget: int, **params: int) -> List[int]: ...

@@ -1221,6 +1221,30 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
+py::list model_sweep(const ModelArg& model_arg, const Text& text_arg, py::handle policy, py::handle param,
+                     py::handle values, py::handle budgets, const py::object& params, const Int& max_windows,
+                     const py::object& kv_precision, const py::object& kv_residual) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(policy, "policy"));
+  kvevict::SweepRequest request;
+  request.policy = info.name;
+  request.param = resolve_key(info, to_str(param, "param"));
+  if (py::isinstance<py::str>(values) || !py::isinstance<py::iterable>(values)) {
+    throw py::type_error("values must be a sequence of integers, got " + type_name(values));
+  }
+  for (const py::handle v : values) request.values.push_back(to_int(v, "a value"));
+  request.budgets = budget_list(budgets);
+  if (!params.is_none()) {
+    if (!py::isinstance<py::dict>(params)) throw py::type_error("params must be a dict, got " + type_name(params));
+    request.params = params_of(info, params.cast<py::dict>());
+  }
+  const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request);
+  kvevict::ModelRunOptions options = model_options(max_windows.obj, py::int_(0), py::int_(32));
+  options.kv = kv_format_of(kv_precision, kv_residual, "sweep_model");
+  return row_dicts(without_gil([&] { return kvevict::perplexity(*model, text, specs, options); }));
+}
+
 // A str ("a,b", split as the tool splits it) or a sequence of str -> the items.
 std::vector<std::string> str_items(py::handle value, const std::string& what) {
   if (py::isinstance<py::str>(value)) return kvevict::split_list(value.cast<std::string>(), what);
@@ -2248,6 +2272,18 @@ policies, budgets, overrides: as for compare().
 max_windows, paged, prefill, prefill_window, kv_precision, kv_residual: as
     for perplexity(). With a
     prefill there are no proxy keys (they replay decode-time eviction).
+)doc");
+
+  m.def("sweep_model", &model_sweep, py::arg("model"), py::arg("text"), py::arg("policy"), py::arg("param"),
+        py::arg("values"), py::arg("budgets") = py::make_tuple(64, 128, 256), py::arg("params") = py::none(),
+        py::arg("max_windows") = 0, py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(), R"doc(
+One policy's parameter swept on `model` over `text` (`kvevict sweep --model`):
+perplexity() rows, the full cache first, then each value x budget (value-major,
+budget-minor), each with its paired 95 % interval and "params" holding the
+value. param: the parameter's name, camelCase or snake_case ("budget" sweeps
+the budget itself and ignores `budgets`). params: the policy's other
+parameters as a dict. max_windows, kv_precision, kv_residual: as for
+perplexity(). An unknown parameter raises ValueError before any work.
 )doc");
 
   m.def("record_attention", &model_record, py::arg("model"), py::arg("text"), py::arg("tokens") = 0,

@@ -362,6 +362,22 @@ def test_perplexity_at_a_kv_precision(model, text):
     assert {r["kvPrecision"] for r in ranked[2:]} == {"fp16"}
 
 
+def test_sweep_model_is_perplexity_over_each_value(model, text):
+    """sweep_model's rows are perplexity()'s over value x budget, value-major,
+    the value in each row's params."""
+    rows = kvevict.sweep_model(model, text, "h2o", "recent_window", [4, 12], budgets=[24, 48], params={"sinks": 2})
+    assert [(r["budget"], r["params"].get("recentWindow")) for r in rows[1:]] == [(24, 4), (48, 4), (24, 12), (48, 12)]
+    assert all(r["params"]["sinks"] == 2 for r in rows[1:])
+    same = kvevict.perplexity(model, text, [("h2o", 48, {"recentWindow": 12, "sinks": 2})])
+    assert rows[4]["perplexity"] == same[1]["perplexity"] and rows[0]["perplexity"] == same[0]["perplexity"]
+    budgets = kvevict.sweep_model(model, text, "sliding-window", "budget", [16, 32], kv_precision="int8")
+    assert [r["budget"] for r in budgets[2:]] == [16, 32] and budgets[1]["kvPrecision"] == "int8"
+    with pytest.raises(ValueError, match="unknown parameter 'window_size'"):
+        kvevict.sweep_model(model, text, "h2o", "window_size", [1])
+    with pytest.raises(TypeError, match="values must be a sequence of integers"):
+        kvevict.sweep_model(model, text, "h2o", "recent_window", 8)
+
+
 def test_perplexity_errors(model, text):
     with pytest.raises(ValueError, match=r"Scissorhands: recentWindow \(32\) must be smaller than budget \(16\)"):
         kvevict.perplexity(model, text, [("scissorhands", 16)])

@@ -95,5 +95,8 @@ struct SweepRequest {
   ParamMap params;  // other fixed parameters
 };
 std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& options);
+// The runs a sweep makes, in its row order (the parameter and the values
+// checked; sweep --model runs them through the model).
+std::vector<RunSpec> sweep_specs(const SweepRequest& request);
 
 }  // namespace kvevict
