@@ -450,7 +450,7 @@ TEST(DecoderKv, QuantizedPagedAndContiguousGiveTheSameLogitsUnderEviction) {
 TEST(DecoderKv, EveryPolicyAndModeRunsOnAQuantizedStore) {
   const auto model = testing::committed_model();
   const std::vector<std::uint8_t> all = read_text(testing::model_dir() / "heldout-sample.txt");
-  const std::vector<std::uint8_t> text(all.begin(), all.begin() + 200);
+  const std::vector<std::uint8_t> text(all.begin(), all.begin() + 160);
   for (const KvFormat format : {KvFormat{KvPrecision::kInt8, 0}, KvFormat{KvPrecision::kInt4, 16}}) {
     for (const std::string& name : policy_names()) {
       const std::string what = name + " at " + std::string(precision_name(format.precision));
@@ -474,7 +474,7 @@ TEST(DecoderKv, EveryPolicyAndModeRunsOnAQuantizedStore) {
       layer.paged.layer_budget = true;
       EXPECT_GT(perplexity(*model, text, {spec}, layer)[2].evicted, 0U) << what << ": layer budget";
       ModelRunOptions prefill = token;
-      prefill.prefill = 128;
+      prefill.prefill = 120;
       EXPECT_GT(perplexity(*model, text, {spec}, prefill)[2].evicted, 0U) << what << ": prefill";
     }
   }

@@ -173,7 +173,8 @@ TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
   const Json rows = Json::parse(perplexity_json({perplexity_row(true), perplexity_row(false)}));
   ASSERT_EQ(rows.size(), 2U);
   const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-                                       "predictions", "evicted", "seconds"};
+                                       "predictions", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition",
+                                       "peakCacheBytes", "seconds"};
   EXPECT_EQ(keys_of(rows[0]), plain);
   EXPECT_EQ(keys_of(rows[1]), plain);
   EXPECT_TRUE(rows[0].at("policy").is_null());
@@ -203,7 +204,8 @@ TEST(PerplexityRowSchema, CompareRowsAreRankedWithProxiesNullForTheFullCache) {
   const Json doc = Json::parse(perplexity_json(rows));
   const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                         "predictions", "evicted", "retainedAttentionMass", "heavyHitterRecall",
-                                        "evictionCalls", "seconds"};
+                                        "evictionCalls", "kvPrecision", "kvResidual", "bytesPerPosition",
+                                        "peakCacheBytes", "seconds"};
   EXPECT_EQ(keys_of(doc[0]), ranked);
   EXPECT_EQ(keys_of(doc[1]), ranked);
   for (const char* key : {"rank", "retainedAttentionMass", "heavyHitterRecall", "evictionCalls"}) {
@@ -228,24 +230,49 @@ TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
   prefill.prefill = 768;
   const Json doc = Json::parse(perplexity_json({layer, blocks, prefill}));
   EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-                                                        "predictions", "evicted", "peakPositions", "seconds"}));
+                                                        "predictions", "evicted", "peakPositions", "kvPrecision",
+                                                        "kvResidual", "bytesPerPosition", "peakCacheBytes", "seconds"}));
   EXPECT_EQ(doc[1].at("blockSize"), 16);
   EXPECT_EQ(doc[1].at("peakBlocks"), 40);
   EXPECT_EQ(doc[1].at("peakPositions"), 512);
   EXPECT_EQ(keys_of(doc[2]), (std::vector<std::string>{"rank", "policy", "budget", "params", "prefill", "perplexity",
-                                                        "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh", "predictions", "evicted", "seconds"}));
+                                                        "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh", "predictions", "evicted",
+                                                        "kvPrecision", "kvResidual", "bytesPerPosition", "peakCacheBytes", "seconds"}));
   EXPECT_EQ(doc[2].at("prefill"), 768);
   for (const Json& row : doc) expect_in_schema_order(row, "store/prefill");
+}
+
+TEST(PerplexityRowSchema, AQuantizedStoresFullCacheHasItsExtraCostAndMemoryRowsTheirBudget) {
+  PerplexityRow reference = perplexity_row(true);
+  PerplexityRow int4 = perplexity_row(true);  // the full cache at int4: what the bits alone cost
+  int4.kv_precision = "int4";
+  int4.kv_residual = 32;
+  int4.bytes_per_position = 52.0;
+  int4.peak_cache_bytes = 59520;
+  int4.extra_bits_per_byte = 0.001;
+  PerplexityRow fitted = perplexity_row(false);
+  fitted.memory_bytes = 16384;
+  const Json doc = Json::parse(perplexity_json({reference, int4, fitted}));
+  EXPECT_TRUE(doc[0].at("extraBitsPerByte").is_null());
+  EXPECT_EQ(doc[0].at("kvPrecision"), "fp32");
+  EXPECT_EQ(doc[1].at("extraBitsPerByte"), 0.001);
+  EXPECT_EQ(doc[1].at("kvResidual"), 32);
+  EXPECT_EQ(doc[1].at("bytesPerPosition"), 52.0);
+  EXPECT_EQ(doc[1].at("peakCacheBytes"), 59520);
+  EXPECT_FALSE(doc[1].contains("kvMemory"));
+  EXPECT_EQ(doc[2].at("kvMemory"), 16384);
+  for (const Json& row : doc) expect_in_schema_order(row, "kv");
 }
 
 // The exact text, so a change to the description shows up as a change here.
 TEST(PerplexityRowSchema, JsonTextIsPinned) {
   EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, -1),
             R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"extraBitsPerByte":null,)"
-            R"("extraLow":null,"extraHigh":null,"predictions":1000,"evicted":0,"seconds":0.5},)"
+            R"("extraLow":null,"extraHigh":null,"predictions":1000,"evicted":0,"kvPrecision":"fp32","kvResidual":0,)"
+            R"("bytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5},)"
             R"({"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,"bitsPerByte":2.0,)"
             R"("extraBitsPerByte":0.25,"extraLow":0.125,"extraHigh":0.375,"predictions":1000,"evicted":17,)"
-            R"("seconds":0.5}])");
+            R"("kvPrecision":"fp32","kvResidual":0,"bytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5}])");
   EXPECT_EQ(perplexity_json({}, -1), "[]");
 }
 
