@@ -89,7 +89,7 @@ const prefilled: kv.Position[] = kv.prefill('snapkv', [new Float32Array([1, 0]),
 // @ts-expect-error the window is an array of rows, not one flat array
 kv.prefill('tova', new Float32Array([1]), 1);
 
-export const used = [ctx, ppl, rank, baseRate, logits, heldPos, headPolicy, decState,
+export const used = [ctx, ppl, rank, sweptBytes, baseRate, logits, heldPos, headPolicy, decState,
   victims, votes, kept, name, recent, score, share, generic, sinks, last, ws, steps, hash, mass, rows,
   firstFailure, infos, err, cls, kv.addonPath, prefilled];
 
