@@ -178,6 +178,36 @@ std::vector<KvFormat> kv_list_of(const KvFlags& f) {
   return out;
 }
 
+// compare's and sweep's --model, --text, --max-windows and the precision
+// flags: the run over the real model instead of a trace.
+struct ModelFlags {
+  std::string model;
+  std::string text;
+  std::uint32_t windows = 0;
+  KvFlags kv;
+  bool given() const noexcept { return !model.empty(); }
+};
+
+void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help) {
+  auto* model = cmd->add_option("--model", f.model, model_help);
+  cmd->add_option("--text", f.text, "with --model: the text to score (bytes)")->needs(model);
+  model->needs("--text");
+  cmd->add_option("--max-windows", f.windows, "with --model: use only the first N context windows (0 = all)")
+      ->needs(model);
+  add_kv_options(cmd, f.kv, "--model");
+}
+
+// --model runs the model; a trace and recorded signals replay one: refuse both at once.
+void check_model_source(const CLI::App* cmd, const SignalFiles& signals) {
+  if (cmd->count("--trace") + cmd->count("--steps") > 0) {
+    throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
+  }
+  if (!signals.empty()) {
+    throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
+                         "decoder gives the policies their keys itself (give one or the other)");
+  }
+}
+
 PagedOptions paged_of(const PagedFlags& f) {
   PagedOptions p;
   if (f.block_size) p.block_size = given_block_size(*f.block_size, "--block-size");
@@ -271,25 +301,16 @@ int main(int argc, char** argv) {
   add_signal_options(cmp, cmp_signals);
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
-  std::string cmp_model;
-  std::string cmp_text;
-  std::uint32_t cmp_windows = 0;
-  auto* cmp_model_opt = cmp->add_option(
-      "--model", cmp_model,
-      "rank by perplexity of this model (.kvm) evicting for real, with the proxies on its own attention "
-      "(budgets default to 64,128,256,512)");
-  cmp->add_option("--text", cmp_text, "with --model: the text to score (bytes)")->needs(cmp_model_opt);
-  cmp_model_opt->needs("--text");
-  cmp->add_option("--max-windows", cmp_windows, "with --model: use only the first N context windows (0 = all)")
-      ->needs(cmp_model_opt);
-  KvFlags cmp_kv;
-  add_kv_options(cmp, cmp_kv, "--model");
+  ModelFlags cmp_on;
+  add_model_options(cmp, cmp_on,
+                    "rank by perplexity of this model (.kvm) evicting for real, with the proxies on its own attention "
+                    "(budgets default to 64,128,256,512)");
   std::uint32_t cmp_prefill = 0;
   std::uint32_t cmp_window = 32;
   cmp->add_option("--prefill", cmp_prefill,
                   "with --model: read each window's first N bytes with the full cache, compress once to the "
                   "budget, score the rest (no proxies); 0 = evict while decoding")
-      ->needs(cmp_model_opt);
+      ->needs("--model");
   cmp->add_option("--window", cmp_window, "with --prefill: attention rows the compression scores from")
       ->needs("--prefill")->capture_default_str();
 
@@ -492,19 +513,10 @@ int main(int argc, char** argv) {
   add_signal_options(sw, sw_signals);
   sw->add_option("--format", sw_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
-  std::string sw_model;
-  std::string sw_text;
-  std::uint32_t sw_windows = 0;
-  auto* sw_model_opt = sw->add_option(
-      "--model", sw_model,
-      "sweep on this model (.kvm) evicting for real: perplexity rows over --text with their paired intervals "
-      "(budgets default to 64,128,256)");
-  sw->add_option("--text", sw_text, "with --model: the text to score (bytes)")->needs(sw_model_opt);
-  sw_model_opt->needs("--text");
-  sw->add_option("--max-windows", sw_windows, "with --model: use only the first N context windows (0 = all)")
-      ->needs(sw_model_opt);
-  KvFlags sw_kv;
-  add_kv_options(sw, sw_kv, "--model");
+  ModelFlags sw_on;
+  add_model_options(sw, sw_on,
+                    "sweep on this model (.kvm) evicting for real: perplexity rows over --text with their paired "
+                    "intervals (budgets default to 64,128,256)");
 
   // trace
   std::string tr_trace = "decode-4096";
@@ -635,33 +647,27 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    if (cmp->parsed() && !cmp_model.empty()) {
-      if (cmp->count("--trace") + cmp->count("--steps") > 0) {
-        throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or the other)");
-      }
-      if (!cmp_signals.empty()) {
-        throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
-                             "decoder gives the policies their keys itself (give one or the other)");
-      }
+    if (cmp->parsed() && cmp_on.given()) {
+      check_model_source(cmp, cmp_signals);
       CompareRequest request;
       request.policies = model_compare_policies(cmp_policies);
       request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
       request.overrides = parse_sets(cmp_sets);
-      const auto model = Model::load(cmp_model);
-      const std::vector<std::uint8_t> text = read_text(cmp_text);
+      const auto model = Model::load(cmp_on.model);
+      const std::vector<std::uint8_t> text = read_text(cmp_on.text);
       ModelRunOptions options;
-      options.max_windows = cmp_windows;
+      options.max_windows = cmp_on.windows;
       options.paged = paged_of(cmp_paged);
       options.prefill = cmp_prefill;
       options.prefill_window = cmp_window;
-      options.kv = kv_of(cmp_kv);
+      options.kv = kv_of(cmp_on.kv);
       options.progress = model_progress("compare");
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
       cli::print_perplexity(std::cout, rows, cmp_format);
       if (cmp_format == "table") {
         std::cout << fmt::format(
             "\nranked by perplexity at budget {}; {} predictions over {} of {}. {}\n",
-            ranking_budget(request.budgets), rows.front().predictions, cmp_text, model->path(),
+            ranking_budget(request.budgets), rows.front().predictions, cmp_on.text, model->path(),
             cmp_prefill > 0
                 ? fmt::format("Each window's first {} bytes read with the full cache, then compressed once to the "
                               "budget from the last {} attention rows; only the bytes after them are scored.",
@@ -889,26 +895,19 @@ int main(int argc, char** argv) {
       }
       request.param = sw_param.substr(0, eq);
       request.values = parse_integer_list(sw_param.substr(eq + 1), request.param);
-      request.budgets = parse_integer_list(sw->count("--budgets") > 0 || sw_model.empty() ? sw_budgets : "64,128,256",
+      request.budgets = parse_integer_list(sw->count("--budgets") > 0 || !sw_on.given() ? sw_budgets : "64,128,256",
                                            "--budgets");
       request.params = parse_sets(sw_sets);
       std::vector<std::string> extra;
       if (request.param != "budget") extra.push_back(request.param);
-      if (!sw_model.empty()) {
-        if (sw->count("--trace") + sw->count("--steps") > 0) {
-          throw ParameterError("--trace and --steps replay a trace; --model runs the model over --text (give one or "
-                               "the other)");
-        }
-        if (!sw_signals.empty()) {
-          throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
-                               "decoder gives the policies their keys itself (give one or the other)");
-        }
+      if (sw_on.given()) {
+        check_model_source(sw, sw_signals);
         const std::vector<RunSpec> specs = sweep_specs(request);
-        const auto model = Model::load(sw_model);
-        const std::vector<std::uint8_t> text = read_text(sw_text);
+        const auto model = Model::load(sw_on.model);
+        const std::vector<std::uint8_t> text = read_text(sw_on.text);
         ModelRunOptions options;
-        options.max_windows = sw_windows;
-        options.kv = kv_of(sw_kv);
+        options.max_windows = sw_on.windows;
+        options.kv = kv_of(sw_on.kv);
         options.progress = model_progress("sweep");
         cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), sw_format, extra);
         return 0;
