@@ -1,6 +1,7 @@
 // Keys, values and queries recorded beside an attention trace, replayed
 // (eval/signal_files.h; `kvevict record --keys`, `run/compare --keys`).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -32,8 +33,11 @@ using testing::heldout_prefix;
 class SignalFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The process id too: ctest runs this binary several times at once (one
+    // run per SIMD target), and a shared folder made them remove each other's files.
     dir_ = fs::temp_directory_path() /
-           ("kvevict-signals-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("kvevict-signals-" + std::to_string(::getpid()) + "-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

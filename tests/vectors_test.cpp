@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -69,7 +70,8 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, PeerVectors, ::testing::ValuesIn(in_the_peer
 // Writes `text` to a temporary vector file and replays it.
 VectorReport replay(const std::string& text) {
   const fs::path file = fs::temp_directory_path() /
-                        ("kvevict-test-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                        ("kvevict-test-" + std::to_string(::getpid()) + "-" +  // one file per process: ctest runs several
+                         std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
                          "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".vectors.json");
   {
     std::ofstream out(file);
