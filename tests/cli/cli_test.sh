@@ -232,6 +232,7 @@ bad "kv precision"     "--kv-precision: 'int3' is not a KV precision (fp32, fp16
 bad "kv fp32 residual" "--kv-residual (4) needs a quantized --kv-precision (fp16, int8 or int4)" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-residual 4
 bad "kv int4 window 0" "--kv-residual 0 with --kv-precision int4" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 0
 bad "kv residual < 0"  "--kv-residual (-2) must be at least 0" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int8 --kv-residual -2
+bad "kv residual -1"  "--kv-residual (-1) must be at least 0" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual -1
 bad "kv memory budget" "--budget excludes --kv-memory" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --kv-memory 16384
 bad "kv memory small"  "--kv-memory (100 bytes) holds no position at fp32 (256 bytes a position)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --kv-memory 100
 bad "kv memory alone"  "--budget, --set and --kv-memory need --policy" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-memory 16384

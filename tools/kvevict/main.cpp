@@ -160,8 +160,12 @@ CLI::Option* add_kv_options(CLI::App* cmd, KvFlags& f, const std::string& needs 
 KvFormat kv_of(const KvFlags& f) {
   KvFormat kv;
   kv.precision = parse_precision(f.precision);
-  if (f.residual) kv.residual = *f.residual;
-  if (kv.residual < -1) throw ParameterError(fmt::format("--kv-residual ({}) must be at least 0", kv.residual));
+  if (f.residual) {
+    // -1 is the library's "the precision's default"; a user who gives a
+    // residual gives a window, so every negative value is refused.
+    if (*f.residual < 0) throw ParameterError(fmt::format("--kv-residual ({}) must be at least 0", *f.residual));
+    kv.residual = *f.residual;
+  }
   return kv;
 }
 
