@@ -27,12 +27,15 @@ RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
   // The long runs at large budgets on one thread: every step is a parallel
   // region, and on a loaded machine waiting threads cost more than the run.
   const int threads = budget >= kLargeBudget ? 1 : *rc::gen::inRange(0, 3);
+  const std::int64_t normalize = *rc::gen::inRange<std::int64_t>(0, 2);
+  RC_TAG(normalize);
   BankParams params{policy, static_cast<std::int64_t>(n), budget, recent, static_cast<std::int64_t>(group), how,
                     threads};
+  params.normalize = normalize;
   PolicyBank bank(params);
   std::vector<std::unique_ptr<Policy>> separate;
   for (std::size_t k = 0; k < n; ++k) {
-    separate.push_back(make_policy(policy, {{"budget", budget}, {"recentWindow", recent}}));
+    separate.push_back(make_policy(policy, {{"budget", budget}, {"recentWindow", recent}, {"normalize", normalize}}));
   }
   const std::size_t cap = bank.capacity();
   const std::size_t stride = cap + *rc::gen::inRange<std::size_t>(0, 4);
@@ -100,9 +103,13 @@ RC_GTEST_PROP(Bank, DecidesExactlyLikeSeparateInstances, ()) {
         RC_ASSERT(bank.free_slot(k) == slots[k]);
       }
       RC_ASSERT(bank.kept_count(k) == separate[k]->kept_count());
-      const QueryInfo* q = find_policy(policy).find_query(policy == "h2o" ? "scoreOf" : "votesOf");
-      const std::int64_t probe = t;
-      RC_ASSERT(bank.score_of(k, static_cast<Position>(t)) == q->call(*separate[k], std::span(&probe, 1)));
+      // The score each ranks by (a rate with normalize=1), at the newest
+      // position and at the oldest held one.
+      const QueryInfo* q = find_policy(policy).find_query(policy == "h2o" ? "scoreOf" : "rankOf");
+      for (const std::int64_t probe : {std::int64_t{t}, std::int64_t{bank.slot_position(k, 0)}}) {
+        if (probe == PolicyBank::kFree) continue;
+        RC_ASSERT(bank.score_of(k, static_cast<Position>(probe)) == q->call(*separate[k], std::span(&probe, 1)));
+      }
     }
   }
 }
@@ -123,6 +130,37 @@ TEST(Bank, RefusesBadInputBeforeAnyInstanceChanges) {
   EXPECT_THROW(bank.step(1, attn.data(), bank.capacity(), victims.data(), slots.data()), ContractError);
   EXPECT_THROW(PolicyBank({"tova", 2, 4, 1, 1, Aggregation::kSum, 1}), ParameterError);
   EXPECT_THROW(PolicyBank({"h2o", 2, 4, 4, 1, Aggregation::kSum, 1}), ParameterError);
+}
+
+TEST(Bank, NormalizedScoresRankByTheMeanWeight) {
+  // Budget 2, recentWindow 1. Position 0 gets 1 then 0.25 (1.25 over 2
+  // steps, mean 0.625); position 1 gets 0.75 over 1 step. The sums drop 1,
+  // the means drop 0.
+  for (const std::int64_t normalize : {0, 1}) {
+    BankParams p{"h2o", 1, 2, 1, 1, Aggregation::kSum, 1};
+    p.normalize = normalize;
+    PolicyBank bank(p);
+    std::vector<float> attn(bank.capacity(), 0.0F);
+    Position victim = 0;
+    std::uint32_t slot = 0;
+    attn[0] = 1.0F;
+    bank.step(1, attn.data(), bank.capacity(), &victim, &slot);
+    EXPECT_EQ(victim, PolicyBank::kFree);
+    attn = {0.25F, 0.75F, 0.0F};
+    bank.step(2, attn.data(), bank.capacity(), &victim, &slot);
+    EXPECT_EQ(victim, normalize != 0 ? 0U : 1U);
+    EXPECT_EQ(bank.score_of(0, normalize != 0 ? 1 : 0), normalize != 0 ? 0.75 : 1.25);
+    EXPECT_EQ(bank.score_of(0, 2), 0.0);  // admitted, not yet scored
+  }
+  // Only the policies that accumulate a score take it.
+  BankParams tova{"tova", 1, 4, 0, 1, Aggregation::kSum, 1};
+  tova.normalize = 1;
+  try {
+    PolicyBank bank(tova);
+    ADD_FAILURE() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_STREQ(e.what(), "PolicyBank: normalize (1) must be 0 for tova: only h2o and scissorhands accumulate a score to normalise");
+  }
 }
 
 TEST(Bank, FreedSlotsAreReusedByTheNextToken) {

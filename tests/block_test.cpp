@@ -430,6 +430,22 @@ TEST(LayerBudget, TheFloorHoldsEveryHead) {
   EXPECT_EQ(Positions(layer.victims(1).begin(), layer.victims(1).end()), (Positions{2}));
 }
 
+TEST(LayerBudget, NormalizedScoresAreWhatTheLayerCompares) {
+  // The same steps with normalize=1: head 1's means are p0 1.75/3, p1 0.75/2 =
+  // 0.375, p2 0.5/1; head 0's p1 and p2 0. Floor 3: head 0 gives up p1 (0),
+  // then head 1 its lowest mean, p1 -- where the sums (above) take its p2.
+  LayerBudget layer("h2o", {{"recentWindow", 1}, {"normalize", 1}}, LayerBudgetParams{2, 6, 3});
+  const std::vector<std::vector<float>> head0{{1}, {1, 0}, {1, 0, 0}};
+  const std::vector<std::vector<float>> head1{{1}, {0.5F, 0.5F}, {0.25F, 0.25F, 0.5F}};
+  for (int t = 1; t <= 3; ++t) {
+    layer.on_decode_step(0, t, std::span<const float>(head0[static_cast<std::size_t>(t - 1)]));
+    layer.on_decode_step(1, t, std::span<const float>(head1[static_cast<std::size_t>(t - 1)]));
+  }
+  EXPECT_EQ(layer.evict(6), 2U);
+  EXPECT_EQ(Positions(layer.victims(0).begin(), layer.victims(0).end()), (Positions{1}));
+  EXPECT_EQ(Positions(layer.victims(1).begin(), layer.victims(1).end()), (Positions{1}));
+}
+
 TEST(LayerBudget, TiesGoToTheLowerPositionThenTheLowerHead) {
   // Both heads see head 1's weights: identical scores; budget 7 takes one --
   // p2 (1/2) of head 0.

@@ -115,7 +115,11 @@ RC_GTEST_PROP(Differential, TheBlockSearchesChooseTheOraclesVictims, ()) {
   const PolicyInfo& info = find_policy(policy);
   const std::int64_t budget = uniform<std::int64_t>(kLargeBudget, 301);
   const std::int64_t recent = uniform<std::int64_t>(1, 41);
-  ParamMap params{{"budget", budget}, {"recentWindow", recent}, {"sinks", uniform<std::int64_t>(0, 9)}};
+  // normalize=1 half the time: its ranks are searched without the hint.
+  ParamMap params{{"budget", budget},
+                  {"recentWindow", recent},
+                  {"sinks", uniform<std::int64_t>(0, 9)},
+                  {"normalize", uniform<std::int64_t>(0, 2)}};
   if (policy == "scissorhands") {
     params.emplace_back("historyWindow", 0);
     params.emplace_back("dropAmount", 1);
@@ -137,6 +141,8 @@ TEST(Differential, CanonicalMetricsMatchTheOracleExactly) {
       {"pyramidkv", {{"budget", 512}, {"layer", 3}, {"numLayers", 4}}},
       {"streaming-llm", {{"budget", 256}}},
       {"scissorhands", {{"budget", 256}, {"historyWindow", 64}, {"dropAmount", 4}, {"sinks", 4}}},
+      {"h2o", {{"budget", 256}, {"normalize", 1}}},
+      {"scissorhands", {{"budget", 512}, {"normalize", 1}, {"dropAmount", 3}}},
   };
   for (const auto& [name, params] : configs) {
     auto fast = make_policy(name, params);

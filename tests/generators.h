@@ -80,6 +80,11 @@ inline ParamMap random_params(const PolicyInfo& policy, std::int64_t budget) {
       p.emplace_back("layer", *rc::gen::inRange<std::int64_t>(0, layers));
     } else if (n == "pyramidRatio") {
       p.emplace_back(n, *rc::gen::inRange<std::int64_t>(1, 7));
+    } else if (n == "normalize") {
+      // 1 one time in three (never beside a history window: a rule).
+      bool history = false;
+      for (const auto& [k, v] : p) history = history || (k == "historyWindow" && v > 0);
+      p.emplace_back(n, !history && uniform(0, 3) == 0 ? 1 : 0);
     }
   }
   return p;

@@ -66,6 +66,11 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   detail::check_at_least(kTitle, "groupSize", p.group_size, 1);
   detail::check_at_most(kTitle, "groupSize", p.group_size, 256);
   detail::check_at_least(kTitle, "threads", p.threads, 0);
+  detail::check_flag(kTitle, "normalize", p.normalize);
+  if (p.normalize != 0 && mode_ != Mode::kVotes && mode_ != Mode::kScores) {
+    detail::fail_param(kTitle, "normalize", p.normalize,
+                       fmt::format("must be 0 for {}: only h2o and scissorhands accumulate a score to normalise", p.policy));
+  }
   instances_ = static_cast<std::size_t>(p.instances);
   capacity_ = static_cast<std::size_t>(p.budget) + 1;
   const std::size_t slots = instances_ * capacity_;
@@ -110,10 +115,11 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
   if (p.group_size > 1) scratch_.assign(static_cast<std::size_t>(scratch_threads_) * capacity_, 0.0F);
   recent_.assign(static_cast<std::size_t>(std::max<std::int64_t>(p.recent_window, 1)), 0);
   admitted_ = 1;  // position 0
+  if (p.normalize != 0) born_.assign(slots, 1);  // position 0, admitted before the first step
 }
 
 std::size_t PolicyBank::memory_bytes() const noexcept {
-  return positions_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + records_.size() * 4 + scratch_.size() * 4 +
+  return positions_.size() * 4 + born_.size() * 4 + votes_.size() * 4 + scores_.size() * 8 + records_.size() * 4 + scratch_.size() * 4 +
          (kept_.size() + free_slot_.size()) * 4 + (window_.size() + window_head_.size() + window_size_.size()) * 4;
 }
 
@@ -122,7 +128,12 @@ double PolicyBank::score_of(std::size_t instance, Position pos) const noexcept {
   for (std::size_t s = 0; s < capacity_; ++s) {
     if (positions_[instance * capacity_ + s] == pos) {
       if (mode_ == Mode::kRecency) return -1.0;
-      if (mode_ == Mode::kVotes) return static_cast<double>(votes_[instance * capacity_ + s]);
+      const std::size_t at = instance * capacity_ + s;
+      if (params_.normalize != 0) {
+        const double score = mode_ == Mode::kVotes ? static_cast<double>(votes_[at]) : score_buffer_[current_scores_][at];
+        return detail::rate(score, static_cast<std::uint32_t>(admitted_ - born_[at]));
+      }
+      if (mode_ == Mode::kVotes) return static_cast<double>(votes_[at]);
       if (mode_ == Mode::kLastWeight) {
         const float v = record_buffer_[current_scores_][instance * capacity_ + s];
         return std::isnan(v) ? -1.0 : static_cast<double>(v);
@@ -160,6 +171,10 @@ void PolicyBank::step_instance(std::size_t k, std::uint32_t pos, std::uint32_t p
     victim = detail::bank_add_and_find_checked(spare, S, P, w, capacity_, protect_from, valid);
     S = spare;
   }
+  if (params_.normalize != 0) {
+    victim = lowest_rate(k, S, protect_from);
+    if constexpr (std::is_same_v<Score, std::uint32_t>) best = vote_key(k, victim);
+  }
   finish_instance(k, pos, protect_from, best, victim, S, victim_pos, victim_slot);
 }
 
@@ -171,6 +186,9 @@ void PolicyBank::finish_instance(std::size_t k, std::uint32_t pos, std::uint32_t
   const std::uint32_t f = free_slot_[k];
   P[f] = pos;
   S[f] = 0;
+  // Its rate is 0 (no step has scored it), so the comparisons below hold
+  // for rates too: a held slot's rate is 0 exactly when its score is.
+  if (params_.normalize != 0) born_[k * capacity_ + f] = static_cast<std::uint32_t>(admitted_);
   ++kept_[k];
   victim_pos = kFree;
   victim_slot = kFree;
@@ -192,6 +210,29 @@ void PolicyBank::finish_instance(std::size_t k, std::uint32_t pos, std::uint32_t
   P[victim] = kFree;
   --kept_[k];
   free_slot_[k] = static_cast<std::uint32_t>(victim);
+}
+
+template <class Score>
+std::size_t PolicyBank::lowest_rate(std::size_t k, const Score* S, std::uint32_t protect_from) const noexcept {
+  const std::uint32_t* P = positions_.data() + k * capacity_;
+  const std::uint32_t* B = born_.data() + k * capacity_;
+  std::size_t victim = capacity_;
+  double lowest = 0.0;
+  for (std::size_t s = 0; s < capacity_; ++s) {
+    if (P[s] == kFree || P[s] >= protect_from) continue;
+    const double r = detail::rate(static_cast<double>(S[s]), static_cast<std::uint32_t>(admitted_ - B[s]));
+    if (victim == capacity_ || r < lowest || (r == lowest && P[s] < P[victim])) {
+      victim = s;
+      lowest = r;
+    }
+  }
+  return victim;
+}
+
+std::uint64_t PolicyBank::vote_key(std::size_t k, std::size_t slot) const noexcept {
+  if (slot == capacity_) return kNoKey;
+  const std::size_t at = k * capacity_ + slot;
+  return (std::uint64_t{votes_[at]} << 32) | positions_[at];
 }
 
 void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, Position* victim_positions,
@@ -277,8 +318,13 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t k = 0; k < n; ++k) {
       const auto kk = static_cast<std::size_t>(k);
-      finish_instance(kk, p, protect_from, pending_best_[kk], pending_slot_[kk], votes_.data() + kk * capacity_,
-                      victim_positions[kk], victim_slots[kk]);
+      std::uint32_t* V = votes_.data() + kk * capacity_;
+      if (params_.normalize != 0) {
+        pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, V, protect_from));
+        pending_best_[kk] = vote_key(kk, pending_slot_[kk]);
+      }
+      finish_instance(kk, p, protect_from, pending_best_[kk], pending_slot_[kk], V, victim_positions[kk],
+                      victim_slots[kk]);
     }
     return;
   }
@@ -310,6 +356,9 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t k = 0; k < n; ++k) {
       const auto kk = static_cast<std::size_t>(k);
+      if (params_.normalize != 0) {
+        pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, spare + kk * capacity_, protect_from));
+      }
       finish_instance(kk, p, protect_from, kNoKey, pending_slot_[kk], spare + kk * capacity_, victim_positions[kk],
                       victim_slots[kk]);
     }

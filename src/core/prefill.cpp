@@ -15,6 +15,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
+#include "policies/common.h"
 
 namespace kvevict {
 
@@ -80,6 +81,14 @@ std::vector<double> column_sums(const PrefillWindow& w, std::size_t first) {
     for (std::size_t j = 0; j < w.length; ++j) sum[j] += static_cast<double>(row[j]);
   }
   return sum;
+}
+
+// How many of the window's rows [first, rows) cover position j: row i is the
+// query at q = length - rows + i and covers the positions 0 ... q.
+std::uint32_t queries_covering(const PrefillWindow& w, std::size_t first, std::size_t j) {
+  const std::size_t q0 = w.length - w.rows;  // the first row's query
+  const std::size_t from = std::max(first, j > q0 ? j - q0 : 0);
+  return static_cast<std::uint32_t>(w.rows > from ? w.rows - from : 0);
 }
 
 // Keeps `keep` of the positions [0, n): every protected one, then the
@@ -284,7 +293,12 @@ std::vector<Position> prefill(std::string_view policy, const ParamMap& params, s
     return keep_highest(std::vector<std::size_t>(n, 0), protect(n, budget - sinks, sinks), b);
   }
   if (name == "h2o") {
-    return keep_highest(column_sums(window, 0), protect(n, param(p, "recentWindow"), param(p, "sinks")), b);
+    std::vector<double> sum = column_sums(window, 0);
+    if (param(p, "normalize") != 0) {
+      // kvpress's ObservedAttention: each sum over the queries that could attend to it.
+      for (std::size_t j = 0; j < n; ++j) sum[j] = detail::rate(sum[j], queries_covering(window, 0, j));
+    }
+    return keep_highest(sum, protect(n, param(p, "recentWindow"), param(p, "sinks")), b);
   }
   if (name == "scissorhands") {
     const std::int64_t history = param(p, "historyWindow");
@@ -298,6 +312,11 @@ std::vector<Position> prefill(std::string_view policy, const ParamMap& params, s
       for (std::size_t j = 0; j < covered; ++j) {
         if (static_cast<double>(row[j]) > share) ++votes[j];
       }
+    }
+    if (param(p, "normalize") != 0) {  // historyWindow is 0 here (the policy's rule)
+      std::vector<double> rates(n);
+      for (std::size_t j = 0; j < n; ++j) rates[j] = detail::rate(votes[j], queries_covering(window, first, j));
+      return keep_highest(rates, protect(n, param(p, "recentWindow"), param(p, "sinks")), b);
     }
     return keep_highest(votes, protect(n, param(p, "recentWindow"), param(p, "sinks")), b);
   }

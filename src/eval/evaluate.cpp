@@ -175,7 +175,7 @@ std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& op
   return evaluate(sweep_specs(request), options);
 }
 
-std::vector<RunSpec> sweep_specs(const SweepRequest& request) {
+std::vector<RunSpec> sweep_specs(const SweepRequest& request, std::vector<std::string>* skipped) {
   const PolicyInfo& info = find_policy(request.policy);
   if (!info.has_param(request.param)) {
     std::string known;
@@ -194,8 +194,21 @@ std::vector<RunSpec> sweep_specs(const SweepRequest& request) {
     for (const std::int64_t b : request.budgets) {
       ParamMap params = request.params;
       set_param(params, request.param, v);
+      if (request.skip_refused) {
+        ParamMap built = params;
+        set_param(built, "budget", b);
+        try {
+          (void)make_policy(info.name, built);
+        } catch (const ParameterError& e) {
+          if (skipped != nullptr) skipped->push_back(fmt::format("{}={} at budget {}: {}", request.param, v, b, e.what()));
+          continue;
+        }
+      }
       specs.push_back({info.name, params, b});
     }
+  }
+  if (specs.empty()) {
+    throw ParameterError(fmt::format("sweep: the policy's rules refuse every {} x budget pair", request.param));
   }
   return specs;
 }

@@ -33,6 +33,7 @@ struct Record {
   Position pos = 0;
   double score = 0.0;          // H2O: sum; Scissorhands: votes; TOVA: last weight
   bool observed = false;       // TOVA
+  std::uint32_t steps = 0;     // H2O / Scissorhands with normalize=1: steps that scored it
   std::vector<float> ring;     // SnapKV / PyramidKV
   std::vector<bool> voted;     // Scissorhands with a history window
 };
@@ -51,7 +52,8 @@ class Oracle final : public Policy {
         obs_(param(p, "obsWindow", 16)),
         kernel_(param(p, "poolKernel", 7)),
         history_(param(p, "historyWindow", 0)),
-        drop_(param(p, "dropAmount", 1)) {
+        drop_(param(p, "dropAmount", 1)),
+        normalize_(param(p, "normalize", 0) != 0) {
     if (name_ == "pyramidkv") {
       const std::int64_t layers = param(p, "numLayers", 1);
       const std::int64_t layer = param(p, "layer", 0);
@@ -71,11 +73,15 @@ class Oracle final : public Policy {
     if (attn) {
       const std::size_t n = std::min(attn->size(), held_.size());
       if (name_ == "h2o") {
-        for (std::size_t i = 0; i < n; ++i) held_[i].score += (*attn)[i];
+        for (std::size_t i = 0; i < n; ++i) {
+          held_[i].score += (*attn)[i];
+          ++held_[i].steps;
+        }
       } else if (name_ == "scissorhands" && !attn->empty()) {
         const double share = 1.0 / static_cast<double>(attn->size());
         for (std::size_t i = 0; i < held_.size(); ++i) {
           const bool vote = i < n && static_cast<double>((*attn)[i]) > share;
+          if (i < n) ++held_[i].steps;
           if (history_ > 0) {
             held_[i].voted.push_back(vote);
             if (std::ssize(held_[i].voted) > history_) held_[i].voted.erase(held_[i].voted.begin());
@@ -113,7 +119,7 @@ class Oracle final : public Policy {
       }
     } else {
       std::vector<double> key(held_.size());
-      for (std::size_t i = 0; i < held_.size(); ++i) key[i] = held_[i].score;
+      for (std::size_t i = 0; i < held_.size(); ++i) key[i] = value_of("rankOf", held_[i]);
       if (name_ == "snapkv" || name_ == "pyramidkv") {
         std::vector<double> sums(held_.size());
         for (std::size_t i = 0; i < held_.size(); ++i) {
@@ -156,6 +162,8 @@ class Oracle final : public Policy {
   // the last weight (-1 for a position no present vector has covered yet),
   // windowScoreOf the unpooled ring sum (ring-index order, float64). -1 for a
   // position not held.
+  // With normalize=1 scoreOf (H2O) and rankOf (Scissorhands) divide by the
+  // steps that scored the position (0 when none has).
   double query(std::string_view query, Position pos) const {
     for (const Record& r : held_) {
       if (r.pos == pos) return value_of(query, r);
@@ -170,14 +178,16 @@ class Oracle final : public Policy {
   }
 
  private:
-  static double value_of(std::string_view query, const Record& r) {
+  double value_of(std::string_view query, const Record& r) const {
     if (query == "lastAttentionOf") return r.observed ? r.score : -1.0;
     if (query == "windowScoreOf") {
       double sum = 0.0;
       for (const float w : r.ring) sum += static_cast<double>(w);
       return sum;
     }
-    return r.score;  // votesOf, scoreOf
+    const bool rank = query == "rankOf" || (query == "scoreOf" && name_ == "h2o");
+    if (rank && normalize_) return r.steps == 0 ? 0.0 : r.score / static_cast<double>(r.steps);
+    return r.score;  // votesOf, scoreOf, and the ranks without normalize
   }
 
   Record fresh(Position pos) const {
@@ -195,6 +205,7 @@ class Oracle final : public Policy {
   std::int64_t kernel_;
   std::int64_t history_;
   std::int64_t drop_;
+  bool normalize_;
   std::int64_t effective_ = 0;
   std::size_t cursor_ = 0;
   std::vector<Record> held_;

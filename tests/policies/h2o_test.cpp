@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kvevict/core/errors.h"
 #include "kvevict/core/policies/h2o.h"
 #include "support.h"
@@ -66,6 +68,44 @@ TEST(H2O, RulesAndMemory) {
   p.on_decode_step(1, V{1.0F});
   EXPECT_THROW(p.on_decode_step(2, V{0.5F, 0.5F}), ContractError);
   EXPECT_EQ(p.score_of(0), 1.0);  // unchanged by the refused step
+}
+
+TEST(H2ONormalize, RanksByTheMeanOverTheStepsThatScoredIt) {
+  // Sums 0: 1 + 0.5 + 0.25 = 1.75 over 3 steps, 1: 0.75 over 2, 2: 0.5 over 1,
+  // 3: nothing yet. Means 0.583.., 0.375, 0.5, 0; the sum would drop 2.
+  H2O p({.budget = 3, .recent_window = 1, .normalize = 1});
+  p.on_decode_step(1, V{1.0F});
+  p.on_decode_step(2, V{0.5F, 0.5F});
+  p.on_decode_step(3, V{0.25F, 0.25F, 0.5F});
+  EXPECT_EQ(p.score_of(0), 1.75 / 3.0);
+  EXPECT_EQ(p.score_of(1), 0.375);
+  EXPECT_EQ(p.score_of(2), 0.5);
+  EXPECT_EQ(p.score_of(3), 0.0);
+  EXPECT_EQ(victims(p.evict(3)), (std::vector<Position>{1}));
+  // The survivors keep their counts through the compaction: step 4 covers
+  // 0, 2, 3 (and admits 4); 2's mean is (0.5 + 0.25) / 2, 3's 0.5 / 1.
+  p.on_decode_step(4, V{0.25F, 0.25F, 0.5F});
+  EXPECT_EQ(p.score_of(0), 2.0 / 4.0);
+  EXPECT_EQ(p.score_of(2), 0.375);
+  EXPECT_EQ(p.score_of(3), 0.5);
+  // Two victims at once (budget 2 of 4 held, 4 protected): the lowest means, 2 then 0.
+  EXPECT_EQ(victims(p.evict(2)), (std::vector<Position>{0, 2}));
+  EXPECT_EQ(p.kept_count(), 2U);
+}
+
+TEST(H2ONormalize, IsASwitchAndCostsTwelveBytesASlot) {
+  EXPECT_EQ(H2O({.budget = 512, .normalize = 1}).memory_bytes(), 25U * 513U);
+  const auto refusal = [](std::int64_t normalize) -> std::string {
+    try {
+      H2O p({.budget = 8, .recent_window = 1, .normalize = normalize});
+    } catch (const ParameterError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(refusal(2), "H2O: normalize (2) must be 0 or 1");
+  EXPECT_EQ(refusal(-1), "H2O: normalize (-1) must be 0 or 1");
+  EXPECT_EQ(refusal(1), "no error");
 }
 
 TEST(H2OCanonical, RecentWindowGainStopsOnceItCoversTheBand) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "kvevict/core/errors.h"
@@ -80,6 +81,51 @@ TEST(Scissorhands, AbsentAttentionChangesNothing) {
   EXPECT_EQ(p.votes_of(1), 0);
   EXPECT_EQ(p.votes_of(2), 0);
   EXPECT_EQ(victims(p.evict(3)), (std::vector<Position>{1}));
+}
+
+TEST(ScissorhandsNormalize, RanksByTheVoteRate) {
+  // Shares 1, 1/2, 1/3, 1/4. Votes 0: 2 in 4 steps, 1: 2 in 3, 2: 1 in 2,
+  // 3: 1 in 1. The count drops 2 (fewest votes, lower than 3); the rate ties
+  // 0 and 2 at 0.5 and drops the lower, 0.
+  Scissorhands p({.budget = 4, .recent_window = 1, .normalize = 1});
+  p.on_decode_step(1, V{1.0F});
+  p.on_decode_step(2, V{0.75F, 0.25F});
+  p.on_decode_step(3, V{0.125F, 0.5F, 0.375F});
+  p.on_decode_step(4, V{0.3125F, 0.3125F, 0.0625F, 0.3125F});
+  EXPECT_EQ(p.votes_of(0), 2);
+  EXPECT_EQ(p.rank_of(0), 0.5);
+  EXPECT_EQ(p.rank_of(1), 2.0 / 3.0);
+  EXPECT_EQ(p.rank_of(2), 0.5);
+  EXPECT_EQ(p.rank_of(3), 1.0);
+  EXPECT_EQ(p.rank_of(4), 0.0);
+  EXPECT_EQ(victims(p.evict(4)), (std::vector<Position>{0}));
+  EXPECT_EQ(p.rank_of(0), -1.0);
+  // dropAmount 3 takes three at once from the same state: 4 is protected
+  // (recentWindow 1); the lowest rates are 0 and 2 (1/2, the lower first), then 1 (2/3).
+  Scissorhands q({.budget = 4, .recent_window = 1, .drop_amount = 3, .normalize = 1});
+  q.on_decode_step(1, V{1.0F});
+  q.on_decode_step(2, V{0.75F, 0.25F});
+  q.on_decode_step(3, V{0.125F, 0.5F, 0.375F});
+  q.on_decode_step(4, V{0.3125F, 0.3125F, 0.0625F, 0.3125F});
+  EXPECT_EQ(victims(q.evict(4)), (std::vector<Position>{0, 1, 2}));
+  EXPECT_EQ(q.kept_count(), 2U);
+}
+
+TEST(ScissorhandsNormalize, RulesAndMemory) {
+  const auto refusal = [](std::int64_t normalize, std::int64_t history) -> std::string {
+    try {
+      Scissorhands p({.budget = 8, .recent_window = 1, .history_window = history, .normalize = normalize});
+    } catch (const ParameterError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(refusal(2, 0), "Scissorhands: normalize (2) must be 0 or 1");
+  EXPECT_EQ(refusal(1, 4),
+            "Scissorhands: historyWindow (4) must be 0 with normalize=1: a history window already counts every "
+            "old position's votes over the same number of steps");
+  EXPECT_EQ(refusal(1, 0), "no error");
+  EXPECT_EQ(Scissorhands({.budget = 512, .normalize = 1}).memory_bytes(), 21U * 513U);
 }
 
 TEST(Scissorhands, RecentWindowAtLeastTheBudgetIsRefused) {

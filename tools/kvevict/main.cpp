@@ -507,11 +507,15 @@ int main(int argc, char** argv) {
   std::string sw_trace = "decode-4096";
   std::optional<std::int64_t> sw_steps;
   std::string sw_format = "table";
+  bool sw_skip_refused = false;
   auto* sw = app.add_subcommand("sweep", "One policy, one parameter over a list of values, at each budget");
   sw->add_option("--policy", sw_policy, "policy name")->required();
   sw->add_option("--param", sw_param, "KEY=V1,V2,... e.g. recentWindow=16,32,64")->required();
   sw->add_option("--budgets", sw_budgets, "comma-separated budgets")->capture_default_str();
   sw->add_option("--set", sw_sets, "other parameters as KEY=VALUE (repeatable)");
+  sw->add_flag("--skip-refused", sw_skip_refused,
+               "leave out the value x budget pairs the policy's rules refuse (e.g. a recentWindow not below the "
+               "budget), each named on stderr, instead of stopping at the first");
   add_trace_options(sw, sw_trace, sw_steps);
   SignalFiles sw_signals;
   add_signal_options(sw, sw_signals);
@@ -902,11 +906,14 @@ int main(int argc, char** argv) {
       request.budgets = parse_integer_list(sw->count("--budgets") > 0 || !sw_on.given() ? sw_budgets : "64,128,256",
                                            "--budgets");
       request.params = parse_sets(sw_sets);
+      request.skip_refused = sw_skip_refused;
+      std::vector<std::string> skipped;
+      const std::vector<RunSpec> specs = sweep_specs(request, &skipped);
+      for (const std::string& line : skipped) std::cerr << "sweep: skipped " << line << '\n';
       std::vector<std::string> extra;
       if (request.param != "budget") extra.push_back(request.param);
       if (sw_on.given()) {
         check_model_source(sw, sw_signals);
-        const std::vector<RunSpec> specs = sweep_specs(request);
         const auto model = Model::load(sw_on.model);
         const std::vector<std::uint8_t> text = read_text(sw_on.text);
         ModelRunOptions options;
@@ -918,7 +925,7 @@ int main(int argc, char** argv) {
       }
       EvaluateOptions options = options_of(sw_trace, sw_steps, "sweep");
       options.signals = sw_signals;
-      const std::vector<RunRow> rows = sweep(request, options);
+      const std::vector<RunRow> rows = evaluate(specs, options);
       if (sw_format == "json") {
         std::cout << rows_json(rows) << '\n';
         return 0;

@@ -36,6 +36,10 @@ struct BankParams {
   // streaming-llm's attention sinks: positions below this are never evicted
   // (must be 0 for the other policies, which the bank runs without sinks).
   std::int64_t sinks = 0;
+  // h2o and scissorhands: 1 ranks by the score or votes divided by the steps
+  // that scored the position (every held slot is scored every step here, so
+  // the steps since its admission), as the policies' normalize=1 does.
+  std::int64_t normalize = 0;
 };
 
 class PolicyBank {
@@ -63,9 +67,10 @@ class PolicyBank {
   std::uint32_t slot_position(std::size_t instance, std::size_t slot) const noexcept {
     return positions_[instance * capacity_ + slot];
   }
-  // Votes (Scissorhands), cumulative score (H2O) or last weight (TOVA) of a
-  // held position; -1 if not held, not yet observed (TOVA) or the policy
-  // keeps no score (the recency policies).
+  // Votes (Scissorhands), cumulative score (H2O) -- with normalize=1 either
+  // divided by the steps that scored it -- or last weight (TOVA) of a held
+  // position; -1 if not held, not yet observed (TOVA) or the policy keeps no
+  // score (the recency policies).
   double score_of(std::size_t instance, Position pos) const noexcept;
   std::size_t memory_bytes() const noexcept;
 
@@ -83,6 +88,14 @@ class PolicyBank {
 
   // Admits `pos` and evicts the oldest position that is not a sink, for the
   // policies that never read attention.
+  // normalize=1: the evictable held slot (position below protect_from) with
+  // the lowest rate, ties to the lower position; capacity() when none. Runs
+  // after the step's scores are in S and admitted_ counts this step.
+  template <class Score>
+  std::size_t lowest_rate(std::size_t k, const Score* S, std::uint32_t protect_from) const noexcept;
+  // The victim key Scissorhands' finish_instance compares the new token with.
+  std::uint64_t vote_key(std::size_t k, std::size_t slot) const noexcept;
+
   void step_recency(std::size_t k, std::uint32_t pos, Position& victim_pos, std::uint32_t& victim_slot);
   void step_tova(std::int64_t pos, const float* attn, std::size_t stride, int threads, Position* victim_positions,
                  std::uint32_t* victim_slots);
@@ -112,6 +125,7 @@ class PolicyBank {
   std::vector<std::uint64_t> pending_best_;  // Scissorhands, one pass: each instance's best key
   std::vector<std::uint32_t> pending_slot_;  // ... and its slot
   std::vector<std::uint8_t> pending_bad_;    // ... and whether its weights were refused
+  std::vector<std::uint32_t> born_;       // normalize=1: admitted_ when each slot's position was admitted
   std::size_t admitted_ = 0;
   std::int64_t newest_ = 0;
 };

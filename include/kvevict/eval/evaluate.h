@@ -93,10 +93,16 @@ struct SweepRequest {
   std::vector<std::int64_t> values;
   std::vector<std::int64_t> budgets{std::begin(kCanonicalBudgets), std::end(kCanonicalBudgets)};
   ParamMap params;  // other fixed parameters
+  // Leave out the value x budget pairs the policy's rules refuse (a
+  // recentWindow of 96 at budget 64), each named in `skipped`, instead of
+  // stopping at the first; a sweep that leaves nothing to run still fails.
+  bool skip_refused = false;
 };
 std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& options);
 // The runs a sweep makes, in its row order (the parameter and the values
 // checked; sweep --model runs them through the model).
-std::vector<RunSpec> sweep_specs(const SweepRequest& request);
+// With skip_refused, the pairs left out are appended to *skipped (when given),
+// one line each: "recentWindow=96 at budget 64: <the rule's message>".
+std::vector<RunSpec> sweep_specs(const SweepRequest& request, std::vector<std::string>* skipped = nullptr);
 
 }  // namespace kvevict

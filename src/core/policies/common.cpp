@@ -24,6 +24,10 @@ void check_at_least(std::string_view title, std::string_view param, std::int64_t
   if (value < minimum) fail_param(title, param, value, fmt::format("must be at least {}", minimum));
 }
 
+void check_flag(std::string_view title, std::string_view param, std::int64_t value) {
+  if (value != 0 && value != 1) fail_param(title, param, value, "must be 0 or 1");
+}
+
 void check_at_most(std::string_view title, std::string_view param, std::int64_t value,
                    std::int64_t maximum, std::string_view why) {
   if (value > maximum) {

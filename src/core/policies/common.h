@@ -34,6 +34,17 @@ void check_at_least(std::string_view title, std::string_view param, std::int64_t
 // value <= maximum.
 void check_at_most(std::string_view title, std::string_view param, std::int64_t value,
                    std::int64_t maximum, std::string_view why = {});
+// A switch: 0 or 1 ("... must be 0 or 1").
+void check_flag(std::string_view title, std::string_view param, std::int64_t value);
+
+// normalize=1's score (H2O, Scissorhands): what a position accumulated
+// divided by the steps that scored it -- kvpress's ObservedAttention and
+// OpenVINO GenAI's NORM_SUM -- so a position is not ranked by how long it has
+// been held. A position no step has scored yet ranks 0, as its sum does.
+inline double rate(double accumulated, std::uint32_t scored_steps) noexcept {
+  return scored_steps == 0 ? 0.0 : accumulated / static_cast<double>(scored_steps);
+}
+
 // A recent window must leave something to choose: recentWindow < budget.
 // StreamingLLM's sinks: in [0, budget), so a recency window keeps room
 // (shared by the policy and the bank's streaming-llm mode).

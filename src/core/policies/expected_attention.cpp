@@ -18,10 +18,6 @@ constexpr std::string_view kTitle = "ExpectedAttention";
 // Keys and the query ring are allocated at construction; these bounds keep a
 // mistyped size from asking for more than a GiB of either.
 constexpr std::int64_t kMaxFloats = std::int64_t{1} << 28;
-
-void check_flag(std::string_view param, std::int64_t value) {
-  if (value != 0 && value != 1) detail::fail_param(kTitle, param, value, "must be 0 or 1");
-}
 }  // namespace
 
 ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : params_(params) {
@@ -44,8 +40,8 @@ ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : pa
     detail::fail_param(kTitle, "headDim", params.head_dim,
                        "must be even when ropeBase > 0 (RoPE rotates pairs of dimensions)");
   }
-  check_flag("covariance", params.covariance);
-  check_flag("valueNorm", params.value_norm);
+  detail::check_flag(kTitle, "covariance", params.covariance);
+  detail::check_flag(kTitle, "valueNorm", params.value_norm);
   if ((params.budget + 1) * params.head_dim > kMaxFloats) {
     detail::fail_param(kTitle, "budget", params.budget,
                        fmt::format("x headDim ({}) keys would take more than 1 GiB", params.head_dim));

@@ -33,6 +33,12 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
                                     params.budget));
   detail::check_at_least(kTitle, "dropAmount", params.drop_amount, 1);
   detail::check_at_most(kTitle, "dropAmount", params.drop_amount, params.budget);
+  detail::check_flag(kTitle, "normalize", params.normalize);
+  if (params.normalize != 0 && params.history_window > 0) {
+    detail::fail_param(kTitle, "historyWindow", params.history_window,
+                       "must be 0 with normalize=1: a history window already counts every old position's votes "
+                       "over the same number of steps");
+  }
   capacity_ = static_cast<std::size_t>(params.budget) + 1;
   positions_.resize(capacity_);
   votes_.resize(capacity_);
@@ -40,6 +46,10 @@ Scissorhands::Scissorhands(const ScissorhandsParams& params) : params_(params) {
   victims_.resize(capacity_);
   history_words_ = static_cast<std::size_t>((params.history_window + 63) / 64);
   history_.assign(capacity_ * history_words_, 0);
+  if (params.normalize != 0) {
+    steps_.assign(capacity_, 0);
+    ranks_.assign(capacity_, 0.0);
+  }
   positions_[0] = 0;  // position 0 exists before the first decode step
   votes_[0] = 0;
   kept_ = 1;
@@ -68,7 +78,11 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
         detail::uncount_votes(votes_.data(), w, n, threshold);  // exact: votes are integers
         detail::check_weights(kTitle, w, n);                     // throws, naming the weight
       }
-      if (first < end && end <= n) hint_.set(pass.min_votes, pass.min_block, first, end);
+      if (params_.normalize != 0) {
+        for (std::size_t i = 0; i < n; ++i) ++steps_[i];
+      } else if (first < end && end <= n) {
+        hint_.set(pass.min_votes, pass.min_block, first, end);
+      }
     } else {
       detail::check_weights(kTitle, w, n);
       // The vote cast history_window observed steps ago leaves the window
@@ -87,6 +101,7 @@ void Scissorhands::on_decode_step(std::int64_t pos, Attention attn) {
   }
   positions_[kept_] = static_cast<Position>(pos);
   votes_[kept_] = 0;
+  if (params_.normalize != 0) steps_[kept_] = 0;
   std::fill_n(history_.begin() + static_cast<std::ptrdiff_t>(kept_ * history_words_), history_words_, 0);
   ++kept_;
 }
@@ -99,31 +114,54 @@ std::span<const Position> Scissorhands::evict(std::int64_t budget) {
   const std::size_t needed = std::max(kept_ - b, static_cast<std::size_t>(params_.drop_amount));
   const std::size_t recent = std::min(static_cast<std::size_t>(params_.recent_window), kept_);
   const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), kept_ - recent);
+  const std::size_t end = kept_ - recent;
   if (needed == 1) {
     // The steady state: one victim, found by a vectorised first-minimum, and
     // removed by sliding the tail down once.
-    const std::size_t j = detail::single_victim(votes_.data(), first, kept_ - recent, hint_);
-    if (j == kept_ - recent) return {};
+    const std::size_t j = params_.normalize != 0 ? detail::first_min(rates(first, end), first, end)
+                                                 : detail::single_victim(votes_.data(), first, end, hint_);
+    if (j == end) return {};
     victims_[0] = positions_[j];
     detail::erase_slot(positions_, j, kept_);
-    detail::erase_slot(votes_, j, kept_);
-    detail::erase_slot(history_, j, kept_, history_words_);
+    move_slots(j, j + 1, kept_ - j - 1);
     --kept_;
     return {victims_.data(), 1};
   }
   hint_.valid = false;
-  detail::mark_argmin_victims(votes_.data(), marked_.data(), first, kept_ - recent, needed);
-  const std::size_t count = detail::compact(
-      kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from, std::size_t n) {
-        std::copy_n(votes_.data() + from, n, votes_.data() + to);
-        std::copy_n(history_.data() + from * history_words_, n * history_words_, history_.data() + to * history_words_);
-      });
+  if (params_.normalize != 0) {
+    detail::mark_argmin_victims(rates(first, end), marked_.data(), first, end, needed);
+  } else {
+    detail::mark_argmin_victims(votes_.data(), marked_.data(), first, end, needed);
+  }
+  const std::size_t count = detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
+                                            [this](std::size_t to, std::size_t from, std::size_t n) {
+                                              move_slots(to, from, n);
+                                            });
   return {victims_.data(), count};
+}
+
+const double* Scissorhands::rates(std::size_t first, std::size_t end) {
+  for (std::size_t i = first; i < end; ++i) ranks_[i] = detail::rate(votes_[i], steps_[i]);
+  return ranks_.data();
+}
+
+// Moves every per-slot record but the position (slots [from, from + n) to
+// [to, to + n), to <= from).
+void Scissorhands::move_slots(std::size_t to, std::size_t from, std::size_t n) noexcept {
+  std::copy_n(votes_.data() + from, n, votes_.data() + to);
+  std::copy_n(history_.data() + from * history_words_, n * history_words_, history_.data() + to * history_words_);
+  if (params_.normalize != 0) std::copy_n(steps_.data() + from, n, steps_.data() + to);
 }
 
 std::int64_t Scissorhands::votes_of(std::int64_t pos) const noexcept {
   const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
   return slot == detail::kNoSlot ? -1 : std::int64_t{votes_[slot]};
+}
+
+double Scissorhands::rank_of(std::int64_t pos) const noexcept {
+  const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
+  if (slot == detail::kNoSlot) return -1.0;
+  return params_.normalize != 0 ? detail::rate(votes_[slot], steps_[slot]) : static_cast<double>(votes_[slot]);
 }
 
 namespace detail {
@@ -139,10 +177,12 @@ const PolicyInfo& scissorhands_info() {
         "8*ceil(w/64) bytes a slot at most 256 MiB)"},
        {"dropAmount", &ScissorhandsParams::drop_amount,
         "an eviction drops max(needed, dropAmount) positions"},
-       {"sinks", &ScissorhandsParams::sinks, "first positions that are never evicted"}},
-      {query1<Scissorhands>("votesOf", [](const Scissorhands& p, std::int64_t pos) {
-        return p.votes_of(pos);
-      })});
+       {"sinks", &ScissorhandsParams::sinks, "first positions that are never evicted"},
+       {"normalize", &ScissorhandsParams::normalize,
+        "1: rank by the vote rate, votes / the steps that scored the position (needs historyWindow 0); 0: the "
+        "votes"}},
+      {query1<Scissorhands>("votesOf", [](const Scissorhands& p, std::int64_t pos) { return p.votes_of(pos); }),
+       query1<Scissorhands>("rankOf", [](const Scissorhands& p, std::int64_t pos) { return p.rank_of(pos); })});
   return info;
 }
 }  // namespace detail
@@ -159,7 +199,8 @@ std::size_t Scissorhands::scores(std::span<Position> positions, std::span<double
   const std::size_t first = std::min(detail::sink_slots({positions_.data(), kept_}, params_.sinks), end);
   for (std::size_t i = 0; i < kept_; ++i) {
     positions[i] = positions_[i];
-    scores[i] = i >= first && i < end ? static_cast<double>(votes_[i]) : detail::kProtectedScore;
+    const double score = params_.normalize != 0 ? detail::rate(votes_[i], steps_[i]) : static_cast<double>(votes_[i]);
+    scores[i] = i >= first && i < end ? score : detail::kProtectedScore;
   }
   return kept_;
 }
@@ -170,10 +211,8 @@ void Scissorhands::remove(std::span<const Position> victims) {
   detail::mark_removal(kTitle, {positions_.data(), kept_}, victims, marked_.data(),
                        [&](std::size_t slot) { return slot >= first && slot < end; });
   hint_.valid = false;
-  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(), [this](std::size_t to, std::size_t from, std::size_t n) {
-        std::copy_n(votes_.data() + from, n, votes_.data() + to);
-        std::copy_n(history_.data() + from * history_words_, n * history_words_, history_.data() + to * history_words_);
-      });
+  detail::compact(kept_, marked_.data(), positions_.data(), victims_.data(),
+                  [this](std::size_t to, std::size_t from, std::size_t n) { move_slots(to, from, n); });
 }
 
 ScoreRules Scissorhands::score_rules() const {

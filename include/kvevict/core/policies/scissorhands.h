@@ -21,12 +21,20 @@ struct ScissorhandsParams {
                                     // 8 * ceil(w / 64) * (budget + 1) <= 2^28)
   std::int64_t drop_amount = 1;     // an eviction drops max(needed, drop_amount) positions
   std::int64_t sinks = 0;           // positions < sinks are never evicted
-  // Rule: sinks + recent_window < budget, so the votes always have a choice.
+  // 1: rank by the vote rate -- votes divided by the steps that scored the
+  // position -- instead of the count, which favours the oldest positions (as
+  // H2O's normalize=1 does for sums). 0 (the default) is the spec's rule.
+  // Not with a history window, the paper's own bound on the same bias.
+  std::int64_t normalize = 0;
+  // Rule: sinks + recent_window < budget, so the votes always have a choice;
+  // normalize is 0 or 1, and 0 when historyWindow > 0.
 };
 
 class Scissorhands final : public Policy {
  public:
   static constexpr std::size_t kBytesPerSlot = 9;  // position 4 + votes 4 + scratch 1
+  // normalize=1 adds a step count (4) and the eviction's ranks (8) a slot.
+  static constexpr std::size_t kNormalizedBytesPerSlot = kBytesPerSlot + 12;
   // Longest history window: its vote bits cost history_window / 8 bytes a slot.
   static constexpr std::int64_t kMaxHistoryWindow = 4096;
 
@@ -37,11 +45,14 @@ class Scissorhands final : public Policy {
   std::span<const Position> evict(std::int64_t budget) override;
   std::size_t kept_count() const noexcept override { return kept_; }
   std::size_t memory_bytes() const noexcept override {
-    return capacity_ * (kBytesPerSlot + 8 * history_words_);
+    return capacity_ * ((params_.normalize != 0 ? kNormalizedBytesPerSlot : kBytesPerSlot) + 8 * history_words_);
   }
 
   // Votes of a held position (within the history window), -1 when not held.
   std::int64_t votes_of(std::int64_t pos) const noexcept;
+  // The score a held position is ranked by -- its votes, or with normalize=1
+  // votes / steps scored -- or -1 when it is not held.
+  double rank_of(std::int64_t pos) const noexcept;
   const ScissorhandsParams& params() const noexcept { return params_; }
 
   // The score interface (policy.h, docs/paged.md).
@@ -50,12 +61,19 @@ class Scissorhands final : public Policy {
   ScoreRules score_rules() const override;
 
  private:
+  // normalize=1: the vote rates of the slots [first, end), in ranks_.
+  const double* rates(std::size_t first, std::size_t end);
+  void move_slots(std::size_t to, std::size_t from, std::size_t n) noexcept;
+
   ScissorhandsParams params_;
   std::size_t capacity_;
   std::size_t kept_ = 0;
   std::vector<Position> positions_;
   std::vector<std::uint32_t> votes_;
   std::vector<std::uint8_t> marked_;
+  // normalize=1: the steps that scored each slot, and an eviction's rates.
+  std::vector<std::uint32_t> steps_;
+  std::vector<double> ranks_;
   std::vector<Position> victims_;
   // With a history window: per slot, one bit per observed step in a ring of
   // history_window bits (history_words_ 64-bit words), set when it voted.
