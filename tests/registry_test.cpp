@@ -47,7 +47,7 @@ TEST(Registry, UnknownPolicyListsTheKnownOnes) {
 
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
-            "H2O: unknown parameter 'recent' (known: budget, recentWindow, sinks)");
+            "H2O: unknown parameter 'recent' (known: budget, recentWindow, sinks, normalize)");
 }
 
 TEST(Registry, ParametersReachTheConstructor) {

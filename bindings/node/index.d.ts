@@ -47,8 +47,16 @@ export interface ScissorhandsParams {
   dropAmount?: number;
   /** Positions < sinks are never evicted. */
   sinks?: number;
+  /** 1: rank by the vote rate, votes / the steps that scored the position (needs historyWindow 0). */
+  normalize?: number;
 }
-export interface H2OParams { budget?: number; recentWindow?: number; sinks?: number }
+export interface H2OParams {
+  budget?: number;
+  recentWindow?: number;
+  sinks?: number;
+  /** 1: rank by the cumulative score / the steps that scored the position (kvpress ObservedAttention). */
+  normalize?: number;
+}
 export interface StreamingLLMParams { budget?: number; sinks?: number }
 export interface SlidingWindowParams { budget?: number }
 export interface TOVAParams { budget?: number }
@@ -143,11 +151,13 @@ export class Scissorhands extends Policy {
   static readonly policyName: 'scissorhands';
   /** Votes of a held position (within the history window), -1 when it is not held. */
   votesOf(pos: Position): number;
+  /** What the eviction ranks a held position by: the vote rate with normalize=1, else the votes; -1 when not held. */
+  rankOf(pos: Position): number;
 }
 export class H2O extends Policy {
   constructor(params?: H2OParams);
   static readonly policyName: 'h2o';
-  /** Cumulative attention of a held position, -1 when it is not held. */
+  /** Cumulative attention of a held position (with normalize=1 divided by the steps that scored it), -1 when it is not held. */
   scoreOf(pos: Position): number;
 }
 export class StreamingLLM extends Policy {

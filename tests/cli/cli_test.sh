@@ -70,7 +70,7 @@ rows=$(($(wc -l <"$tmp/canonical.csv") - 1))
 if [[ $rows -eq 21 ]] && grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584' "$tmp/canonical.csv"; then pass; else fail "canonical csv ($rows rows)"; fi
 
 bad "unknown policy"   "unknown policy 'lru' (known: scissorhands" -- run --policy lru
-bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow, sinks)" -- run --policy h2o --set window=3
+bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow, sinks, normalize)" -- run --policy h2o --set window=3
 bad "unknown trace"    "unknown trace 'nope' (known: decode-4096, stale-spike-4096, recalled-fact-4096)" -- run --policy h2o --trace nope
 bad "non-integer"      "'abc' is not an integer" -- run --policy h2o --set recentWindow=abc
 bad "fraction"         "'1.5' is not an integer" -- run --policy h2o --set recentWindow=1.5
@@ -224,6 +224,19 @@ if [[ $(head -1 "$tmp/sweep.csv") == "policy,budget,recentWindow,perplexity,"* &
 else
   fail "sweep --model: $(cat "$tmp/sweep.csv")"
 fi
+# --skip-refused: the pairs the policy's rules refuse are left out, each named on stderr.
+"$tool" sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16,48 --budgets 32,64 --skip-refused --format csv >"$tmp/skip.csv" 2>"$tmp/skip.err"
+if [[ $(tail -n +3 "$tmp/skip.csv" | cut -d, -f1-3 | tr '\n' ' ') == "h2o,32,16 h2o,64,16 h2o,64,48 " \
+      && $(grep -c '^sweep: skipped' "$tmp/skip.err") == 1 \
+      && $(grep '^sweep: skipped' "$tmp/skip.err") == "sweep: skipped recentWindow=48 at budget 32: H2O: recentWindow (48) must be smaller than budget (32): there would be nothing for the scores to choose between" ]]; then
+  pass
+else
+  fail "sweep --skip-refused: $(cat "$tmp/skip.csv" "$tmp/skip.err")"
+fi
+bad "sweep refused"     "H2O: recentWindow (48) must be smaller than budget (32)" -- sweep --policy h2o --param recentWindow=16,48 --budgets 32 --steps 50
+bad "sweep all refused" "sweep: the policy's rules refuse every recentWindow x budget pair" -- sweep --policy h2o --param recentWindow=48 --budgets 32 --skip-refused --steps 50
+ok  "sweep normalize"   "normalize" -- sweep --policy scissorhands --param normalize=0,1 --budgets 64 --steps 200
+bad "normalize rule"    "Scissorhands: historyWindow (8) must be 0 with normalize=1" -- run --policy scissorhands --set normalize=1 --set historyWindow=8 --budget 64 --steps 50
 ok  "sweep model json" '"recentWindow": 16' -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16 --budgets 64 --format json
 bad "sweep model trace" "--trace and --steps replay a trace; --model runs the model" -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16 --trace decode-4096
 bad "sweep model param" "H2O: unknown parameter 'window'" -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param window=16

@@ -11,7 +11,7 @@ const { kv, ownVectorsDir } = require('./support');
 
 // What index.d.ts declares for each policy; the registry must agree.
 const DECLARED = {
-  scissorhands: ['Scissorhands', ['votesOf']],
+  scissorhands: ['Scissorhands', ['votesOf', 'rankOf']],
   h2o: ['H2O', ['scoreOf']],
   'streaming-llm': ['StreamingLLM', ['sinkCount']],
   'sliding-window': ['SlidingWindow', []],
@@ -22,7 +22,7 @@ const DECLARED = {
   keydiff: ['KeyDiff', ['cosineOf', 'keyNormOf']],
   'expected-attention': ['ExpectedAttention', ['logitOf', 'scoreOf', 'modelledQueries']],
 };
-const QUERIES = ['votesOf', 'scoreOf', 'sinkCount', 'lastAttentionOf', 'windowScoreOf', 'effectiveBudget',
+const QUERIES = ['votesOf', 'rankOf', 'scoreOf', 'sinkCount', 'lastAttentionOf', 'windowScoreOf', 'effectiveBudget',
   'keyNormOf', 'cosineOf', 'logitOf', 'modelledQueries'];
 
 // Every parameter at its default, from the registry.
@@ -101,6 +101,27 @@ describe('registry', () => {
 });
 
 describe('policy methods', () => {
+  it('normalize=1: H2O ranks by the mean, Scissorhands by the vote rate', () => {
+    // vectors/h2o.vectors.json: the means drop 1 where the sums drop 2.
+    for (const [normalize, victim] of [[0, 2], [1, 1]]) {
+      const h = new kv.H2O({ budget: 3, recentWindow: 1, normalize });
+      h.onDecodeStep(1, new Float32Array([1]));
+      h.onDecodeStep(2, new Float32Array([0.5, 0.5]));
+      h.onDecodeStep(3, new Float32Array([0.25, 0.25, 0.5]));
+      assert.equal(h.scoreOf(1), normalize ? 0.375 : 0.75);
+      assert.deepEqual(h.evict(3), [victim]);
+    }
+    const s = new kv.Scissorhands({ budget: 4, recentWindow: 1, normalize: 1 });
+    [[1], [0.75, 0.25], [0.125, 0.5, 0.375], [0.3125, 0.3125, 0.0625, 0.3125]].forEach((w, i) =>
+      s.onDecodeStep(i + 1, new Float32Array(w)));
+    assert.equal(s.votesOf(0), 2);
+    assert.equal(s.rankOf(0), 0.5);
+    assert.equal(s.rankOf(3), 1);
+    assert.deepEqual(s.evict(4), [0]);
+    assert.throws(() => new kv.Scissorhands({ budget: 4, recentWindow: 1, normalize: 1, historyWindow: 8 }),
+      /^ParameterError: Scissorhands: historyWindow \(8\) must be 0 with normalize=1/);
+  });
+
   it('Scissorhands: the spec example, votes and the tie-break', () => {
     const p = new kv.Scissorhands({ budget: 3, recentWindow: 1 });
     p.onDecodeStep(1, new Float32Array([1]));

@@ -70,7 +70,7 @@ describe('TypeError: a value of the wrong type', () => {
     throwsExactly(() => p.evict('2'), TypeError, 'evict: budget must be a number, got a string');
     throwsExactly(() => p.votesOf('0'), TypeError, 'votesOf: pos must be a number, got a string');
     throwsExactly(() => p.votesOf(), TypeError, 'votesOf takes 1 argument(s), got 0');
-    throwsExactly(() => p.query('scoreOf', [0]), TypeError, "scissorhands has no query 'scoreOf' (it has: votesOf)");
+    throwsExactly(() => p.query('scoreOf', [0]), TypeError, "scissorhands has no query 'scoreOf' (it has: votesOf, rankOf)");
     throwsExactly(() => kv.policy('sliding-window').query('votesOf', [0]), TypeError,
       "sliding-window has no query 'votesOf' (it has: none)");
   });

@@ -199,7 +199,7 @@ test.describe('real model', { skip }, () => {
   test('perplexity: params, maxWindows and the full cache alone', () => {
     const m = setup();
     const [, row] = kv.perplexity(m, text(100), [['h2o', 24, { recentWindow: 4 }]]);
-    assert.deepEqual(row.params, { budget: 24, recentWindow: 4, sinks: 0 });
+    assert.deepEqual(row.params, { budget: 24, recentWindow: 4, sinks: 0, normalize: 0 });
     const context = m.config.context;
     const rows = kv.perplexity(m, text(context + 20), undefined, { maxWindows: 1 });
     assert.equal(rows.length, 1);

@@ -167,6 +167,11 @@ class Scissorhands(_NamedPolicy):
         """Votes of held position ``pos``; -1 when it is not held."""
         return self.query("votesOf", pos)
 
+    def rank_of(self, pos: int) -> float:
+        """What the eviction ranks ``pos`` by: the vote rate (votes / steps
+        that scored it) with ``normalize=1``, else the votes; -1 when not held."""
+        return self.query("rankOf", pos)
+
 
 class H2O(_NamedPolicy):
     """H2O, Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023).
@@ -178,7 +183,8 @@ class H2O(_NamedPolicy):
     _registry_name = "h2o"
 
     def score_of(self, pos: int) -> float:
-        """Cumulative attention of held position ``pos``; -1 when it is not held."""
+        """Cumulative attention of held position ``pos`` (with ``normalize=1``
+        divided by the steps that scored it); -1 when it is not held."""
         return self.query("scoreOf", pos)
 
 

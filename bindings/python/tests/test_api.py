@@ -109,6 +109,24 @@ def test_repr_round_trips():
     assert eval(repr(generic), vars(kvevict)).params == generic.params
 
 
+def test_normalize_ranks_by_the_mean_and_the_vote_rate():
+    # H2O: sums 0: 1.75 over 3 steps, 1: 0.75 over 2, 2: 0.5 over 1 -- the
+    # means drop 1 where the sums drop 2 (vectors/h2o.vectors.json).
+    for normalize, victim in ((0, [2]), (1, [1])):
+        h = kvevict.H2O(budget=3, recent_window=1, normalize=normalize)
+        for t, w in ((1, [1.0]), (2, [0.5, 0.5]), (3, [0.25, 0.25, 0.5])):
+            h.on_decode_step(t, w)
+        assert h.score_of(1) == (0.375 if normalize else 0.75)
+        assert h.evict(3) == victim
+    s = kvevict.Scissorhands(budget=4, recent_window=1, normalize=1)
+    for t, w in ((1, [1.0]), (2, [0.75, 0.25]), (3, [0.125, 0.5, 0.375]), (4, [0.3125, 0.3125, 0.0625, 0.3125])):
+        s.on_decode_step(t, w)
+    assert s.votes_of(0) == 2 and s.rank_of(0) == 0.5 and s.rank_of(3) == 1.0
+    assert s.evict(4) == [0]
+    with pytest.raises(ValueError, match=r"^Scissorhands: historyWindow \(8\) must be 0 with normalize=1"):
+        kvevict.Scissorhands(budget=4, recent_window=1, normalize=1, history_window=8)
+
+
 def test_queries_on_the_generic_class_and_the_named_ones():
     g, n = kvevict.Policy("scissorhands", budget=4, recent_window=1), kvevict.Scissorhands(4, recent_window=1)
     for p in (g, n):

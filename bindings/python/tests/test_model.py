@@ -308,7 +308,7 @@ def test_runs_and_their_parameters(model, text):
     assert [(r["policy"], r["budget"]) for r in rows[1:]] == [
         ("scissorhands", 64), ("h2o", 48), ("tova", 512), ("snapkv", 512), ("pyramidkv", 64)]
     assert rows[1]["params"]["recentWindow"] == 16 and rows[1]["params"]["budget"] == 64
-    assert rows[2]["params"] == {"budget": 48, "recentWindow": 8, "sinks": 2}
+    assert rows[2]["params"] == {"budget": 48, "recentWindow": 8, "sinks": 2, "normalize": 0}
     assert rows[5]["params"]["numLayers"] == 4 and rows[5]["params"]["layer"] == 0
     # Budgets of 512 never bind on 300 bytes; 64 and 48 do.
     assert rows[3]["perplexity"] == rows[4]["perplexity"] == rows[0]["perplexity"]
