@@ -74,8 +74,8 @@ TEST(PyramidKV, EffectiveBudgetKeepsOneChoosablePosition) {
   PyramidKV p({.budget = 10, .layer = 3, .num_layers = 4, .pyramid_ratio = 4,
                .recent_window = 4, .obs_window = 8, .pool_kernel = 1});
   EXPECT_EQ(p.effective_budget(), 5);
-  // Capacity is max(5, 10) + 1 = 11 slots.
-  EXPECT_EQ(p.memory_bytes(), (4U + 4U * 8U + 17U + 8U) * 11U);
+  // Capacity is max(5, 10) + 1 = 11 slots, and 12 rings (one waits as a hole).
+  EXPECT_EQ(p.memory_bytes(), (4U + 8U + 8U + 1U) * 11U + (4U * 8U + 4U) * 12U);
 }
 
 TEST(PyramidKV, Rules) {

@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
+
 #include "kvevict/core/errors.h"
+#include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/policies/snapkv.h"
+#include "oracle/oracle.h"
 #include "support.h"
 
 namespace kvevict {
@@ -63,7 +68,9 @@ TEST(SnapKV, Rules) {
   EXPECT_THROW(SnapKV({.budget = 8, .recent_window = 2, .obs_window = 4, .pool_kernel = 0}), ParameterError);
   EXPECT_THROW(SnapKV({.budget = 8, .recent_window = 2, .obs_window = 0, .pool_kernel = 1}), ParameterError);
   EXPECT_THROW(SnapKV({.budget = 8, .recent_window = 8, .obs_window = 4, .pool_kernel = 1}), ParameterError);
-  EXPECT_EQ(SnapKV().memory_bytes(), (4U + 4U * 16U + 17U + 8U) * 513U);  // + ring slot and freed scratch
+  // Per held slot (513): position 4, running sum 8, pooled 8, scratch 1;
+  // per ring (513 + 32 = 513/16 waiting as holes): 16 cells of 4, hole name 4.
+  EXPECT_EQ(SnapKV().memory_bytes(), (4U + 8U + 8U + 1U) * 513U + (4U * 16U + 4U) * 545U);
   // Found by fuzzing: a huge window allocated hundreds of megabytes up front.
   try {
     SnapKV p({.budget = 512, .recent_window = 32, .obs_window = 222222, .pool_kernel = 7});
@@ -72,6 +79,109 @@ TEST(SnapKV, Rules) {
     EXPECT_STREQ(e.what(), "SnapKV: obsWindow (222222) must be at most 4096");
   }
   EXPECT_THROW(SnapKV({.budget = 1 << 20, .recent_window = 32, .obs_window = 4096, .pool_kernel = 7}), ParameterError);
+}
+
+// The steady state's fast path (snapkv.cpp) chooses its one victim from
+// running sums, settling near-ties by exact ring-order sums and ties by
+// recomputing everything. Each way must choose the oracle's victim; the
+// weights here are built to reach all three: sums that round differently
+// in the two orders (1, and 24-bit fractions down to 2^-71), exact ties
+// (sixteenths, and zeros), one value for every weight (everything ties), and
+// plain random weights. 2,500 steps cross the resynchronisation at 1,024.
+enum class NearTieMix { kRounding, kSixteenths, kFlat, kRandom };
+
+float near_tie_weight(NearTieMix mix, std::mt19937& rng, float flat) {
+  std::uniform_int_distribution<std::uint32_t> pick(0, 1U << 24);
+  switch (mix) {
+    case NearTieMix::kRounding:
+      switch (pick(rng) % 5) {
+        case 0: return 0.0F;
+        case 1: return 1.0F;
+        case 2: return static_cast<float>(pick(rng) % 17) / 16.0F;
+        default: return std::ldexp(static_cast<float>(pick(rng)), -24 - static_cast<int>(pick(rng) % 48));
+      }
+    case NearTieMix::kSixteenths: return pick(rng) % 3 == 0 ? 0.0F : static_cast<float>(pick(rng) % 5) / 16.0F;
+    case NearTieMix::kFlat: return flat;
+    case NearTieMix::kRandom: return static_cast<float>(pick(rng)) / static_cast<float>(1U << 24) * 0.01F;
+  }
+  return 0.0F;
+}
+
+template <class P>
+detail::SnapKVPathCounts run_against_oracle(P& fast, oracle::Oracle& plain, std::int64_t budget, NearTieMix mix,
+                                            std::uint32_t seed, int steps) {
+  std::mt19937 rng(seed);
+  std::vector<float> w;
+  for (int t = 1; t <= steps; ++t) {
+    // Mostly full rows; now and then a short one (old cells stay) or none.
+    const std::uint32_t shape = rng() % 16;
+    const float flat = static_cast<float>(rng() % 4) / 8.0F;
+    w.clear();
+    std::size_t len = fast.kept_count();
+    if (shape == 0) len = rng() % (len + 1);
+    for (std::size_t i = 0; i < len; ++i) w.push_back(near_tie_weight(mix, rng, flat));
+    const Attention attn = shape == 1 ? Attention(std::nullopt) : Attention(std::span<const float>(w));
+    fast.on_decode_step(t, attn);
+    plain.on_decode_step(t, attn);
+    if (static_cast<std::int64_t>(fast.kept_count()) > budget) {
+      const auto a = fast.evict(budget);
+      const std::vector<Position> got(a.begin(), a.end());
+      const auto b = plain.evict(budget);
+      const std::vector<Position> want(b.begin(), b.end());
+      if (got != want) {
+        ADD_FAILURE() << "step " << t << ": victims differ from the oracle's";
+        return fast.path_counts();
+      }
+    }
+  }
+  return fast.path_counts();
+}
+
+TEST(SnapKVFastPath, EveryWayOfChoosingMatchesTheOracleOnNearTies) {
+  detail::SnapKVPathCounts total;
+  std::uint32_t seed = 1;
+  for (const NearTieMix mix : {NearTieMix::kRounding, NearTieMix::kSixteenths, NearTieMix::kFlat, NearTieMix::kRandom}) {
+    for (const std::int64_t kernel : {1, 3, 7, 15}) {
+      for (const auto& [budget, obs] : {std::pair<std::int64_t, std::int64_t>{70, 4}, {300, 16}}) {
+        SCOPED_TRACE(::testing::Message() << "mix " << static_cast<int>(mix) << " poolKernel " << kernel
+                                          << " budget " << budget << " obsWindow " << obs);
+        const SnapKVParams params{.budget = budget, .recent_window = 8, .obs_window = obs, .pool_kernel = kernel};
+        SnapKV fast(params);
+        oracle::Oracle plain("snapkv", {{"budget", budget}, {"recentWindow", 8}, {"obsWindow", obs},
+                                        {"poolKernel", kernel}});
+        const auto counts = run_against_oracle(fast, plain, budget, mix, seed++, 2500);
+        total.running += counts.running;
+        total.candidates += counts.candidates;
+        total.exact += counts.exact;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  // Every way ran (the counts are the policy's own record of which did).
+  EXPECT_GT(total.running, 0U);
+  EXPECT_GT(total.candidates, 0U);
+  EXPECT_GT(total.exact, 0U);
+}
+
+TEST(SnapKVFastPath, PyramidKVsDeepLayerMatchesTheOracle) {
+  // A deep layer's share is below the budget: it holds budget + 1, drops to
+  // its share in one batch (the exact path), then evicts one a step.
+  const ParamMap params{{"budget", 200}, {"layer", 3}, {"numLayers", 4}, {"recentWindow", 8}};
+  PyramidKV fast({.budget = 200, .layer = 3, .num_layers = 4, .recent_window = 8});
+  oracle::Oracle plain("pyramidkv", params);
+  std::mt19937 rng(7);
+  std::vector<float> w;
+  for (int t = 1; t <= 1500; ++t) {
+    w.clear();
+    for (std::size_t i = 0; i < fast.kept_count(); ++i) w.push_back(near_tie_weight(NearTieMix::kRounding, rng, 0.0F));
+    fast.on_decode_step(t, std::span<const float>(w));
+    plain.on_decode_step(t, std::span<const float>(w));
+    const auto a = fast.evict(200);
+    const std::vector<Position> got(a.begin(), a.end());
+    const auto b = plain.evict(200);
+    ASSERT_EQ(got, std::vector<Position>(b.begin(), b.end())) << "step " << t;
+  }
+  EXPECT_GT(fast.path_counts().running, 1000U);
 }
 
 TEST(SnapKVCanonical, NoPoolingIsExactlyTOVA) {

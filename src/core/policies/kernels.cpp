@@ -231,6 +231,120 @@ void RingSums(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stri
   }
 }
 
+// SnapKV's running sums (the fast path, snapkv.cpp) over one run of slots:
+// for each k < n, run[k] = (run[k] + (double)w[k]) - (double)cells[k], then
+// cells[k] = w[k]; folds the largest w[k] into `top`. Two roundings a slot,
+// the same on every target (lanes are independent; a maximum is order-free).
+HWY_INLINE void SnapObserveRun(float* HWY_RESTRICT cells, double* HWY_RESTRICT run, const float* HWY_RESTRICT w,
+                               std::size_t n, double& top) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const std::size_t N = hn::Lanes(dd);
+  auto high = hn::Zero(dd);
+  std::size_t k = 0;
+  for (; k + N <= n; k += N) {
+    const auto fresh = hn::LoadU(df, w + k);
+    const auto wide = hn::PromoteTo(dd, fresh);
+    const auto old = hn::PromoteTo(dd, hn::LoadU(df, cells + k));
+    hn::StoreU(hn::Sub(hn::Add(hn::LoadU(dd, run + k), wide), old), dd, run + k);
+    hn::StoreU(fresh, df, cells + k);
+    high = hn::Max(high, wide);
+  }
+  top = std::max(top, hn::GetLane(hn::MaxOfLanes(dd, high)));
+  for (; k < n; ++k) {
+    const double wide = static_cast<double>(w[k]);
+    run[k] = (run[k] + wide) - static_cast<double>(cells[k]);
+    cells[k] = w[k];
+    top = std::max(top, wide);
+  }
+}
+
+// SnapObserveRun over held slots [0, n): slot i's cell is row[ring], its
+// ring the i-th one not among `holes` (ascending), its running sum run[i].
+// Returns the largest w[i] (0 when n is 0).
+float SnapObserve(float* HWY_RESTRICT row, double* HWY_RESTRICT run, const float* HWY_RESTRICT w, std::size_t n,
+                  const std::uint32_t* HWY_RESTRICT holes, std::size_t hole_count) {
+  double top = 0.0;
+  std::size_t slot = 0;
+  std::size_t ring = 0;
+  for (std::size_t h = 0; h < hole_count && slot < n; ++h) {
+    const std::size_t len = std::min<std::size_t>(holes[h] - ring, n - slot);
+    SnapObserveRun(row + ring, run + slot, w + slot, len, top);
+    slot += holes[h] - ring;
+    ring = std::size_t{holes[h]} + 1;
+  }
+  if (slot < n) SnapObserveRun(row + ring, run + slot, w + slot, n - slot, top);
+  return static_cast<float>(top);
+}
+
+// RingSums, and the largest cell it read (0 when none).
+float RingSumsMax(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stride, std::size_t n,
+                  double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const std::size_t N = hn::Lanes(dd);
+  auto high = hn::Zero(dd);
+  std::size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    auto a = hn::Zero(dd);
+    auto b = hn::Zero(dd);
+    for (std::size_t c = 0; c < rows; ++c) {
+      const float* row = ring + c * stride + i;
+      const auto x = hn::PromoteTo(dd, hn::LoadU(df, row));
+      const auto y = hn::PromoteTo(dd, hn::LoadU(df, row + N));
+      a = hn::Add(a, x);
+      b = hn::Add(b, y);
+      high = hn::Max(high, hn::Max(x, y));
+    }
+    hn::StoreU(a, dd, out + i);
+    hn::StoreU(b, dd, out + i + N);
+  }
+  double top = hn::GetLane(hn::MaxOfLanes(dd, high));
+  for (; i < n; ++i) {
+    double sum = 0.0;
+    for (std::size_t c = 0; c < rows; ++c) {
+      const double x = static_cast<double>(ring[c * stride + i]);
+      sum += x;
+      top = std::max(top, x);
+    }
+    out[i] = sum;
+  }
+  return static_cast<float>(top);
+}
+
+// How many of v[begin, end) are <= t, and the first of them (end if none):
+// the lanes count without a branch (a true lane is all ones, -1 as an
+// integer), then the first is found by a scan that stops at it.
+AtMost CountAtMost(const double* HWY_RESTRICT v, std::size_t begin, std::size_t end, double t) {
+  const hn::ScalableTag<double> dd;
+  const hn::RebindToSigned<decltype(dd)> di;
+  const std::size_t N = hn::Lanes(dd);
+  const auto limit = hn::Set(dd, t);
+  auto counts0 = hn::Zero(di);
+  auto counts1 = hn::Zero(di);
+  std::size_t i = begin;
+  for (; i + 2 * N <= end; i += 2 * N) {
+    counts0 = hn::Sub(counts0, hn::BitCast(di, hn::VecFromMask(dd, hn::LoadU(dd, v + i) <= limit)));
+    counts1 = hn::Sub(counts1, hn::BitCast(di, hn::VecFromMask(dd, hn::LoadU(dd, v + i + N) <= limit)));
+  }
+  auto count = static_cast<std::size_t>(hn::GetLane(hn::SumOfLanes(di, hn::Add(counts0, counts1))));
+  for (; i < end; ++i) count += v[i] <= t ? 1 : 0;
+  AtMost result{count, end};
+  if (count == 0) return result;
+  i = begin;
+  for (; i + N <= end; i += N) {
+    const auto hit = hn::LoadU(dd, v + i) <= limit;
+    if (!hn::AllFalse(dd, hit)) {
+      result.first = i + hn::FindKnownFirstTrue(dd, hit);
+      return result;
+    }
+  }
+  for (; i < end && v[i] > t; ++i) {
+  }
+  result.first = i;
+  return result;
+}
+
 // SnapKV's pooling: out[i] = max of v[j] for j in [i - r, i + r] clipped to
 // [0, n). A maximum of non-NaN values does not depend on the order it is
 // taken in, so the vector body is exact.
@@ -243,23 +357,92 @@ HWY_INLINE void PoolOne(const double* HWY_RESTRICT v, std::size_t n, std::size_t
   out[i] = best;
 }
 
-void PoolMax(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out) {
+// PoolMax's loops; with kMin, also the minimum of out[0, end) (+infinity
+// when empty), taken as each output is stored.
+template <bool kMin>
+HWY_INLINE double PoolMaxImpl(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out,
+                              std::size_t end) {
   const hn::ScalableTag<double> dd;
   const std::size_t N = hn::Lanes(dd);
-  if (n == 0) return;
-  if (r == 0) {
-    std::copy_n(v, n, out);
-    return;
-  }
+  double low = std::numeric_limits<double>::infinity();
+  if (n == 0) return low;
+  auto lows = hn::Set(dd, low);
+  // Folds out[from, from + N) into the minimum: only the lanes below `end`.
+  const auto fold = [&](std::size_t from, decltype(lows) m) {
+    if constexpr (kMin) {
+      if (from + N <= end) {
+        lows = hn::Min(lows, m);
+      } else if (from < end) {
+        lows = hn::Min(lows, hn::IfThenElse(hn::FirstN(dd, end - from), m, hn::Set(dd, low)));
+      }
+    }
+  };
+  const auto fold_one = [&](std::size_t at) {
+    if constexpr (kMin) {
+      if (at < end) low = std::min(low, out[at]);
+    }
+  };
   std::size_t i = 0;
-  for (; i < std::min(r, n); ++i) PoolOne(v, n, r, i, out);
-  // Body: every window lies inside [0, n).
-  for (; i + N + r <= n; i += N) {
-    auto m = hn::LoadU(dd, v + i - r);
-    for (std::size_t k = 1; k <= 2 * r; ++k) m = hn::Max(m, hn::LoadU(dd, v + i - r + k));
-    hn::StoreU(m, dd, out + i);
+  if (r == 0) {
+    for (; i + N <= n; i += N) {
+      const auto m = hn::LoadU(dd, v + i);
+      hn::StoreU(m, dd, out + i);
+      fold(i, m);
+    }
+    for (; i < n; ++i) {
+      out[i] = v[i];
+      fold_one(i);
+    }
+  } else {
+    for (; i < std::min(r, n); ++i) {
+      PoolOne(v, n, r, i, out);
+      fold_one(i);
+    }
+    // Body: every window lies inside [0, n). Four output vectors at a time,
+    // so four independent chains of maxima hide each one's latency.
+    for (; i + 4 * N + r <= n; i += 4 * N) {
+      const double* at = v + i - r;
+      auto m0 = hn::LoadU(dd, at);
+      auto m1 = hn::LoadU(dd, at + N);
+      auto m2 = hn::LoadU(dd, at + 2 * N);
+      auto m3 = hn::LoadU(dd, at + 3 * N);
+      for (std::size_t k = 1; k <= 2 * r; ++k) {
+        m0 = hn::Max(m0, hn::LoadU(dd, at + k));
+        m1 = hn::Max(m1, hn::LoadU(dd, at + k + N));
+        m2 = hn::Max(m2, hn::LoadU(dd, at + k + 2 * N));
+        m3 = hn::Max(m3, hn::LoadU(dd, at + k + 3 * N));
+      }
+      hn::StoreU(m0, dd, out + i);
+      hn::StoreU(m1, dd, out + i + N);
+      hn::StoreU(m2, dd, out + i + 2 * N);
+      hn::StoreU(m3, dd, out + i + 3 * N);
+      fold(i, m0);
+      fold(i + N, m1);
+      fold(i + 2 * N, m2);
+      fold(i + 3 * N, m3);
+    }
+    for (; i + N + r <= n; i += N) {
+      auto m = hn::LoadU(dd, v + i - r);
+      for (std::size_t k = 1; k <= 2 * r; ++k) m = hn::Max(m, hn::LoadU(dd, v + i - r + k));
+      hn::StoreU(m, dd, out + i);
+      fold(i, m);
+    }
+    for (; i < n; ++i) {
+      PoolOne(v, n, r, i, out);
+      fold_one(i);
+    }
   }
-  for (; i < n; ++i) PoolOne(v, n, r, i, out);
+  if constexpr (kMin) low = std::min(low, hn::GetLane(hn::MinOfLanes(dd, lows)));
+  return low;
+}
+
+void PoolMax(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out) {
+  PoolMaxImpl<false>(v, n, r, out, 0);
+}
+
+double PoolMaxMin(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, double* HWY_RESTRICT out,
+                  std::size_t end) {
+  return PoolMaxImpl<true>(v, n, r, out, end);
 }
 
 bool WeightsValid(const float* HWY_RESTRICT w, std::size_t n) {
@@ -407,6 +590,10 @@ HWY_EXPORT(TovaObserve);
 HWY_EXPORT(FindFirstF32);
 HWY_EXPORT(RingSums);
 HWY_EXPORT(PoolMax);
+HWY_EXPORT(PoolMaxMin);
+HWY_EXPORT(SnapObserve);
+HWY_EXPORT(RingSumsMax);
+HWY_EXPORT(CountAtMost);
 HWY_EXPORT(FindFirstU32);
 HWY_EXPORT(FindFirstF64);
 HWY_EXPORT(FirstMinU32);
@@ -457,6 +644,23 @@ void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::siz
 
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
   HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);
+}
+
+float snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
+                   std::size_t hole_count) noexcept {
+  return HWY_DYNAMIC_DISPATCH(SnapObserve)(row, run, w, n, holes, hole_count);
+}
+
+float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept {
+  return HWY_DYNAMIC_DISPATCH(RingSumsMax)(ring, rows, stride, n, out);
+}
+
+double pool_max_min(const double* v, std::size_t n, std::size_t radius, double* out, std::size_t end) noexcept {
+  return HWY_DYNAMIC_DISPATCH(PoolMaxMin)(v, n, radius, out, end);
+}
+
+AtMost count_at_most(const double* v, std::size_t begin, std::size_t end, double t) noexcept {
+  return HWY_DYNAMIC_DISPATCH(CountAtMost)(v, begin, end, t);
 }
 
 std::size_t find_first(const std::uint32_t* v, std::size_t begin, std::size_t end, std::uint32_t value) noexcept {

@@ -66,6 +66,27 @@ void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::siz
 // v holds no NaN.
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept;
 
+// SnapKV's running sums, over held slots i < n: slot i's cell is row[r], r
+// the i-th ring not among holes[0, hole_count) (ascending), and its running
+// sum run[i] becomes (run[i] + (double)w[i]) - (double)row[r], then row[r] =
+// w[i]. Returns the largest w[i] (0 if n is 0).
+float snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
+                   std::size_t hole_count) noexcept;
+
+// ring_sums, returning the largest cell read as well (0 when none).
+float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;
+
+// pool_max, returning the minimum of out[0, end) as well (+infinity when
+// end is 0); end <= n.
+double pool_max_min(const double* v, std::size_t n, std::size_t radius, double* out, std::size_t end) noexcept;
+
+// How many of v[begin, end) are <= t, and the first of them (end if none).
+struct AtMost {
+  std::size_t count;
+  std::size_t first;
+};
+AtMost count_at_most(const double* v, std::size_t begin, std::size_t end, double t) noexcept;
+
 // True when every w[i] (i < n) is finite and >= 0.
 bool weights_valid(const float* w, std::size_t n) noexcept;
 

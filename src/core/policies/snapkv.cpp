@@ -19,6 +19,18 @@ constexpr const char* kTitle = "SnapKV";
 // zeroed 456 MB, which took seconds.)
 constexpr std::int64_t kMaxRingBytes = std::int64_t{1} << 28;
 constexpr std::int64_t kMaxObsWindow = 4096;
+// Rings for the victims of up to this many single evictions wait as holes
+// before one pass closes them: the steps walk one more run of rings per
+// hole, the pass moves every ring once.
+// A sixteenth of the capacity at most, so the extra rings stay a small share.
+constexpr std::size_t kMaxHoleRoom = 32;
+std::size_t hole_room(std::size_t capacity) { return std::clamp<std::size_t>(capacity / 16, 1, kMaxHoleRoom); }
+// Running sums drift by a few roundings a step: past this many steps without
+// a resynchronisation, the next eviction recomputes them first (one pass over
+// every cell, a thousandth of the plain rule's work).
+constexpr std::size_t kMaxStepsUnsynced = 1024;
+// More candidates than this (ties) and every sum is recomputed instead.
+constexpr std::size_t kMaxCandidates = 8;
 }  // namespace
 
 namespace detail {
@@ -45,24 +57,48 @@ SnapKVCore::SnapKVCore(const char* title, const SnapKVParams& params, std::size_
       obs_window_(static_cast<std::size_t>(params.obs_window)),
       pool_radius_(static_cast<std::size_t>((params.pool_kernel - 1) / 2)),
       capacity_(capacity),
+      ring_capacity_(capacity + hole_room(capacity)),
       budget_(params.budget) {
   positions_.resize(capacity_);
-  ring_slot_.resize(capacity_);
-  for (std::size_t i = 0; i < capacity_; ++i) ring_slot_[i] = static_cast<std::uint32_t>(i);
-  freed_.resize(capacity_);
-  history_.assign(capacity_ * obs_window_, 0.0F);
-  sums_.resize(capacity_);
+  holes_.reserve(ring_capacity_);  // a batch may leave a hole per held slot
+  history_.assign(ring_capacity_ * obs_window_, 0.0F);
+  running_.assign(capacity_, 0.0);
   pooled_.resize(capacity_);
   marked_.resize(capacity_);
   victims_.resize(capacity_);
   positions_[0] = 0;  // with an all-zero ring
+  ring_end_ = 1;
   kept_ = 1;
 }
 
 std::size_t SnapKVCore::memory_bytes() const noexcept {
-  // position 4 + ring 4*obsWindow + sum 8 + pooled 8 + scratch 1 (the spec's
-  // layout), + ring slot 4 + freed-slot scratch 4 (ours: rings never move).
-  return capacity_ * (4 + 4 * obs_window_ + 17 + 8);
+  // Per held slot: position 4, running sum 8, pooled score 8, scratch byte 1.
+  // Per ring (a few more rings than slots: the victims' wait as holes): the
+  // obsWindow float32 cells and a hole name 4.
+  return capacity_ * (4 + 8 + 8 + 1) + ring_capacity_ * (4 * obs_window_ + 4);
+}
+
+template <class F>
+void SnapKVCore::for_each_run(std::size_t n, F&& f) const {
+  std::size_t slot = 0;
+  std::size_t ring = 0;
+  for (const std::uint32_t hole : holes_) {
+    if (slot >= n) return;
+    const std::size_t run = hole - ring;  // rings [ring, hole) hold the next `run` slots
+    if (run > 0) f(slot, ring, std::min(run, n - slot));
+    slot += run;
+    ring = std::size_t{hole} + 1;
+  }
+  if (slot < n) f(slot, ring, n - slot);
+}
+
+std::size_t SnapKVCore::ring_of(std::size_t i) const noexcept {
+  std::size_t ring = i;
+  for (const std::uint32_t hole : holes_) {
+    if (hole > ring) break;
+    ++ring;
+  }
+  return ring;
 }
 
 void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
@@ -72,70 +108,202 @@ void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
   if (attn) {  // present, even when empty, advances the ring
     const std::size_t n = readable(attn, kept_);
     const float* w = attn->data();
-    float* row = history_.data() + cursor_ * capacity_;  // ring cell `cursor_` of every ring
-    const std::uint32_t* slot = ring_slot_.data();
-    for (std::size_t i = 0; i < n; ++i) row[slot[i]] = w[i];
+    float* row = history_.data() + cursor_ * ring_capacity_;  // ring cell `cursor_` of every ring
+    weight_bound_ = std::max(weight_bound_, snap_observe(row, running_.data(), w, n, holes_.data(), holes_.size()));
     cursor_ = cursor_ + 1 == obs_window_ ? 0 : cursor_ + 1;
+    ++steps_since_sync_;
   }
-  // The new position takes the first free ring (they wait past kept_), zeroed.
+  // The new position takes the next ring, zeroed (its running sum exact).
+  if (ring_end_ == ring_capacity_) close_holes();  // unreachable: holes are closed first
+  const std::size_t fresh = ring_end_++;
+  for (std::size_t c = 0; c < obs_window_; ++c) history_[c * ring_capacity_ + fresh] = 0.0F;
+  running_[kept_] = 0.0;
   positions_[kept_] = static_cast<Position>(pos);
-  const std::uint32_t fresh = ring_slot_[kept_];
-  for (std::size_t c = 0; c < obs_window_; ++c) history_[c * capacity_ + fresh] = 0.0F;
   ++kept_;
 }
 
 double SnapKVCore::window_sum(std::size_t i) const noexcept {
   // Ring-index order 0 ... obsWindow-1, in float64.
-  const std::uint32_t slot = ring_slot_[i];
+  const std::size_t ring = ring_of(i);
   double sum = 0.0;
-  for (std::size_t c = 0; c < obs_window_; ++c) sum += static_cast<double>(history_[c * capacity_ + slot]);
+  for (std::size_t c = 0; c < obs_window_; ++c) sum += static_cast<double>(history_[c * ring_capacity_ + ring]);
   return sum;
+}
+
+void SnapKVCore::close_holes() {
+  if (holes_.empty()) return;
+  for (std::size_t c = 0; c < obs_window_; ++c) {
+    float* row = history_.data() + c * ring_capacity_;
+    for_each_run(kept_, [row](std::size_t slot, std::size_t ring, std::size_t len) {
+      if (slot != ring) std::memmove(row + slot, row + ring, len * sizeof(float));
+    });
+  }
+  holes_.clear();
+  ring_end_ = kept_;
+}
+
+void SnapKVCore::resync() {
+  close_holes();
+  weight_bound_ = ring_sums_max(history_.data(), obs_window_, ring_capacity_, kept_, running_.data());
+  steps_since_sync_ = 0;
+}
+
+void SnapKVCore::add_hole(std::uint32_t ring) {
+  holes_.insert(std::upper_bound(holes_.begin(), holes_.end(), ring), ring);
+  if (holes_.size() >= ring_capacity_ - capacity_) close_holes();
+}
+
+double SnapKVCore::drift_bound() const noexcept {
+  // With every cell in [0, W] (W = weight_bound_) and u = 2^-53: a ring-order
+  // sum of obsWindow cells is within (obsWindow-1)·u·obsWindow·W of the true
+  // sum, so the running sums start (at a compaction) within obsWindow²·u·W of
+  // it; each update (two roundings, operands below (obsWindow+1)·W) moves a
+  // running sum at most 2.01·u·(obsWindow+1)·W further; and the ring-order
+  // sum compared with is itself within obsWindow²·u·W. The bound is twice
+  // their total, covering the rounding of the threshold it sets.
+  constexpr double kUnitRoundoff = 0x1p-53;
+  const auto obs = static_cast<double>(obs_window_);
+  const auto steps = static_cast<double>(steps_since_sync_);
+  return 2.0 * kUnitRoundoff * static_cast<double>(weight_bound_) * (2.0 * obs * obs + 4.0 * (obs + 1.0) * steps);
+}
+
+double SnapKVCore::cached_window_sum(std::size_t i) {
+  for (std::size_t k = 0; k < cached_; ++k) {
+    if (cache_slot_[k] == i) return cache_sum_[k];
+  }
+  const double sum = window_sum(i);
+  if (cached_ < kSumCache) {
+    cache_slot_[cached_] = i;
+    cache_sum_[cached_] = sum;
+    ++cached_;
+  }
+  return sum;
+}
+
+double SnapKVCore::exact_pooled(std::size_t i, double bound) {
+  // A neighbour whose running sum is more than 2·bound below the pooled one
+  // is below the exact maximum too, so only the others are summed exactly.
+  const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
+  const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
+  const double floor = pooled_[i] - 2.0 * bound;
+  double best = -1.0;
+  for (std::size_t k = lo; k <= hi; ++k) {
+    if (running_[k] >= floor) best = std::max(best, cached_window_sum(k));
+  }
+  return best;
+}
+
+bool SnapKVCore::shared_source(const AtMost& near, std::size_t end, double threshold, double bound) const noexcept {
+  std::size_t source = kNoSlot;
+  std::size_t seen = 0;
+  for (std::size_t i = near.first; i < end && seen < near.count; ++i) {
+    if (pooled_[i] > threshold) continue;
+    ++seen;
+    const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
+    const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
+    const double floor = pooled_[i] - 2.0 * bound;
+    for (std::size_t k = lo; k <= hi; ++k) {
+      if (running_[k] < floor) continue;
+      if (source != kNoSlot && source != k) return false;
+      source = k;
+    }
+  }
+  return true;
+}
+
+// The steady state's victim without summing every ring: the running sums,
+// pooled, name the lowest pooled score m; every held slot whose exact pooled
+// score could be the minimum has a running one within 2·bound of m (pooling
+// is a maximum, so it moves no score by more than the sums' own bound). One
+// such slot is the victim as it stands; a few are settled by their exact
+// ring-order sums (the first strict minimum among them, which no other slot
+// can beat); many -- ties -- recompute every sum exactly, as the spec does.
+std::size_t SnapKVCore::single_victim(std::size_t end) {
+  if (steps_since_sync_ > kMaxStepsUnsynced) resync();
+  const double low = pool_max_min(running_.data(), kept_, pool_radius_, pooled_.data(), end);
+  const double bound = drift_bound();
+  const double threshold = low + 2.0 * bound;
+  const AtMost near = count_at_most(pooled_.data(), 0, end, threshold);
+  // One candidate; or a zero bound (every cell 0, every sum exact), where
+  // the first minimum is the first candidate.
+  if (near.count == 1 || bound == 0.0) {
+    ++counts_.running;
+    return near.first;
+  }
+  // Ties of pooling: candidates whose windows each hold one neighbour near
+  // their maximum, the same one for all, have the same exact score (that
+  // neighbour's sum), so the first of them is the first minimum.
+  if (shared_source(near, end, threshold, bound)) {
+    ++counts_.running;
+    return near.first;
+  }
+  if (near.count <= kMaxCandidates) {
+    ++counts_.candidates;
+    cached_ = 0;
+    std::size_t best = end;
+    double best_score = 0.0;
+    std::size_t seen = 0;
+    for (std::size_t i = near.first; i < end && seen < near.count; ++i) {
+      if (pooled_[i] > threshold) continue;
+      ++seen;
+      const double score = exact_pooled(i, bound);
+      if (best == end || score < best_score) {
+        best = i;
+        best_score = score;
+      }
+    }
+    return best;
+  }
+  ++counts_.exact;
+  resync();  // the running sums become the exact ones
+  pool_max(running_.data(), kept_, pool_radius_, pooled_.data());
+  return first_min(pooled_.data(), 0, end);
 }
 
 std::span<const Position> SnapKVCore::evict_to(std::size_t target) {
   if (kept_ <= target) return {};
   const std::size_t needed = kept_ - target;
-  // Scores are computed once per call, before the first victim: every ring
-  // summed in ring order (vectorised across rings), put in position order,
-  // then pooled over neighbouring held positions.
-  ring_sums(history_.data(), obs_window_, capacity_, capacity_, sums_.data());
-  for (std::size_t i = 0; i < kept_; ++i) pooled_[i] = sums_[ring_slot_[i]];
-  pool_max(pooled_.data(), kept_, pool_radius_, sums_.data());
-  const double* score = sums_.data();  // pooled, in position order
   const std::size_t recent = std::min(recent_window_, kept_);
   const std::size_t end = kept_ - recent;
   if (needed == 1) {
-    // The steady state: one victim; its ring stays where it is and becomes
-    // the next position's (no ring moves, only the two slot arrays shift).
-    const std::size_t j = first_min(score, 0, end);
-    if (j == end) return {};
+    // The steady state: one victim; its ring becomes a hole (no ring moves,
+    // only the held slots' arrays shift).
+    if (end == 0) return {};
+    const std::size_t j = single_victim(end);
     victims_[0] = positions_[j];
-    const std::uint32_t freed = ring_slot_[j];
+    const std::size_t freed = ring_of(j);
     const std::size_t tail = kept_ - j - 1;
     std::memmove(positions_.data() + j, positions_.data() + j + 1, tail * sizeof(Position));
-    std::memmove(ring_slot_.data() + j, ring_slot_.data() + j + 1, tail * sizeof(std::uint32_t));
+    std::memmove(running_.data() + j, running_.data() + j + 1, tail * sizeof(double));
     --kept_;
-    ring_slot_[kept_] = freed;
+    add_hole(static_cast<std::uint32_t>(freed));
     return {victims_.data(), 1};
   }
-  mark_argmin_victims(score, marked_.data(), 0, end, needed);
+  // Several at once: scores are computed once per call, before the first
+  // victim -- every ring summed in ring order, then pooled over neighbouring
+  // held positions.
+  resync();
+  pool_max(running_.data(), kept_, pool_radius_, pooled_.data());
+  mark_argmin_victims(pooled_.data(), marked_.data(), 0, end, needed);
   return compact_marked();
 }
 
 std::span<const Position> SnapKVCore::compact_marked() {
-  std::size_t freed = 0;
-  for (std::size_t i = 0; i < kept_; ++i) {
-    if (marked_[i] != 0) freed_[freed++] = ring_slot_[i];
-  }
+  // The marked slots' rings join the holes (kept in order: sorted in place,
+  // without the buffer a merge would allocate).
+  for_each_run(kept_, [this](std::size_t slot, std::size_t ring, std::size_t len) {
+    for (std::size_t k = 0; k < len; ++k) {
+      if (marked_[slot + k] != 0) holes_.push_back(static_cast<std::uint32_t>(ring + k));
+    }
+  });
+  std::sort(holes_.begin(), holes_.end());
   const std::size_t count =
       compact(kept_, marked_.data(), positions_.data(), victims_.data(),
               [this](std::size_t to, std::size_t from, std::size_t n) {
-                std::copy_n(ring_slot_.begin() + static_cast<std::ptrdiff_t>(from), n,
-                            ring_slot_.begin() + static_cast<std::ptrdiff_t>(to));
+                std::copy_n(running_.begin() + static_cast<std::ptrdiff_t>(from), n,
+                            running_.begin() + static_cast<std::ptrdiff_t>(to));
               });
-  // The victims' rings wait right past the survivors (the rings free before
-  // this call still follow them).
-  std::copy_n(freed_.begin(), freed, ring_slot_.begin() + static_cast<std::ptrdiff_t>(kept_));
+  if (holes_.size() >= ring_capacity_ - capacity_) close_holes();
   return {victims_.data(), count};
 }
 
@@ -182,9 +350,8 @@ namespace detail {
 // held position); the recent window is protected.
 std::size_t SnapKVCore::scores(std::span<Position> positions, std::span<double> scores) {
   check_score_spans(title_, positions.size(), scores.size(), kept_);
-  ring_sums(history_.data(), obs_window_, capacity_, capacity_, sums_.data());
-  for (std::size_t i = 0; i < kept_; ++i) pooled_[i] = sums_[ring_slot_[i]];
-  pool_max(pooled_.data(), kept_, pool_radius_, scores.data());
+  resync();  // the running sums become the exact ones
+  pool_max(running_.data(), kept_, pool_radius_, scores.data());
   const std::size_t end = kept_ - std::min(recent_window_, kept_);
   for (std::size_t i = 0; i < kept_; ++i) {
     positions[i] = positions_[i];

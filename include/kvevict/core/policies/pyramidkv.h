@@ -40,6 +40,8 @@ class PyramidKV final : public Policy {
   std::int64_t effective_budget() const noexcept { return effective_; }
   double window_score_of(std::int64_t pos) const noexcept { return core_.window_score_of(pos); }
   const PyramidKVParams& params() const noexcept { return params_; }
+  // How the single victims were chosen so far (for tests and benchmarks).
+  const detail::SnapKVPathCounts& path_counts() const noexcept { return core_.path_counts(); }
 
   // The score interface (policy.h, docs/paged.md).
   std::size_t scores(std::span<Position> positions, std::span<double> scores) override;

@@ -22,6 +22,17 @@ struct SnapKVParams {
 
 namespace detail {
 
+struct AtMost;  // policies/kernels.h
+
+// How often each way of choosing a single victim ran (see snapkv.cpp): from
+// the running sums alone, after the exact ring-order sums of a few
+// candidates, or by recomputing every sum in ring order.
+struct SnapKVPathCounts {
+  std::uint64_t running = 0;
+  std::uint64_t candidates = 0;
+  std::uint64_t exact = 0;
+};
+
 // The SnapKV mechanism with a capacity and name chosen by its owner.
 class SnapKVCore {
  public:
@@ -37,10 +48,34 @@ class SnapKVCore {
   // The score interface (policy.h): the pooled window sum; the recent window protected.
   std::size_t scores(std::span<Position> positions, std::span<double> scores);
   void remove(std::span<const Position> victims);
+  const SnapKVPathCounts& path_counts() const noexcept { return counts_; }
 
  private:
-  // Removes the marked slots, keeping their rings for the next positions.
+  // Calls f(first held slot, its ring, length) for each run of held slots
+  // [0, n) whose rings are consecutive (the holes split them).
+  template <class F>
+  void for_each_run(std::size_t n, F&& f) const;
+  // The ring of held slot i.
+  std::size_t ring_of(std::size_t i) const noexcept;
+  // Removes the marked slots; their rings become holes.
   std::span<const Position> compact_marked();
+  void add_hole(std::uint32_t ring);
+  // Closes the holes: held slot i's ring becomes ring i.
+  void close_holes();
+  // close_holes(), then every running sum set to the exact ring-order sum.
+  void resync();
+  // The one victim of the steady state in [0, end), exactly the spec's.
+  std::size_t single_victim(std::size_t end);
+  // Held slot i's exact pooled score, from the ring-order sums of the
+  // neighbours whose running sums are within 2·bound of its pooled one.
+  double exact_pooled(std::size_t i, double bound);
+  double cached_window_sum(std::size_t i);
+  // True when the window of every candidate (pooled score <= threshold)
+  // holds exactly one neighbour whose running sum is within 2·bound of the
+  // candidate's pooled score, and it is the same neighbour for all of them.
+  bool shared_source(const AtMost& near, std::size_t end, double threshold, double bound) const noexcept;
+  // |running sum - ring-order sum| is at most this for every held ring.
+  double drift_bound() const noexcept;
   double window_sum(std::size_t slot) const noexcept;
 
   const char* title_;
@@ -48,20 +83,33 @@ class SnapKVCore {
   std::size_t obs_window_;
   std::size_t pool_radius_;
   std::size_t capacity_;
+  std::size_t ring_capacity_;  // capacity_ + room for the holes between compactions
   std::int64_t budget_;
   std::size_t kept_ = 0;
   std::size_t cursor_ = 0;
   std::vector<Position> positions_;
-  // Ring cell c of ring r at [c * capacity_ + r]: one row per ring cell, so
-  // the sums vectorise across rings. A ring never moves: ring_slot_[i] names
-  // the ring of the i-th held position; [kept_, capacity_) names free rings.
+  // Ring cell c of ring r at [c * ring_capacity_ + r]: one row per ring cell,
+  // so sums vectorise across rings. Rings are handed out in position order at
+  // ring_end_ and never move between compactions: the i-th held position's
+  // ring is the i-th ring below ring_end_ that is not a hole (holes_,
+  // ascending: the victims' rings, until close_holes() closes them).
   std::vector<float> history_;
-  std::vector<std::uint32_t> ring_slot_;
-  std::vector<std::uint32_t> freed_;  // scratch: the victims' rings
-  std::vector<double> sums_;
-  std::vector<double> pooled_;
+  std::vector<std::uint32_t> holes_;
+  std::size_t ring_end_ = 0;
+  // Per held slot, the running float64 sum of its ring's cells (updated as
+  // each cell is overwritten), within drift_bound() of the ring-order sum.
+  std::vector<double> running_;
+  float weight_bound_ = 0.0F;  // no held ring's cell exceeds it
+  std::size_t steps_since_sync_ = 0;
+  std::vector<double> pooled_;  // held order
   std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
+  // Exact ring-order sums worked out during one eviction (a few at most).
+  static constexpr std::size_t kSumCache = 16;
+  std::size_t cached_ = 0;
+  std::size_t cache_slot_[kSumCache] = {};
+  double cache_sum_[kSumCache] = {};
+  SnapKVPathCounts counts_;
 };
 
 // Throws ParameterError when a SnapKV-family parameter breaks a rule.
@@ -82,6 +130,8 @@ class SnapKV final : public Policy {
   // Unpooled sum of the position's remembered weights, -1 when not held.
   double window_score_of(std::int64_t pos) const noexcept { return core_.window_score_of(pos); }
   const SnapKVParams& params() const noexcept { return params_; }
+  // How the single victims were chosen so far (for tests and benchmarks).
+  const detail::SnapKVPathCounts& path_counts() const noexcept { return core_.path_counts(); }
 
   // The score interface (policy.h, docs/paged.md).
   std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
