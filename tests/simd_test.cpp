@@ -288,6 +288,74 @@ void check_newer_policy_kernels(const std::string& target) {
       }
       detail::pool_max(want_sums.data(), kept, radius, pooled.data());
       ASSERT_TRUE(same_bits(pooled, want_pooled));
+
+      // The fast path's kernels: pooling with the minimum of [0, end), the
+      // screen (every window whose pooled score is <= a limit, in order),
+      // the count of scores <= a limit with the first, the ring sums with
+      // their largest cell, and the running-sum update across holes.
+      const std::size_t end = rng() % (kept + 1);
+      std::vector<double> pooled_again(kept, -1.0);
+      const double low = detail::pool_max_min(want_sums.data(), kept, radius, pooled_again.data(), end);
+      ASSERT_TRUE(same_bits(pooled_again, want_pooled));
+      const double want_low = end == 0 ? std::numeric_limits<double>::infinity()
+                                       : *std::min_element(want_pooled.begin(), want_pooled.begin() + static_cast<std::ptrdiff_t>(end));
+      ASSERT_EQ(low, want_low);
+      if (radius <= detail::kMaxScreenRadius) {
+        // Limits at, between and beside the pooled scores (ties included).
+        const double limit = rng() % 3 == 0 || end == 0 ? static_cast<double>(rng() % 4) * 0.125
+                                                        : want_pooled[rng() % end] + (rng() % 2 == 0 ? 0.0 : 1e-300);
+        const std::size_t room = 1 + rng() % 40;
+        std::vector<std::uint32_t> index(room);
+        std::vector<double> score(room);
+        std::vector<std::uint64_t> bits(kept / 64 + 2);
+        std::vector<std::pair<std::uint32_t, double>> want_windows;
+        for (std::size_t i = 0; i < end; ++i) {
+          if (want_pooled[i] <= limit) want_windows.emplace_back(static_cast<std::uint32_t>(i), want_pooled[i]);
+        }
+        const std::size_t found = detail::screen_pool(want_sums.data(), kept, radius, end, limit, index.data(),
+                                                      score.data(), room, bits.data());
+        ASSERT_EQ(found, std::min(want_windows.size(), room + 1)) << "radius " << radius << " end " << end;
+        for (std::size_t k = 0; k < std::min(found, room); ++k) {
+          ASSERT_EQ(index[k], want_windows[k].first);
+          ASSERT_EQ(score[k], want_windows[k].second);
+        }
+        const detail::AtMost near = detail::count_at_most(want_pooled.data(), 0, end, limit);
+        ASSERT_EQ(near.count, want_windows.size());
+        ASSERT_EQ(near.first, want_windows.empty() ? end : std::size_t{want_windows[0].first});
+      }
+      std::vector<double> sums_again(kept, -1.0);
+      const float top = detail::ring_sums_max(ring.data(), rows, stride, kept, sums_again.data());
+      ASSERT_TRUE(same_bits(sums_again, want_sums));
+      float want_top = 0.0F;
+      for (std::size_t c = 0; c < rows; ++c) {
+        for (std::size_t i = 0; i < kept; ++i) want_top = std::max(want_top, ring[c * stride + i]);
+      }
+      ASSERT_EQ(top, want_top);
+      // Holes: ascending rings skipped by the held slots.
+      std::vector<std::uint32_t> holes;
+      for (std::uint32_t r = 0; r < stride && holes.size() + kept < stride; ++r) {
+        if (rng() % 3 == 0) holes.push_back(r);
+      }
+      std::vector<float> row(stride);
+      for (float& x : row) x = draw_weight(rng, 0.25F, false);
+      std::vector<double> running(kept);
+      for (double& x : running) x = static_cast<double>(draw_weight(rng, 0.25F, false)) * 3.0;
+      std::vector<float> fresh(kept);
+      for (float& x : fresh) x = draw_weight(rng, 0.25F, false) * (rng() % 3 == 0 ? 1e-7F : 1.0F);
+      const std::size_t covered = rng() % (kept + 1);
+      std::vector<float> want_row = row;
+      std::vector<double> want_running = running;
+      float want_high = 0.0F;
+      for (std::size_t i = 0, ring_at = 0; i < covered; ++i, ++ring_at) {
+        while (std::find(holes.begin(), holes.end(), ring_at) != holes.end()) ++ring_at;
+        want_running[i] = (want_running[i] + static_cast<double>(fresh[i])) - static_cast<double>(want_row[ring_at]);
+        want_row[ring_at] = fresh[i];
+        want_high = std::max(want_high, fresh[i]);
+      }
+      const float high = detail::snap_observe(row.data(), running.data(), fresh.data(), covered, holes.data(), holes.size());
+      ASSERT_TRUE(same_bits(row, want_row));
+      ASSERT_TRUE(same_bits(running, want_running));
+      ASSERT_EQ(high, want_high);
     }
   }
 }

@@ -74,8 +74,9 @@ TEST(PyramidKV, EffectiveBudgetKeepsOneChoosablePosition) {
   PyramidKV p({.budget = 10, .layer = 3, .num_layers = 4, .pyramid_ratio = 4,
                .recent_window = 4, .obs_window = 8, .pool_kernel = 1});
   EXPECT_EQ(p.effective_budget(), 5);
-  // Capacity is max(5, 10) + 1 = 11 slots, and 12 rings (one waits as a hole).
-  EXPECT_EQ(p.memory_bytes(), (4U + 8U + 8U + 1U) * 11U + (4U * 8U + 4U) * 12U);
+  // Capacity is max(5, 10) + 1 = 11 slots, 11 / 64 + 2 = 2 words of screen
+  // bits, 12 rings (one waits as a hole), and a screen list of 11 entries.
+  EXPECT_EQ(p.memory_bytes(), (4U + 8U + 8U + 1U) * 11U + 2U * 8U + (4U * 8U + 4U) * 12U + 11U * 12U);
 }
 
 TEST(PyramidKV, Rules) {

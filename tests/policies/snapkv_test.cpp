@@ -69,8 +69,10 @@ TEST(SnapKV, Rules) {
   EXPECT_THROW(SnapKV({.budget = 8, .recent_window = 2, .obs_window = 0, .pool_kernel = 1}), ParameterError);
   EXPECT_THROW(SnapKV({.budget = 8, .recent_window = 8, .obs_window = 4, .pool_kernel = 1}), ParameterError);
   // Per held slot (513): position 4, running sum 8, pooled 8, scratch 1;
-  // per ring (513 + 32 = 513/16 waiting as holes): 16 cells of 4, hole name 4.
-  EXPECT_EQ(SnapKV().memory_bytes(), (4U + 8U + 8U + 1U) * 513U + (4U * 16U + 4U) * 545U);
+  // the screen's bits, 513 / 64 + 2 = 10 words of 8; per ring (513 + 32 =
+  // 513/16 waiting as holes): 16 cells of 4, hole name 4; the screen's list,
+  // 128 entries of index 4 and score 8.
+  EXPECT_EQ(SnapKV().memory_bytes(), (4U + 8U + 8U + 1U) * 513U + 10U * 8U + (4U * 16U + 4U) * 545U + 128U * 12U);
   // Found by fuzzing: a huge window allocated hundreds of megabytes up front.
   try {
     SnapKV p({.budget = 512, .recent_window = 32, .obs_window = 222222, .pool_kernel = 7});
@@ -153,14 +155,19 @@ TEST(SnapKVFastPath, EveryWayOfChoosingMatchesTheOracleOnNearTies) {
         total.running += counts.running;
         total.candidates += counts.candidates;
         total.exact += counts.exact;
+        total.screened += counts.screened;
         if (::testing::Test::HasFailure()) return;
       }
     }
   }
-  // Every way ran (the counts are the policy's own record of which did).
+  // Every way ran (the counts are the policy's own record of which did), and
+  // the lowest pooled score came from the screen as well as from pooling
+  // every position.
   EXPECT_GT(total.running, 0U);
   EXPECT_GT(total.candidates, 0U);
   EXPECT_GT(total.exact, 0U);
+  EXPECT_GT(total.screened, 0U);
+  EXPECT_LT(total.screened, total.running + total.candidates + total.exact);
 }
 
 TEST(SnapKVFastPath, PyramidKVsDeepLayerMatchesTheOracle) {

@@ -345,6 +345,93 @@ AtMost CountAtMost(const double* HWY_RESTRICT v, std::size_t begin, std::size_t 
   return result;
 }
 
+// words[w] &= words shifted down by `shift` bits (0 < shift < 64): afterwards
+// bit k is the AND of bits k and k + shift; bits past the array read as 1.
+HWY_INLINE void AndShifted(std::uint64_t* HWY_RESTRICT words, std::size_t count, std::size_t shift) {
+  for (std::size_t w = 0; w < count; ++w) {
+    const std::uint64_t next = w + 1 < count ? words[w + 1] : ~std::uint64_t{0};
+    words[w] &= (words[w] >> shift) | (next << (64 - shift));
+  }
+}
+
+// SnapKV's screened pooling: every i in [0, end) whose pooled score (the
+// maximum of v over [i - r, i + r] clipped to [0, n)) is <= limit,
+// ascending, written with that score while there is room; returns how many
+// there are, or room + 1 when there are more. A window qualifies only when
+// every value in it is <= limit: one compare a value (bit k of `bits`), then
+// the windows' ANDs by doubling shifts of the bit array, so only the few
+// qualifying windows are pooled. r <= 31; `bits` holds n / 64 + 2 words.
+std::size_t ScreenPool(const double* HWY_RESTRICT v, std::size_t n, std::size_t r, std::size_t end, double limit,
+                       std::uint32_t* HWY_RESTRICT index, double* HWY_RESTRICT score, std::size_t room,
+                       std::uint64_t* HWY_RESTRICT bits) {
+  const hn::ScalableTag<double> dd;
+  const std::size_t N = hn::Lanes(dd);
+  const auto top = hn::Set(dd, limit);
+  const std::size_t words = n / 64 + 2;
+  // Bit k: v[k] <= limit; bits past n are 1 (the clipped windows ignore them).
+  std::uint64_t word = 0;
+  std::size_t bit = 0;
+  std::size_t w = 0;
+  std::size_t k = 0;
+  uint8_t lanes[8] = {};
+  for (; k + N <= n; k += N) {
+    hn::StoreMaskBits(dd, hn::LoadU(dd, v + k) <= top, lanes);
+    word |= std::uint64_t{lanes[0]} << bit;  // N <= 8 lanes divide 64
+    bit += N;
+    if (bit == 64) {
+      bits[w++] = word;
+      word = 0;
+      bit = 0;
+    }
+  }
+  for (; k < n; ++k) {
+    word |= std::uint64_t{v[k] <= limit} << bit;
+    if (++bit == 64) {
+      bits[w++] = word;
+      word = 0;
+      bit = 0;
+    }
+  }
+  if (bit > 0) bits[w++] = word | (~std::uint64_t{0} << bit);
+  for (; w < words; ++w) bits[w] = ~std::uint64_t{0};
+  // Bit k becomes the AND over [k, k + 2r]: windows of 1, 2, 4, ... then the rest.
+  const std::size_t width = 2 * r + 1;
+  std::size_t covered = 1;
+  for (; 2 * covered <= width; covered *= 2) AndShifted(bits, words, covered);
+  if (covered < width) AndShifted(bits, words, width - covered);
+
+  std::size_t found = 0;
+  const auto emit = [&](std::size_t i, double pooled) {
+    if (found < room) {
+      index[found] = static_cast<std::uint32_t>(i);
+      score[found] = pooled;
+    }
+    ++found;
+  };
+  // The first r windows are clipped on the left: checked one by one.
+  double prefix = -std::numeric_limits<double>::infinity();
+  for (std::size_t j = 0; j < std::min(r, n); ++j) prefix = std::max(prefix, v[j]);
+  for (std::size_t i = 0; i < std::min(r, end); ++i) {
+    if (i + r < n) prefix = std::max(prefix, v[i + r]);
+    if (prefix <= limit) emit(i, prefix);
+  }
+  // Window i >= r starts at i - r: bit i - r.
+  for (std::size_t at = 0; at < words && at * 64 + r < end && found <= room; ++at) {
+    std::uint64_t set = bits[at];
+    while (set != 0) {
+      const std::size_t i = at * 64 + static_cast<std::size_t>(__builtin_ctzll(set)) + r;
+      set &= set - 1;
+      if (i >= end) break;
+      const std::size_t hi = std::min(n - 1, i + r);
+      double pooled = v[i - r];
+      for (std::size_t j = i - r + 1; j <= hi; ++j) pooled = std::max(pooled, v[j]);
+      emit(i, pooled);
+      if (found > room) break;
+    }
+  }
+  return std::min(found, room + 1);
+}
+
 // SnapKV's pooling: out[i] = max of v[j] for j in [i - r, i + r] clipped to
 // [0, n). A maximum of non-NaN values does not depend on the order it is
 // taken in, so the vector body is exact.
@@ -591,6 +678,7 @@ HWY_EXPORT(FindFirstF32);
 HWY_EXPORT(RingSums);
 HWY_EXPORT(PoolMax);
 HWY_EXPORT(PoolMaxMin);
+HWY_EXPORT(ScreenPool);
 HWY_EXPORT(SnapObserve);
 HWY_EXPORT(RingSumsMax);
 HWY_EXPORT(CountAtMost);
@@ -657,6 +745,11 @@ float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std
 
 double pool_max_min(const double* v, std::size_t n, std::size_t radius, double* out, std::size_t end) noexcept {
   return HWY_DYNAMIC_DISPATCH(PoolMaxMin)(v, n, radius, out, end);
+}
+
+std::size_t screen_pool(const double* v, std::size_t n, std::size_t radius, std::size_t end, double limit,
+                        std::uint32_t* index, double* score, std::size_t room, std::uint64_t* bits) noexcept {
+  return HWY_DYNAMIC_DISPATCH(ScreenPool)(v, n, radius, end, limit, index, score, room, bits);
 }
 
 AtMost count_at_most(const double* v, std::size_t begin, std::size_t end, double t) noexcept {

@@ -80,6 +80,14 @@ float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std
 // end is 0); end <= n.
 double pool_max_min(const double* v, std::size_t n, std::size_t radius, double* out, std::size_t end) noexcept;
 
+// Every i in [0, end) whose pooled score (pool_max's out[i]) is <= limit,
+// ascending with that score, while there is room in index/score; returns how
+// many there are, or room + 1 when there are more. radius <= kMaxScreenRadius;
+// `bits` is scratch of n / 64 + 2 words. end <= n.
+inline constexpr std::size_t kMaxScreenRadius = 31;
+std::size_t screen_pool(const double* v, std::size_t n, std::size_t radius, std::size_t end, double limit,
+                        std::uint32_t* index, double* score, std::size_t room, std::uint64_t* bits) noexcept;
+
 // How many of v[begin, end) are <= t, and the first of them (end if none).
 struct AtMost {
   std::size_t count;

@@ -31,6 +31,15 @@ std::size_t hole_room(std::size_t capacity) { return std::clamp<std::size_t>(cap
 constexpr std::size_t kMaxStepsUnsynced = 1024;
 // More candidates than this (ties) and every sum is recomputed instead.
 constexpr std::size_t kMaxCandidates = 8;
+// Windows the screen may find before every position is pooled instead, and
+// the most it should find (past this the margin narrows).
+constexpr std::size_t kScreenRoom = 128;
+constexpr std::size_t kScreenTarget = 16;
+// The screen's limit is last step's lowest pooled score times a margin whose
+// excess over 1 doubles when the limit proved too low (up to this margin) and
+// halves when more than kScreenTarget windows passed.
+constexpr double kFirstScreenMargin = 1.125;
+constexpr double kMaxScreenMargin = 4.0;
 }  // namespace
 
 namespace detail {
@@ -66,16 +75,22 @@ SnapKVCore::SnapKVCore(const char* title, const SnapKVParams& params, std::size_
   pooled_.resize(capacity_);
   marked_.resize(capacity_);
   victims_.resize(capacity_);
+  candidate_index_.resize(std::min(capacity_, kScreenRoom));
+  candidate_score_.resize(std::min(capacity_, kScreenRoom));
+  bits_.resize(capacity_ / 64 + 2);
+  screen_margin_ = kFirstScreenMargin;
   positions_[0] = 0;  // with an all-zero ring
   ring_end_ = 1;
   kept_ = 1;
 }
 
 std::size_t SnapKVCore::memory_bytes() const noexcept {
-  // Per held slot: position 4, running sum 8, pooled score 8, scratch byte 1.
-  // Per ring (a few more rings than slots: the victims' wait as holes): the
-  // obsWindow float32 cells and a hole name 4.
-  return capacity_ * (4 + 8 + 8 + 1) + ring_capacity_ * (4 * obs_window_ + 4);
+  // Per held slot: position 4, running sum 8, pooled score 8, scratch byte 1,
+  // a screen bit. Per ring (a few more rings than slots: the victims' wait
+  // as holes): the obsWindow float32 cells and a hole name 4. And the
+  // screen's list of windows, 12 bytes an entry.
+  return capacity_ * (4 + 8 + 8 + 1) + bits_.size() * 8 + ring_capacity_ * (4 * obs_window_ + 4) +
+         candidate_index_.size() * (4 + 8);
 }
 
 template <class F>
@@ -180,12 +195,12 @@ double SnapKVCore::cached_window_sum(std::size_t i) {
   return sum;
 }
 
-double SnapKVCore::exact_pooled(std::size_t i, double bound) {
+double SnapKVCore::exact_pooled(std::size_t i, double pooled, double bound) {
   // A neighbour whose running sum is more than 2·bound below the pooled one
   // is below the exact maximum too, so only the others are summed exactly.
   const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
   const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
-  const double floor = pooled_[i] - 2.0 * bound;
+  const double floor = pooled - 2.0 * bound;
   double best = -1.0;
   for (std::size_t k = lo; k <= hi; ++k) {
     if (running_[k] >= floor) best = std::max(best, cached_window_sum(k));
@@ -193,15 +208,13 @@ double SnapKVCore::exact_pooled(std::size_t i, double bound) {
   return best;
 }
 
-bool SnapKVCore::shared_source(const AtMost& near, std::size_t end, double threshold, double bound) const noexcept {
+bool SnapKVCore::shared_source(std::size_t count, double bound) const noexcept {
   std::size_t source = kNoSlot;
-  std::size_t seen = 0;
-  for (std::size_t i = near.first; i < end && seen < near.count; ++i) {
-    if (pooled_[i] > threshold) continue;
-    ++seen;
+  for (std::size_t c = 0; c < count; ++c) {
+    const std::size_t i = candidate_index_[c];
     const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
     const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
-    const double floor = pooled_[i] - 2.0 * bound;
+    const double floor = candidate_score_[c] - 2.0 * bound;
     for (std::size_t k = lo; k <= hi; ++k) {
       if (running_[k] < floor) continue;
       if (source != kNoSlot && source != k) return false;
@@ -218,37 +231,85 @@ bool SnapKVCore::shared_source(const AtMost& near, std::size_t end, double thres
 // such slot is the victim as it stands; a few are settled by their exact
 // ring-order sums (the first strict minimum among them, which no other slot
 // can beat); many -- ties -- recompute every sum exactly, as the spec does.
+//
+// The pooled scores themselves are mostly not computed: last step's lowest,
+// times a margin, is a limit no candidate exceeds when this step's lowest
+// plus 2·bound stays below it, and screen_pool pools only the windows whose
+// every sum is below the limit. When the limit was too low (no window, or a
+// candidate could lie above it) or too high (too many windows) every
+// position is pooled instead, and the margin adapts.
 std::size_t SnapKVCore::single_victim(std::size_t end) {
   if (steps_since_sync_ > kMaxStepsUnsynced) resync();
-  const double low = pool_max_min(running_.data(), kept_, pool_radius_, pooled_.data(), end);
   const double bound = drift_bound();
-  const double threshold = low + 2.0 * bound;
-  const AtMost near = count_at_most(pooled_.data(), 0, end, threshold);
+  const std::size_t room = candidate_index_.size();
+  double low = 0.0;
+  double threshold = 0.0;
+  std::size_t listed = 0;  // screened or enumerated scores in candidate_*_
+  std::size_t count = 0;   // pooled scores <= threshold (listed when count <= listed)
+  bool screened = false;
+  if (screen_limit_ >= 0.0 && pool_radius_ <= kMaxScreenRadius) {
+    const std::size_t found = screen_pool(running_.data(), kept_, pool_radius_, end, screen_limit_,
+                                          candidate_index_.data(), candidate_score_.data(), room, bits_.data());
+    counts_.screened_windows += std::min(found, room);
+    if (found >= 1 && found <= room) {
+      low = *std::min_element(candidate_score_.begin(), candidate_score_.begin() + static_cast<std::ptrdiff_t>(found));
+      threshold = low + 2.0 * bound;
+      screened = threshold <= screen_limit_;
+      listed = found;
+    }
+    if (found > kScreenTarget) {
+      screen_margin_ = 1.0 + (screen_margin_ - 1.0) / 2.0;
+    } else if (!screened) {
+      screen_margin_ = std::min(1.0 + (screen_margin_ - 1.0) * 2.0, kMaxScreenMargin);
+    }
+  }
+  if (screened) {
+    ++counts_.screened;
+    // Keep the candidates (<= threshold) at the front, in order.
+    for (std::size_t e = 0; e < listed; ++e) {
+      if (candidate_score_[e] > threshold) continue;
+      candidate_index_[count] = candidate_index_[e];
+      candidate_score_[count] = candidate_score_[e];
+      ++count;
+    }
+    listed = count;
+  } else {
+    low = pool_max_min(running_.data(), kept_, pool_radius_, pooled_.data(), end);
+    threshold = low + 2.0 * bound;
+    const AtMost near = count_at_most(pooled_.data(), 0, end, threshold);
+    count = near.count;
+    listed = 0;
+    for (std::size_t i = near.first; i < end && listed < std::min(count, room); ++i) {
+      if (pooled_[i] > threshold) continue;
+      candidate_index_[listed] = static_cast<std::uint32_t>(i);
+      candidate_score_[listed] = pooled_[i];
+      ++listed;
+    }
+  }
+  screen_limit_ = low * screen_margin_;
+  const std::size_t first = candidate_index_[0];
   // One candidate; or a zero bound (every cell 0, every sum exact), where
   // the first minimum is the first candidate.
-  if (near.count == 1 || bound == 0.0) {
+  if (count == 1 || bound == 0.0) {
     ++counts_.running;
-    return near.first;
+    return first;
   }
   // Ties of pooling: candidates whose windows each hold one neighbour near
   // their maximum, the same one for all, have the same exact score (that
   // neighbour's sum), so the first of them is the first minimum.
-  if (shared_source(near, end, threshold, bound)) {
+  if (count <= listed && shared_source(count, bound)) {
     ++counts_.running;
-    return near.first;
+    return first;
   }
-  if (near.count <= kMaxCandidates) {
+  if (count <= kMaxCandidates) {
     ++counts_.candidates;
     cached_ = 0;
     std::size_t best = end;
     double best_score = 0.0;
-    std::size_t seen = 0;
-    for (std::size_t i = near.first; i < end && seen < near.count; ++i) {
-      if (pooled_[i] > threshold) continue;
-      ++seen;
-      const double score = exact_pooled(i, bound);
+    for (std::size_t c = 0; c < count; ++c) {
+      const double score = exact_pooled(candidate_index_[c], candidate_score_[c], bound);
       if (best == end || score < best_score) {
-        best = i;
+        best = candidate_index_[c];
         best_score = score;
       }
     }

@@ -22,15 +22,18 @@ struct SnapKVParams {
 
 namespace detail {
 
-struct AtMost;  // policies/kernels.h
-
 // How often each way of choosing a single victim ran (see snapkv.cpp): from
 // the running sums alone, after the exact ring-order sums of a few
 // candidates, or by recomputing every sum in ring order.
+// `screened` counts the choices whose lowest pooled score came from the
+// screen (only the windows below a limit pooled) rather than from pooling
+// every position.
 struct SnapKVPathCounts {
   std::uint64_t running = 0;
   std::uint64_t candidates = 0;
   std::uint64_t exact = 0;
+  std::uint64_t screened = 0;
+  std::uint64_t screened_windows = 0;  // windows the screen pooled, in all
 };
 
 // The SnapKV mechanism with a capacity and name chosen by its owner.
@@ -68,12 +71,12 @@ class SnapKVCore {
   std::size_t single_victim(std::size_t end);
   // Held slot i's exact pooled score, from the ring-order sums of the
   // neighbours whose running sums are within 2·bound of its pooled one.
-  double exact_pooled(std::size_t i, double bound);
+  double exact_pooled(std::size_t i, double pooled, double bound);
   double cached_window_sum(std::size_t i);
-  // True when the window of every candidate (pooled score <= threshold)
-  // holds exactly one neighbour whose running sum is within 2·bound of the
+  // True when the window of each of the first `count` candidates holds
+  // exactly one neighbour whose running sum is within 2·bound of the
   // candidate's pooled score, and it is the same neighbour for all of them.
-  bool shared_source(const AtMost& near, std::size_t end, double threshold, double bound) const noexcept;
+  bool shared_source(std::size_t count, double bound) const noexcept;
   // |running sum - ring-order sum| is at most this for every held ring.
   double drift_bound() const noexcept;
   double window_sum(std::size_t slot) const noexcept;
@@ -102,6 +105,14 @@ class SnapKVCore {
   float weight_bound_ = 0.0F;  // no held ring's cell exceeds it
   std::size_t steps_since_sync_ = 0;
   std::vector<double> pooled_;  // held order
+  // The screen (single_victim): windows found, then the candidates among
+  // them, ascending, with their pooled scores; its bit scratch; its limit
+  // (negative: none yet) and margin.
+  std::vector<std::uint32_t> candidate_index_;
+  std::vector<double> candidate_score_;
+  std::vector<std::uint64_t> bits_;
+  double screen_limit_ = -1.0;
+  double screen_margin_ = 1.0;
   std::vector<std::uint8_t> marked_;
   std::vector<Position> victims_;
   // Exact ring-order sums worked out during one eviction (a few at most).
