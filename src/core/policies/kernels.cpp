@@ -374,6 +374,16 @@ std::size_t ScreenPool(const double* HWY_RESTRICT v, std::size_t n, std::size_t 
   std::size_t w = 0;
   std::size_t k = 0;
   uint8_t lanes[8] = {};
+  // Whole words first: 64 / N independent compares, each OR-ed in at its
+  // own offset (N <= 8 lanes divide 64).
+  for (; k + 64 <= n; k += 64) {
+    std::uint64_t whole = 0;
+    for (std::size_t j = 0; j < 64; j += N) {
+      hn::StoreMaskBits(dd, hn::LoadU(dd, v + k + j) <= top, lanes);
+      whole |= std::uint64_t{lanes[0]} << j;
+    }
+    bits[w++] = whole;
+  }
   for (; k + N <= n; k += N) {
     hn::StoreMaskBits(dd, hn::LoadU(dd, v + k) <= top, lanes);
     word |= std::uint64_t{lanes[0]} << bit;  // N <= 8 lanes divide 64
