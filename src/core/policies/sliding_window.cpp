@@ -26,9 +26,10 @@ inline std::size_t wrap(std::size_t i, std::size_t capacity) noexcept { return i
 }  // namespace
 
 void SlidingWindow::on_decode_step(std::int64_t pos, Attention /*never read*/) {
-  const std::int64_t newest = size_ == 0 ? -1 : std::int64_t{ring_[wrap(head_ + size_ - 1, capacity_)]};
+  const std::int64_t newest = size_ == 0 ? -1 : newest_;
   detail::check_admission(kTitle, pos, newest, size_ + 1, capacity_, params_.budget);
   ring_[wrap(head_ + size_, capacity_)] = static_cast<Position>(pos);
+  newest_ = pos;
   ++size_;
 }
 
@@ -36,6 +37,12 @@ std::span<const Position> SlidingWindow::evict(std::int64_t budget) {
   detail::check_evict_budget(kTitle, budget);
   const auto b = static_cast<std::size_t>(budget);
   std::size_t count = 0;
+  if (size_ == b + 1) [[likely]] {  // the steady state: one goes
+    victims_[0] = ring_[head_];
+    head_ = wrap(head_ + 1, capacity_);
+    --size_;
+    return {victims_.data(), 1};
+  }
   // Oldest first: arrival order is ascending position order.
   while (size_ > b) {
     victims_[count++] = ring_[head_];
@@ -90,6 +97,7 @@ void SlidingWindow::remove(std::span<const Position> victims) {
     ++write;
   }
   size_ = write;
+  if (size_ > 0) newest_ = ring_[wrap(head_ + size_ - 1, capacity_)];
 }
 
 ScoreRules SlidingWindow::score_rules() const { return {}; }

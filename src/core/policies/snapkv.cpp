@@ -29,7 +29,8 @@ std::size_t hole_room(std::size_t capacity) { return std::clamp<std::size_t>(cap
 // a resynchronisation, the next eviction recomputes them first (one pass over
 // every cell, a thousandth of the plain rule's work).
 constexpr std::size_t kMaxStepsUnsynced = 1024;
-// More candidates than this (ties) and every sum is recomputed instead.
+// More candidates than this to sum exactly (ties) and every sum is
+// recomputed instead.
 constexpr std::size_t kMaxCandidates = 8;
 // Windows the screen may find before every position is pooled instead, and
 // the most it should find (past this the margin narrows).
@@ -301,18 +302,41 @@ std::size_t SnapKVCore::single_victim(std::size_t end) {
     ++counts_.running;
     return first;
   }
-  if (count <= kMaxCandidates) {
-    ++counts_.candidates;
-    cached_ = 0;
-    std::size_t best = end;
-    double best_score = 0.0;
-    for (std::size_t c = 0; c < count; ++c) {
-      const double score = exact_pooled(candidate_index_[c], candidate_score_[c], bound);
-      if (best == end || score < best_score) {
-        best = candidate_index_[c];
-        best_score = score;
-      }
+  // The candidates in order, each settled by its exact score, while no
+  // candidate yet beats max(0, low - bound) -- below which no exact score
+  // lies -- and no more than kMaxCandidates are summed. At a tie at zero
+  // (positions no step attended) the first candidate settles it.
+  const double least = std::max(0.0, low - bound);
+  cached_ = 0;
+  std::size_t best = end;
+  double best_score = 0.0;
+  std::size_t summed = 0;
+  const auto settle = [&](std::size_t i, double pooled) {
+    const double score = exact_pooled(i, pooled, bound);
+    ++summed;
+    if (best == end || score < best_score) {
+      best = i;
+      best_score = score;
     }
+    return best_score <= least;
+  };
+  bool settled = false;
+  // (Past kMaxCandidates only a tie at zero can settle early: elsewhere the
+  // plain recomputation below is cheaper than summing candidates in vain.)
+  if (count > kMaxCandidates && least > 0.0) {
+    // fall through to the recomputation
+  } else if (count <= listed) {
+    for (std::size_t c = 0; c < count && !settled && summed < kMaxCandidates; ++c) {
+      settled = settle(candidate_index_[c], candidate_score_[c]);
+    }
+    settled = settled || summed == count;
+  } else {  // (pooled every position: pooled_ holds them all)
+    for (std::size_t i = first; i < end && !settled && summed < kMaxCandidates; ++i) {
+      if (pooled_[i] <= threshold) settled = settle(i, pooled_[i]);
+    }
+  }
+  if (settled) {
+    ++counts_.candidates;
     return best;
   }
   ++counts_.exact;

@@ -1,5 +1,7 @@
 #include "kvevict/core/policies/streaming_llm.h"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "policies/common.h"
@@ -40,6 +42,15 @@ void StreamingLLM::push_window(Position pos) noexcept {
 }
 
 void StreamingLLM::on_decode_step(std::int64_t pos, Attention /*never read*/) {
+  // The steady state in three compares: a window position, newer than the
+  // newest, with room in the window (the slow path below repeats every check
+  // and names what is wrong).
+  if (pos >= params_.sinks && pos > newest_ && pos <= std::int64_t{std::numeric_limits<Position>::max()} &&
+      window_size_ < window_capacity_) [[likely]] {
+    push_window(static_cast<Position>(pos));
+    newest_ = pos;
+    return;
+  }
   const bool sink = pos >= 0 && pos < params_.sinks;
   // Only the window is bounded; a sink never counts against its capacity.
   const std::size_t capacity =
@@ -58,6 +69,12 @@ std::span<const Position> StreamingLLM::evict(std::int64_t budget) {
   detail::check_evict_budget(kTitle, budget);
   const auto b = static_cast<std::size_t>(budget);
   std::size_t count = 0;
+  if (kept_count() == b + 1 && window_size_ > 0) [[likely]] {  // the steady state: one goes
+    victims_[0] = window_[head_];
+    head_ = wrap(head_ + 1, window_capacity_);
+    --window_size_;
+    return {victims_.data(), 1};
+  }
   // Pop the oldest window entries; the sinks are never victims, so a budget
   // below the sink count empties the window and stops.
   while (kept_count() > b && window_size_ > 0) {

@@ -40,6 +40,7 @@ class SlidingWindow final : public Policy {
   std::vector<Position> ring_;  // oldest at head_
   std::size_t head_ = 0;
   std::size_t size_ = 0;
+  std::int64_t newest_ = 0;  // the newest held position, while size_ > 0
   std::vector<Position> victims_;
 };
 
