@@ -3,8 +3,9 @@
 
     make performance        (or: python3 scripts/performance.py)
 
-For each of AVX2 and AVX-512 that this CPU runs (a lower target is forced on
-a machine that has a higher one: KVEVICT_SIMD / --simd), runs
+For the two best SIMD targets this CPU runs (AVX-512 and AVX2 on a machine
+that has AVX-512; AVX2 and SSE4 on one that has AVX2 only -- the lower one
+forced with KVEVICT_SIMD / --simd), runs
 `build/kvevict bench --format json` (every policy against its row floor, the
 bank, the canonical compare) and `build/bench/kvevict_bench` (Google
 Benchmark: the library against the oracle, and the same row floor), then
@@ -100,32 +101,40 @@ def section(target, tool, gb):
     lines = [f"## {target.upper() if target != 'avx512' else 'AVX-512'}", "",
              f"`build/kvevict bench --simd {target}` and `KVEVICT_SIMD={target} build/bench/kvevict_bench`; "
              f"both report the target that ran: `{tool['simdTarget']}`.", "",
-             "| policy | budget | ns/step (tool) | row floor ns | x floor | library ns/step (GB) | "
-             "oracle ns/step (GB) | x faster than oracle |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| policy | budget | ns/step (tool) | rounds' range | row floor ns | x floor | rounds' range | "
+             "library ns/step (GB) | oracle ns/step (GB) | x faster than oracle |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in tool["rows"]:
         name, budget = row["policy"], row["budget"]
         lib = gb.get(f"BM_Library/{NAMES[name]}/{budget}")
         ora = gb.get(f"BM_Oracle/{NAMES[name]}/{budget}")
-        floor = row["floorNs"] if name in READS else None
-        ratio = row["ratioToFloor"] if name in READS else None
-        lines.append(
-            f"| {name} | {budget} | {row['nsPerStep']:.0f} | {fmt_ratio(floor, 0)} | {fmt_ratio(ratio)} | "
-            f"{lib['real_time']:.0f} | {ora['real_time']:.0f} | {ora['real_time'] / lib['real_time']:.1f}x |"
-            if lib and ora else
-            f"| {name} | {budget} | {row['nsPerStep']:.0f} | {fmt_ratio(floor, 0)} | {fmt_ratio(ratio)} | - | - | - |")
+        reads = name in READS
+        floor = row["floorNs"] if reads else None
+        ratio = row["ratioToFloor"] if reads else None
+        steps = row["nsPerStepSpread"]
+        ratios = row["ratioSpread"]
+        step_range = f"{steps['min']:.1f}-{steps['max']:.1f}" if steps["max"] < 100 else f"{steps['min']:.0f}-{steps['max']:.0f}"
+        ratio_range = f"{ratios['min']:.2f}-{ratios['max']:.2f}" if reads else "-"
+        ns = f"{row['nsPerStep']:.1f}" if row["nsPerStep"] < 100 else f"{row['nsPerStep']:.0f}"
+        oracle = (f"{lib['real_time']:.0f} | {ora['real_time']:.0f} | {ora['real_time'] / lib['real_time']:.1f}x"
+                  if lib and ora else "- | - | -")
+        lines.append(f"| {name} | {budget} | {ns} | {step_range} | {fmt_ratio(floor, 0)} | {fmt_ratio(ratio)} | "
+                     f"{ratio_range} | {oracle} |")
     lines += ["", f"Bank ({tool['bank'][0]['threads'] if tool['bank'] else '-'} threads; parallel read "
               f"bandwidth {tool['parallelReadBandwidthGBps']:.2f} GB/s):", "",
               "| policy | instances | budget | ms/step | touched GB/s | same-size read GB/s | share of bandwidth | "
-              "separate instances ms/step | bank speed-up |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "rounds' range | separate instances ms/step | bank speed-up |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in tool["bank"]:
-        share = f"{100 * b['shareOfBandwidth']:.0f}%" if b["touchedGBps"] > 0 else "- (reads no attention)"
+        reads = b["touchedGBps"] > 0
+        share = f"{100 * b['shareOfBandwidth']:.0f}%" if reads else "- (reads no attention)"
+        spread = f"{100 * b['shareSpread']['min']:.0f}-{100 * b['shareSpread']['max']:.0f}%" if reads else "-"
         lines.append(f"| {b['policy']} | {b['instances']} | {b['budget']} | {b['msPerStep']:.2f} | "
-                     f"{b['touchedGBps']:.2f} | {b['sameSizeReadGBps']:.2f} | {share} | "
+                     f"{b['touchedGBps']:.2f} | {b['sameSizeReadGBps']:.2f} | {share} | {spread} | "
                      f"{b['separateMsPerStep']:.2f} | {b['separateMsPerStep'] / b['msPerStep']:.2f}x |")
-    lines += ["", f"Canonical compare (21 runs): {tool['compareSharedSeconds']:.3f} s in one pass over the "
-              f"trace, {tool['compareSeparateSeconds']:.3f} s run by run.", ""]
+    lines += ["", f"Canonical compare (21 runs): {tool['compareSharedSeconds']:.3f} s wall and "
+              f"{tool['compareSharedCpuSeconds']:.3f} s of CPU in one pass over the trace "
+              f"({tool['compareThreads']} threads), {tool['compareSeparateSeconds']:.3f} s run by run (one thread).", ""]
     return lines
 
 
@@ -135,28 +144,38 @@ def targets_table(results):
     def cell(ok, text):
         return f"{'met' if ok else '**not met**'}: {text}"
 
+    def row_of(tool, policy, budget):
+        return next(r for r in tool["rows"] if r["policy"] == policy and r["budget"] == budget)
+
+    def ratio_check(policy, budget, limit):
+        def f(tool, gb):
+            r = row_of(tool, policy, budget)
+            spread = r["ratioSpread"]
+            return cell(r["ratioToFloor"] <= limit,
+                        f"{r['ratioToFloor']:.2f}x floor ({spread['min']:.2f}-{spread['max']:.2f})")
+        return (f"{policy} at {budget} <= {limit:g}x the row floor", f)
+
     checks = []
-    for policy in ("tova", "h2o", "scissorhands"):
-        for budget in (512, 4096):
-            def f(tool, gb, policy=policy, budget=budget):
-                r = next(r for r in tool["rows"] if r["policy"] == policy and r["budget"] == budget)
-                return cell(r["ratioToFloor"] <= 2.0, f"{r['ratioToFloor']:.2f}x floor")
-            checks.append((f"{policy} at {budget} <= 2x the row floor", f))
     for policy in ("snapkv", "pyramidkv"):
-        def f(tool, gb, policy=policy):
-            r = next(r for r in tool["rows"] if r["policy"] == policy and r["budget"] == 4096)
-            return cell(r["nsPerStep"] <= 10500, f"{r['nsPerStep'] / 1000:.1f} us")
-        checks.append((f"{policy} at 4096 <= 10.5 us", f))
+        for budget in (512, 4096):
+            checks.append(ratio_check(policy, budget, 3.0))
+    for policy in ("scissorhands", "h2o", "tova"):
+        for budget in (512, 4096):
+            checks.append(ratio_check(policy, budget, 2.0))
     for policy in ("sliding-window", "streaming-llm"):
         def f(tool, gb, policy=policy):
-            worst = max(r["nsPerStep"] for r in tool["rows"] if r["policy"] == policy)
-            return cell(worst <= 10.0, f"{worst:.1f} ns")
-        checks.append((f"{policy} <= 10 ns per step", f))
-    checks.append(("canonical compare <= 0.35 s",
-                   lambda tool, gb: cell(tool["compareSharedSeconds"] <= 0.35, f"{tool['compareSharedSeconds']:.3f} s")))
-    checks.append(("H2O bank >= 70% of the read bandwidth",
-                   lambda tool, gb: cell(next(b for b in tool["bank"] if b["policy"] == "h2o")["shareOfBandwidth"] >= 0.7,
-                                         f"{100 * next(b for b in tool['bank'] if b['policy'] == 'h2o')['shareOfBandwidth']:.0f}%")))
+            worst = max((r for r in tool["rows"] if r["policy"] == policy), key=lambda r: r["nsPerStep"])
+            spread = worst["nsPerStepSpread"]
+            return cell(worst["nsPerStep"] <= 4.0,
+                        f"{worst['nsPerStep']:.1f} ns ({spread['min']:.1f}-{spread['max']:.1f}) at {worst['budget']}")
+        checks.append((f"{policy} <= 4 ns per step at any budget", f))
+
+    def bank_share(tool, gb):
+        b = next(b for b in tool["bank"] if b["policy"] == "h2o")
+        return cell(b["shareOfBandwidth"] >= 0.7,
+                    f"{100 * b['shareOfBandwidth']:.0f}% ({100 * b['shareSpread']['min']:.0f}-"
+                    f"{100 * b['shareSpread']['max']:.0f}%)")
+    checks.append(("H2O bank >= 70% of the same-size read", bank_share))
     for name, f in checks:
         rows.append(f"| {name} | " + " | ".join(f(*results[t]) for t in results) + " |")
     return rows
@@ -165,14 +184,16 @@ def targets_table(results):
 def main():
     model, cores, compiler = machine()
     supported = json.loads(run([str(TOOL), "simd", "--format", "json"]))["supported"]
-    wanted = [t for t in ("avx2", "avx512") if t in supported] or [supported[-1]]
+    # The two best targets this CPU runs, the higher first.
+    order = ["avx512", "avx2", "sse4", "baseline"]
+    wanted = [t for t in order if t in supported][:2]
     results = {t: measure(t) for t in wanted}
     body = []
     for t in wanted:
         body += section(t, *results[t])
-    missing = [t for t in ("avx2", "avx512") if t not in supported]
-    note = (f"\nThis machine cannot run {', '.join(missing)}: rerun `make performance` on one that can.\n"
-            if missing else "")
+    missing = [t for t in ("avx512", "avx2") if t not in supported]
+    note = (f"\nThis machine cannot run {', '.join(missing)}: the page shows the two best targets it runs; rerun "
+            f"`make performance` on one that can.\n" if missing else "")
     page = f"""# Performance
 
 Measured by `make performance`, which reruns both benchmark tools at each SIMD

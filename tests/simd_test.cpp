@@ -346,16 +346,20 @@ void check_newer_policy_kernels(const std::string& target) {
       std::vector<float> want_row = row;
       std::vector<double> want_running = running;
       float want_high = 0.0F;
+      float want_least = std::numeric_limits<float>::infinity();
       for (std::size_t i = 0, ring_at = 0; i < covered; ++i, ++ring_at) {
         while (std::find(holes.begin(), holes.end(), ring_at) != holes.end()) ++ring_at;
         want_running[i] = (want_running[i] + static_cast<double>(fresh[i])) - static_cast<double>(want_row[ring_at]);
         want_row[ring_at] = fresh[i];
         want_high = std::max(want_high, fresh[i]);
+        if (fresh[i] > 0.0F) want_least = std::min(want_least, fresh[i]);
       }
-      const float high = detail::snap_observe(row.data(), running.data(), fresh.data(), covered, holes.data(), holes.size());
+      const detail::SnapExtremes seen =
+          detail::snap_observe(row.data(), running.data(), fresh.data(), covered, holes.data(), holes.size());
       ASSERT_TRUE(same_bits(row, want_row));
       ASSERT_TRUE(same_bits(running, want_running));
-      ASSERT_EQ(high, want_high);
+      ASSERT_EQ(seen.top, want_high);
+      ASSERT_EQ(seen.least_nonzero, want_least);
     }
   }
 }

@@ -7,6 +7,8 @@
 #include <memory>
 #include <random>
 
+#include <time.h>
+
 #include "kvevict/core/bank.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/harness.h"
@@ -25,8 +27,36 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+Spread spread_of(const std::vector<double>& v) {
+  if (v.empty()) return {};
+  return {*std::min_element(v.begin(), v.end()), median(v), *std::max_element(v.begin(), v.end())};
+}
+
+// The index of the median element (the rounds are odd in number).
+std::size_t median_index(const std::vector<double>& v) {
+  std::vector<std::size_t> order(v.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  return order.empty() ? 0 : order[order.size() / 2];
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The process's CPU time in seconds (every thread's).
+double process_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// This thread's CPU time in seconds: a step timed in it is not charged for
+// the time another process held the core.
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Attention vectors for the timed steps: enough distinct ones (64 MiB) that
@@ -94,8 +124,7 @@ double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
   return best;
 }
 
-BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::int64_t budget, double seconds,
-                        double bandwidth) {
+BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::int64_t budget, double seconds) {
   const bool windowed = policy == "scissorhands" || policy == "h2o";
   const std::int64_t recent = windowed ? 32 : 0;
   PolicyBank bank({policy, instances, budget, recent, 1, Aggregation::kSum, 0, policy == "streaming-llm" ? 4 : 0});
@@ -131,11 +160,50 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   };
   for (std::int64_t i = 0; i < budget + 2; ++i) step_separate();
 
-  // Rounds alternating between the bank and the separate instances, each the
-  // median round: a neighbour's load hits both alike.
+  // Bytes a step must move per slot: the attention read, the slot positions
+  // read, and the state -- read and written (Scissorhands' votes, H2O's
+  // scores), or only written (TOVA's records). The recency policies read no
+  // attention and touch O(1) bytes per instance.
+  const bool reads = policy != "sliding-window" && policy != "streaming-llm";
+  const double state_read = policy == "h2o" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
+  const double state_written = policy == "h2o" ? 8.0 : policy == "scissorhands" || policy == "tova" ? 4.0 : 0.0;
+  const double slots_total = static_cast<double>(n * cap);
+  const double touched = reads ? slots_total * (4.0 + 4.0 + state_read + state_written) : 0.0;
+  // The same-size read: a working set this large may sit partly in a large
+  // last-level cache, so the bank is compared with reading as many bytes --
+  // timed in each round right after the bank's steps, so a share above 100 %
+  // cannot come from a baseline measured at a quieter moment.
+  const auto read_floats = static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state_read) / 4.0);
+  std::vector<float> read_buffer(reads ? read_floats : 0);
+  {
+    const auto count_floats = static_cast<std::int64_t>(read_buffer.size());
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < count_floats; ++i) read_buffer[static_cast<std::size_t>(i)] = 1.0F;  // first touch per thread
+  }
+  const auto parallel_read_seconds = [&] {
+    float total = 0.0F;
+    const auto start = Clock::now();
+#pragma omp parallel reduction(+ : total)
+    {
+      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+      const auto t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t chunk = read_buffer.size() / threads;
+      total += sum_floats(read_buffer.data() + t * chunk,
+                          t + 1 == threads ? read_buffer.size() - t * chunk : chunk);
+    }
+    const double s = seconds_since(start);
+    volatile float sink = total;
+    (void)sink;
+    return s;
+  };
+
+  // Rounds alternating between the bank, the same-size read and the separate
+  // instances, each the median round: a neighbour's load hits all alike.
   constexpr int kRounds = 5;
   std::vector<double> bank_ms;
   std::vector<double> separate_ms;
+  std::vector<double> read_gb_s;
+  std::vector<double> shares;
   for (int round = 0; round < kRounds; ++round) {
     int round_steps = 0;
     auto start = Clock::now();
@@ -146,6 +214,15 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
       spent = seconds_since(start);
     } while (spent < seconds / kRounds || round_steps < 2);
     bank_ms.push_back(spent * 1e3 / round_steps);
+    if (reads) {
+      // The best of three reads (the first may still be warming the cache the
+      // bank just used), right after the round.
+      double best = 0.0;
+      const double read_bytes = static_cast<double>(read_buffer.size()) * 4.0;
+      for (int r = 0; r < 3; ++r) best = std::max(best, read_bytes / parallel_read_seconds() / 1e9);
+      read_gb_s.push_back(best);
+      shares.push_back(touched / (bank_ms.back() * 1e6) / best);
+    }
     round_steps = 0;
     start = Clock::now();
     do {
@@ -162,24 +239,16 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   row.threads = omp_get_max_threads();
   row.ms_per_step = median(bank_ms);
   row.separate_ms_per_step = median(separate_ms);
-  const double slots_total = static_cast<double>(n * cap);
-  // Bytes a step must move per slot: the attention read, the slot positions
-  // read, and the state -- read and written (Scissorhands' votes, H2O's
-  // scores), or only written (TOVA's records). The recency policies read no
-  // attention and touch O(1) bytes per instance.
-  const bool reads = policy != "sliding-window" && policy != "streaming-llm";
-  const double state_read = policy == "h2o" ? 8.0 : policy == "scissorhands" ? 4.0 : 0.0;
-  const double state_written = policy == "h2o" ? 8.0 : policy == "scissorhands" || policy == "tova" ? 4.0 : 0.0;
   row.attention_bytes = reads ? slots_total * 4.0 : 0.0;
-  row.touched_bytes = reads ? slots_total * (4.0 + 4.0 + state_read + state_written) : 0.0;
+  row.touched_bytes = touched;
   row.attention_gb_s = row.attention_bytes / (row.ms_per_step * 1e6);
   row.touched_gb_s = row.touched_bytes / (row.ms_per_step * 1e6);
-  // The same-size read: a working set this large may sit partly in a large
-  // last-level cache, so the bank is compared with reading as many bytes.
-  row.same_size_bandwidth_gb_s =
-      reads ? measure_parallel_read_bandwidth(static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state_read))) : 0.0;
-  row.share_of_bandwidth = reads ? row.touched_gb_s / std::min(bandwidth, row.same_size_bandwidth_gb_s) : 0.0;
-
+  if (reads) {
+    const std::size_t mid = median_index(shares);
+    row.same_size_bandwidth_gb_s = read_gb_s[mid];
+    row.share_of_bandwidth = shares[mid];
+    row.share = spread_of(shares);
+  }
   return row;
 }
 
@@ -264,28 +333,31 @@ BenchReport run_bench(const BenchOptions& options) {
       const double warm_step_s = seconds_since(warm_start) / static_cast<double>(warmed);
       // The floor: one plain sum over each row, from the same pool in the same
       // order -- what reading the step's attention from memory costs, row
-      // start-up included. Policy and floor are timed in alternating rounds
-      // and each is the median round, so a noisy neighbour hits both alike.
+      // start-up included. Policy and floor are timed in alternating rounds of
+      // equal length, in this thread's CPU time; each round's ratio is its
+      // steps over its own floor, and the row reports the median round with
+      // the spread of all of them.
       std::size_t done = 0;
       std::size_t read = 0;
       volatile float sink = 0.0F;
       std::vector<double> step_ns;
       std::vector<double> floor_ns;
+      std::vector<double> ratios;
       constexpr int kRounds = 7;
       const double round_s = options.seconds_per_case / kRounds;
       const int batch = static_cast<int>(std::clamp(round_s / 4 / std::max(warm_step_s, 1e-12), 1.0, 64.0));
       for (int round = 0; round < kRounds; ++round) {
         std::size_t count = 0;
-        auto start = Clock::now();
+        double start = thread_seconds();
         double elapsed = 0.0;
         do {
           for (int k = 0; k < batch; ++k) step(done++);
           count += static_cast<std::size_t>(batch);
-          elapsed = seconds_since(start);
-        } while (elapsed < options.seconds_per_case / kRounds);
+          elapsed = thread_seconds() - start;
+        } while (elapsed < round_s);
         step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
         count = 0;
-        start = Clock::now();
+        start = thread_seconds();
         do {
           float total = 0.0F;
           for (int k = 0; k < 64; ++k) {
@@ -295,18 +367,22 @@ BenchReport run_bench(const BenchOptions& options) {
           }
           sink = sink + total;
           count += 64;
-          elapsed = seconds_since(start);
-        } while (elapsed < options.seconds_per_case / (2 * kRounds));
+          elapsed = thread_seconds() - start;
+        } while (elapsed < round_s);
         floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
+        ratios.push_back(step_ns.back() / floor_ns.back());
       }
+      const std::size_t mid = median_index(ratios);
       BenchRow row;
       row.policy = name;
       row.budget = budget;
-      row.ns_per_step = median(step_ns);
+      row.ns_per_step = step_ns[mid];
       row.attention_bytes = static_cast<double>((len + state.size()) * sizeof(float));
       row.gb_per_s = row.attention_bytes / row.ns_per_step;
-      row.floor_ns = median(floor_ns);
-      row.ratio_to_floor = row.ns_per_step / row.floor_ns;
+      row.floor_ns = floor_ns[mid];
+      row.ratio_to_floor = ratios[mid];
+      row.step_ns = spread_of(step_ns);
+      row.ratio = spread_of(ratios);
       report.rows.push_back(row);
     }
   }
@@ -317,15 +393,18 @@ BenchReport run_bench(const BenchOptions& options) {
     for (const char* policy : {"scissorhands", "h2o", "tova", "sliding-window", "streaming-llm"}) {
       if (options.progress) options.progress(std::string("bank of ") + policy);
       report.bank.push_back(bench_bank(policy, options.bank_instances, options.bank_budget,
-                                       std::max(1.0, 4 * options.seconds_per_case), report.parallel_bandwidth_gb_s));
+                                       std::max(1.0, 4 * options.seconds_per_case)));
     }
   }
 
   if (options.include_compare) {
     if (options.progress) options.progress("canonical compare, one pass");
     auto start = Clock::now();
+    const double cpu_start = process_seconds();
     (void)compare(CompareRequest{}, EvaluateOptions{});
     report.compare_shared_seconds = seconds_since(start);
+    report.compare_shared_cpu_seconds = process_seconds() - cpu_start;
+    report.compare_threads = omp_get_max_threads();
     if (options.progress) options.progress("canonical compare, run by run");
     start = Clock::now();
     for (const PolicyInfo* info : policies()) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <functional>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "kvevict/core/errors.h"
 
@@ -13,6 +15,8 @@ namespace kvevict {
 namespace {
 
 constexpr std::uint32_t kTopK = 32;
+// Runs whose retained sums advance together (see run_many).
+constexpr std::size_t kSumGroup = 8;
 
 // Per-run harness state: the held set as the harness sees it.
 struct RunState {
@@ -31,21 +35,35 @@ void top_set(std::span<const float> w, std::vector<float>& scratch,
              std::vector<std::uint32_t>& top) {
   const std::size_t t = w.size();
   const std::size_t k = std::min<std::size_t>(kTopK, t);
-  scratch.assign(w.begin(), w.end());
-  std::nth_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(k - 1),
-                   scratch.end(), std::greater<>());
-  const float threshold = scratch[k - 1];
-  std::size_t above = 0;
-  for (const float x : w) above += x > threshold ? 1 : 0;
-  std::size_t tie_slots = k - above;
-  top.clear();
-  for (std::size_t i = 0; i < t; ++i) {
-    if (w[i] > threshold) {
-      top.push_back(static_cast<std::uint32_t>(i));
-    } else if (w[i] == threshold && tie_slots > 0) {
-      --tie_slots;
-      top.push_back(static_cast<std::uint32_t>(i));
+  // The k-th largest weight (duplicates counted): a min-heap of the k largest
+  // so far, which most weights of a step pass without entering.
+  scratch.assign(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(k));
+  std::make_heap(scratch.begin(), scratch.end(), std::greater<>());
+  for (std::size_t i = k; i < t; ++i) {
+    if (w[i] > scratch.front()) {
+      std::pop_heap(scratch.begin(), scratch.end(), std::greater<>());
+      scratch.back() = w[i];
+      std::push_heap(scratch.begin(), scratch.end(), std::greater<>());
     }
+  }
+  const float threshold = scratch.front();
+  // One walk: the positions above the threshold (fewer than k) and the first
+  // k ties at it, each ascending; then the ties that fit, merged in order.
+  top.clear();
+  std::uint32_t ties[kTopK];
+  std::size_t tie_count = 0;
+  for (std::size_t i = 0; i < t; ++i) {
+    if (w[i] >= threshold) {
+      if (w[i] > threshold) {
+        top.push_back(static_cast<std::uint32_t>(i));
+      } else if (tie_count < k) {
+        ties[tie_count++] = static_cast<std::uint32_t>(i);
+      }
+    }
+  }
+  const std::size_t taken = std::min(tie_count, k - top.size());
+  for (std::size_t j = 0; j < taken; ++j) {  // (at most k of each: no buffer, no allocation)
+    top.insert(std::upper_bound(top.begin(), top.end(), ties[j]), ties[j]);
   }
 }
 
@@ -63,7 +81,18 @@ void apply_victims(RunState& run, std::span<const Position> victims, std::uint32
     run.is_kept[v] = 0;  // so a duplicate fails on its second occurrence
   }
   run.totals.evicted += static_cast<std::int64_t>(victims.size());
-  std::erase_if(run.kept, [&](Position p) { return run.is_kept[p] == 0; });
+  // Close the gaps from the lowest victim on (the held set is ascending): one
+  // victim is one erase, and the positions below the lowest never move.
+  if (!victims.empty()) {
+    const Position lowest = *std::min_element(victims.begin(), victims.end());
+    const auto from = std::lower_bound(run.kept.begin(), run.kept.end(), lowest);
+    if (victims.size() == 1) {
+      run.kept.erase(from);
+    } else {
+      run.kept.erase(std::remove_if(from, run.kept.end(), [&](Position p) { return run.is_kept[p] == 0; }),
+                     run.kept.end());
+    }
+  }
   if (std::ssize(run.kept) > run.budget) {
     throw ContractError(fmt::format(
         "{}: returned {} positions at step {}, leaving {} held against a budget of {}",
@@ -81,6 +110,8 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
   const std::uint32_t length = trace.length();
   std::vector<RunState> states;
   states.reserve(runs.size());
+  std::int64_t max_budget = 1;
+  for (const RunSlot& slot : runs) max_budget = std::max(max_budget, slot.budget);
   for (const RunSlot& slot : runs) {
     if (slot.policy == nullptr) throw ContractError("harness: a run has no policy");
     if (slot.budget < 1) {
@@ -94,7 +125,9 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
     s.kept.push_back(0);
     s.is_kept.assign(length, 0);
     s.is_kept[0] = 1;
-    s.attn.resize(most_held);
+    // Room for the longest run's held set: the retained sums run in groups,
+    // each run's weights padded with zeros to its group's longest (below).
+    s.attn.resize(std::min<std::size_t>(length, static_cast<std::size_t>(max_budget)) + 1);
     s.totals.budget = slot.budget;
     states.push_back(std::move(s));
   }
@@ -106,55 +139,224 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
   trace.rewind();
   std::vector<float> scratch;
   std::vector<std::uint32_t> top;
+  std::vector<double> retained_of(states.size());
   scratch.reserve(length);
   top.reserve(kTopK);
-  for (std::uint32_t t = 1; t <= steps; ++t) {
-    const std::span<const float> w = trace.next();
-    top_set(w, scratch, top);
-    StepInputs inputs;
-    if (signals != nullptr) inputs = signals->at(t);
-    for (std::size_t r = 0; r < states.size(); ++r) {
-      RunState& run = states[r];
-      const auto started = std::chrono::steady_clock::now();
-      RunTotals& tot = run.totals;
-      ++tot.steps;
-      const std::size_t held = run.kept.size();
-      double retained = 0.0;  // float64, ascending order
-      for (std::size_t i = 0; i < held; ++i) {
-        run.attn[i] = w[run.kept[i]];
-        retained += static_cast<double>(run.attn[i]);
-      }
-      tot.total_retained_mass += retained;
-      tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
-      for (const std::uint32_t p : top) tot.total_heavy_hits += run.is_kept[p];
 
-      if (signals != nullptr) {
-        inputs.attention = std::span<const float>(run.attn.data(), held);
-        run.policy->on_step(t, inputs);
-      } else {
-        run.policy->on_decode_step(t, std::span<const float>(run.attn.data(), held));
-      }
-      run.kept.push_back(t);
-      run.is_kept[t] = 1;
-      std::span<const Position> victims;
-      if (std::ssize(run.kept) > run.budget) {
-        ++tot.eviction_calls;
-        victims = run.policy->evict(run.budget);
-        apply_victims(run, victims, t, length);
-      }
-      run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      if (observe) {
-        StepView view;
-        view.run = r;
-        view.step = t;
-        view.weights = w;
-        view.kept = run.kept;
-        view.victims = victims;
-        view.retained = retained;
-        observe(view);
-      }
+  // The held weights of the step `w` for up to kSumGroup runs (`members`),
+  // then their retained masses: each a float64 sum in ascending order, but
+  // the group's sums advance together (independent chains, so the adds do
+  // not wait on each other; a run shorter than the group's longest adds
+  // zeros, which change no sum).
+  const auto gather_and_sum = [&](std::span<const std::size_t> members, std::span<const float> w) {
+    std::size_t longest = 0;
+    for (const std::size_t r : members) {
+      RunState& run = states[r];
+      const std::size_t held = run.kept.size();
+      for (std::size_t i = 0; i < held; ++i) run.attn[i] = w[run.kept[i]];
+      longest = std::max(longest, held);
     }
-    if (progress) progress(t, steps);
+    for (const std::size_t r : members) {
+      RunState& run = states[r];
+      std::fill(run.attn.begin() + static_cast<std::ptrdiff_t>(run.kept.size()),
+                run.attn.begin() + static_cast<std::ptrdiff_t>(longest), 0.0F);
+    }
+    double sums[kSumGroup] = {};
+    const float* rows[kSumGroup];
+    for (std::size_t m = 0; m < kSumGroup; ++m) rows[m] = states[members[std::min(m, members.size() - 1)]].attn.data();
+    for (std::size_t i = 0; i < longest; ++i) {
+      for (std::size_t m = 0; m < kSumGroup; ++m) sums[m] += static_cast<double>(rows[m][i]);
+    }
+    for (std::size_t m = 0; m < members.size(); ++m) retained_of[members[m]] = sums[m];
+  };
+  // Every run, in sum groups of kSumGroup.
+  std::vector<std::size_t> all_runs(states.size());
+  for (std::size_t r = 0; r < all_runs.size(); ++r) all_runs[r] = r;
+  const auto gather_and_sum_all = [&](std::span<const std::size_t> runs_here, std::span<const float> w) {
+    for (std::size_t g = 0; g < runs_here.size(); g += kSumGroup) {
+      gather_and_sum(runs_here.subspan(g, std::min(kSumGroup, runs_here.size() - g)), w);
+    }
+  };
+
+  // One run's step: its policy sees the step, the harness applies its victims.
+  const auto step_run = [&](std::size_t r, std::uint32_t t, std::span<const float> w,
+                            std::span<const std::uint32_t> step_top, const StepInputs* inputs) {
+    RunState& run = states[r];
+    const auto started = std::chrono::steady_clock::now();
+    RunTotals& tot = run.totals;
+    ++tot.steps;
+    const std::size_t held = run.kept.size();
+    const double retained = retained_of[r];
+    tot.total_retained_mass += retained;
+    tot.total_heavy_possible += static_cast<std::int64_t>(step_top.size());
+    for (const std::uint32_t p : step_top) tot.total_heavy_hits += run.is_kept[p];
+
+    if (inputs != nullptr) {
+      StepInputs mine = *inputs;
+      mine.attention = std::span<const float>(run.attn.data(), held);
+      run.policy->on_step(t, mine);
+    } else {
+      run.policy->on_decode_step(t, std::span<const float>(run.attn.data(), held));
+    }
+    run.kept.push_back(t);
+    run.is_kept[t] = 1;
+    std::span<const Position> victims;
+    if (std::ssize(run.kept) > run.budget) {
+      ++tot.eviction_calls;
+      victims = run.policy->evict(run.budget);
+      apply_victims(run, victims, t, length);
+    }
+    run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (observe) {
+      StepView view;
+      view.run = r;
+      view.step = t;
+      view.weights = w;
+      view.kept = run.kept;
+      view.victims = victims;
+      view.retained = retained;
+      observe(view);
+    }
+  };
+
+  // Several runs, nothing watching each step in order (an observer sees the
+  // runs in order, step by step) and no signals read step by step: the runs
+  // are spread over the cores. The trace is still made once: kChunkSteps
+  // rows (and their top sets) at a time, then each group of runs takes all of
+  // the chunk's steps on whichever core is free -- one fork and join a
+  // chunk, not a step.
+  const bool parallel =
+      states.size() > 1 && !observe && signals == nullptr && omp_get_max_threads() > 1 && !omp_in_parallel();
+  if (!parallel) {
+    for (std::uint32_t t = 1; t <= steps; ++t) {
+      const std::span<const float> w = trace.next();
+      top_set(w, scratch, top);
+      StepInputs inputs;
+      if (signals != nullptr) inputs = signals->at(t);
+      gather_and_sum_all(all_runs, w);
+      for (std::size_t r = 0; r < states.size(); ++r) {
+        step_run(r, t, w, top, signals != nullptr ? &inputs : nullptr);
+      }
+      if (progress) progress(t, steps);
+    }
+  } else {
+    constexpr std::uint32_t kChunkSteps = 256;
+    // Two chunk buffers: while the cores step the runs through one chunk, the
+    // first core also makes the next (the trace is read in order, by it alone).
+    struct Chunk {
+      std::uint32_t first = 0;  // its first step
+      std::uint32_t count = 0;
+      std::vector<float> rows;
+      std::vector<std::size_t> row_at = std::vector<std::size_t>(kChunkSteps + 1);
+      std::vector<std::uint32_t> tops = std::vector<std::uint32_t>(kChunkSteps * kTopK);
+      std::vector<std::uint32_t> top_count = std::vector<std::uint32_t>(kChunkSteps);
+    };
+    Chunk chunks[2];
+    std::vector<float> make_scratch;
+    std::vector<std::uint32_t> make_top;
+    make_scratch.reserve(length);
+    make_top.reserve(kTopK);
+    const auto make_chunk = [&](Chunk& chunk, std::uint32_t t0) {
+      chunk.first = t0;
+      chunk.count = t0 > steps ? 0 : std::min(kChunkSteps, steps - t0 + 1);
+      chunk.rows.clear();
+      for (std::uint32_t k = 0; k < chunk.count; ++k) {
+        const std::span<const float> w = trace.next();
+        chunk.row_at[k] = chunk.rows.size();
+        chunk.rows.insert(chunk.rows.end(), w.begin(), w.end());
+        top_set(w, make_scratch, make_top);
+        std::copy(make_top.begin(), make_top.end(), chunk.tops.begin() + static_cast<std::ptrdiff_t>(k * kTopK));
+        chunk.top_count[k] = static_cast<std::uint32_t>(make_top.size());
+      }
+      chunk.row_at[chunk.count] = chunk.rows.size();
+    };
+    // One share of the runs per core, balanced by what each run cost in the
+    // last chunk (largest first, each to the least loaded share; the first
+    // core's share starts with the cost of making the next chunk); the first
+    // chunk deals them out in turn.
+    const auto cores = static_cast<std::size_t>(std::min<std::int64_t>(omp_get_max_threads(), std::ssize(states)));
+    std::vector<std::vector<std::size_t>> shares(cores);
+    for (std::size_t r = 0; r < states.size(); ++r) shares[r % cores].push_back(r);
+    std::vector<double> spent_before(states.size(), 0.0);
+    double making_seconds = 0.0;
+    // A share's first error, at its step and run: the one the serial loop
+    // would have thrown (lowest step, then lowest run) is rethrown; an error
+    // making the next chunk is thrown after the chunk that was being stepped.
+    struct Failure {
+      std::uint32_t step = 0;
+      std::size_t run = 0;
+      std::exception_ptr error;
+    };
+    std::vector<Failure> failures(cores);
+    std::exception_ptr making_error;
+    make_chunk(chunks[0], 1);
+    for (std::size_t which = 0; chunks[which].count > 0; which ^= 1) {
+      const Chunk& chunk = chunks[which];
+      Chunk& next = chunks[which ^ 1];
+      const std::uint32_t t0 = chunk.first;
+      const std::uint32_t count = chunk.count;
+#pragma omp parallel num_threads(static_cast<int>(cores))
+      {
+        const auto c = static_cast<std::size_t>(omp_get_thread_num());
+        if (c == 0) {
+          const auto started = std::chrono::steady_clock::now();
+          try {
+            make_chunk(next, t0 + count);
+          } catch (...) {
+            making_error = std::current_exception();
+            next.count = 0;
+          }
+          making_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        }
+        // (Each thread takes the shares c, c + threads, ...: fewer threads
+        // than asked for still step every run.)
+        for (std::size_t share = c; share < cores; share += static_cast<std::size_t>(omp_get_num_threads())) {
+          const std::vector<std::size_t>& mine = shares[share];
+          Failure& failure = failures[share];
+          for (std::uint32_t k = 0; k < count && !failure.error; ++k) {
+            const std::uint32_t t = t0 + k;
+            const std::span<const float> w(chunk.rows.data() + chunk.row_at[k], chunk.row_at[k + 1] - chunk.row_at[k]);
+            const std::span<const std::uint32_t> step_top(chunk.tops.data() + k * kTopK, chunk.top_count[k]);
+            gather_and_sum_all(mine, w);
+            for (const std::size_t r : mine) {
+              try {
+                step_run(r, t, w, step_top, nullptr);
+              } catch (...) {
+                failure = {t, r, std::current_exception()};
+                break;
+              }
+            }
+          }
+        }
+      }
+      const Failure* worst = nullptr;
+      for (const Failure& f : failures) {
+        if (f.error && (worst == nullptr || f.step < worst->step || (f.step == worst->step && f.run < worst->run))) {
+          worst = &f;
+        }
+      }
+      if (worst != nullptr) std::rethrow_exception(worst->error);
+      if (making_error) std::rethrow_exception(making_error);
+      if (progress) {
+        for (std::uint32_t k = 0; k < count; ++k) progress(t0 + k, steps);
+      }
+      // Rebalance: each run's cost in this chunk, largest first.
+      std::vector<std::pair<double, std::size_t>> cost(states.size());
+      for (std::size_t r = 0; r < states.size(); ++r) {
+        cost[r] = {states[r].seconds - spent_before[r], r};
+        spent_before[r] = states[r].seconds;
+      }
+      std::sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<double> load(cores, 0.0);
+      load[0] = making_seconds;
+      for (auto& share : shares) share.clear();
+      for (const auto& [seconds_here, r] : cost) {
+        const std::size_t least = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        shares[least].push_back(r);
+        load[least] += seconds_here;
+      }
+      for (auto& share : shares) std::sort(share.begin(), share.end());
+    }
   }
 
   std::vector<RunTotals> out;

@@ -89,8 +89,11 @@ TEST(SnapKV, Rules) {
 // weights here are built to reach all three: sums that round differently
 // in the two orders (1, and 24-bit fractions down to 2^-71), exact ties
 // (sixteenths, and zeros), one value for every weight (everything ties), and
-// plain random weights. 2,500 steps cross the resynchronisation at 1,024.
-enum class NearTieMix { kRounding, kSixteenths, kFlat, kRandom };
+// plain random weights; and weights just past exact float64 arithmetic (1,
+// and 24-bit fractions at 2^-28: four ones and one of them need 54 bits), where
+// a zero bound would be wrong. 2,500 steps cross the resynchronisation at
+// 1,024.
+enum class NearTieMix { kRounding, kSixteenths, kFlat, kRandom, kBoundary };
 
 float near_tie_weight(NearTieMix mix, std::mt19937& rng, float flat) {
   std::uniform_int_distribution<std::uint32_t> pick(0, 1U << 24);
@@ -105,6 +108,12 @@ float near_tie_weight(NearTieMix mix, std::mt19937& rng, float flat) {
     case NearTieMix::kSixteenths: return pick(rng) % 3 == 0 ? 0.0F : static_cast<float>(pick(rng) % 5) / 16.0F;
     case NearTieMix::kFlat: return flat;
     case NearTieMix::kRandom: return static_cast<float>(pick(rng)) / static_cast<float>(1U << 24) * 0.01F;
+    case NearTieMix::kBoundary:
+      switch (pick(rng) % 4) {
+        case 0: return 0.0F;
+        case 1: return 1.0F;
+        default: return std::ldexp(static_cast<float>((1U << 23) + pick(rng) % 4), -28 - 23);
+      }
   }
   return 0.0F;
 }
@@ -142,7 +151,8 @@ detail::SnapKVPathCounts run_against_oracle(P& fast, oracle::Oracle& plain, std:
 TEST(SnapKVFastPath, EveryWayOfChoosingMatchesTheOracleOnNearTies) {
   detail::SnapKVPathCounts total;
   std::uint32_t seed = 1;
-  for (const NearTieMix mix : {NearTieMix::kRounding, NearTieMix::kSixteenths, NearTieMix::kFlat, NearTieMix::kRandom}) {
+  for (const NearTieMix mix : {NearTieMix::kRounding, NearTieMix::kSixteenths, NearTieMix::kFlat, NearTieMix::kRandom,
+                               NearTieMix::kBoundary}) {
     for (const std::int64_t kernel : {1, 3, 7, 15}) {
       for (const auto& [budget, obs] : {std::pair<std::int64_t, std::int64_t>{70, 4}, {300, 16}}) {
         SCOPED_TRACE(::testing::Message() << "mix " << static_cast<int>(mix) << " poolKernel " << kernel

@@ -140,62 +140,75 @@ void print_simd(std::ostream& out, const std::vector<std::string>& compiled, con
       << "active:    " << active << '\n';
 }
 
+static nlohmann::ordered_json spread_json(const Spread& s) {
+  return {{"min", s.min}, {"median", s.median}, {"max", s.max}};
+}
+
 void print_bench(std::ostream& out, const BenchReport& r, const std::string& format) {
   if (format == "json") {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (const BenchRow& b : r.rows) {
       rows.push_back({{"policy", b.policy}, {"budget", b.budget}, {"nsPerStep", b.ns_per_step},
                       {"attentionBytes", b.attention_bytes}, {"gbPerSecond", b.gb_per_s},
-                      {"floorNs", b.floor_ns}, {"ratioToFloor", b.ratio_to_floor}});
+                      {"floorNs", b.floor_ns}, {"ratioToFloor", b.ratio_to_floor},
+                      {"nsPerStepSpread", spread_json(b.step_ns)}, {"ratioSpread", spread_json(b.ratio)}});
     }
     nlohmann::ordered_json bank = nlohmann::ordered_json::array();
     for (const BankBenchRow& b : r.bank) {
       bank.push_back({{"policy", b.policy}, {"instances", b.instances}, {"budget", b.budget}, {"threads", b.threads},
                       {"msPerStep", b.ms_per_step}, {"attentionGBps", b.attention_gb_s},
                       {"touchedGBps", b.touched_gb_s}, {"sameSizeReadGBps", b.same_size_bandwidth_gb_s},
-                      {"shareOfBandwidth", b.share_of_bandwidth}, {"separateMsPerStep", b.separate_ms_per_step}});
+                      {"shareOfBandwidth", b.share_of_bandwidth}, {"shareSpread", spread_json(b.share)},
+                      {"separateMsPerStep", b.separate_ms_per_step}});
     }
     nlohmann::ordered_json doc = {{"simdTarget", r.simd_target},
                                   {"readBandwidthGBps", r.read_bandwidth_gb_s},
                                   {"parallelReadBandwidthGBps", r.parallel_bandwidth_gb_s},
                                   {"rows", rows}, {"bank", bank},
                                   {"compareSharedSeconds", r.compare_shared_seconds},
+                                  {"compareSharedCpuSeconds", r.compare_shared_cpu_seconds},
+                                  {"compareThreads", r.compare_threads},
                                   {"compareSeparateSeconds", r.compare_separate_seconds}};
     out << doc.dump(2) << '\n';
     return;
   }
   out << fmt::format("SIMD target: {}\n\n", r.simd_target);
-  std::vector<std::vector<std::string>> cells{
-      {"policy", "budget", "ns/step", "attention bytes/step", "GB/s", "floor ns", "x floor"}};
+  std::vector<std::vector<std::string>> cells{{"policy", "budget", "ns/step", "ns/step min-max", "attention bytes/step",
+                                               "GB/s", "floor ns", "x floor", "x floor min-max"}};
   for (const BenchRow& b : r.rows) {
     cells.push_back({b.policy, std::to_string(b.budget), fmt::format("{:.0f}", b.ns_per_step),
+                     fmt::format("{:.0f}-{:.0f}", b.step_ns.min, b.step_ns.max),
                      fmt::format("{:.0f}", b.attention_bytes), fmt::format("{:.2f}", b.gb_per_s),
-                     fmt::format("{:.0f}", b.floor_ns), fmt::format("{:.2f}", b.ratio_to_floor)});
+                     fmt::format("{:.0f}", b.floor_ns), fmt::format("{:.2f}", b.ratio_to_floor),
+                     fmt::format("{:.2f}-{:.2f}", b.ratio.min, b.ratio.max)});
   }
   if (format == "markdown") {
     for (std::size_t i = 0; i < cells.size(); ++i) {
       std::string line = "|";
       for (const auto& c : cells[i]) line += " " + c + " |";
       out << line << '\n';
-      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|\n";
+      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     }
   } else {
     print_aligned(out, cells);
   }
-  out << fmt::format("\nfloor = a plain sum over the step's attention row, read from the same 64 MiB pool (timed "
-                     "in rounds alternating with the policy; medians); streaming read bandwidth, one thread: {:.2f} GB/s\n",
+  out << fmt::format("\nfloor = a plain sum over the step's attention row, read from the same 64 MiB pool; policy and "
+                     "floor in 7 alternating rounds of thread CPU time, each round's ratio its own steps over its own "
+                     "floor: the median round, and the rounds' range; streaming read bandwidth, one thread: {:.2f} GB/s\n",
                      r.read_bandwidth_gb_s);
   if (!r.bank.empty()) {
     out << fmt::format("\nbank (structure of arrays, slot-addressed, {} threads); parallel read bandwidth {:.2f} GB/s\n",
                        r.bank.front().threads, r.parallel_bandwidth_gb_s);
     std::vector<std::vector<std::string>> bank{{"policy", "instances", "budget", "ms/step", "attention GB/s",
                                                 "touched GB/s", "same-size read GB/s", "of bandwidth",
-                                                "separate ms/step", "bank speed-up"}};
+                                                "of bandwidth min-max", "separate ms/step", "bank speed-up"}};
     for (const BankBenchRow& b : r.bank) {
       bank.push_back({b.policy, std::to_string(b.instances), std::to_string(b.budget),
                       fmt::format("{:.2f}", b.ms_per_step), fmt::format("{:.2f}", b.attention_gb_s),
                       fmt::format("{:.2f}", b.touched_gb_s), fmt::format("{:.2f}", b.same_size_bandwidth_gb_s),
-                      fmt::format("{:.0f}%", 100 * b.share_of_bandwidth), fmt::format("{:.2f}", b.separate_ms_per_step),
+                      fmt::format("{:.0f}%", 100 * b.share_of_bandwidth),
+                      fmt::format("{:.0f}-{:.0f}%", 100 * b.share.min, 100 * b.share.max),
+                      fmt::format("{:.2f}", b.separate_ms_per_step),
                       fmt::format("{:.2f}x", b.separate_ms_per_step / b.ms_per_step)});
     }
     if (format == "markdown") {
@@ -203,18 +216,20 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
         std::string line = "|";
         for (const auto& c : bank[i]) line += " " + c + " |";
         out << line << '\n';
-        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
       }
     } else {
       print_aligned(out, bank);
     }
-    out << "(touched = attention read + slot positions read + state read and written; share = touched / the lower "
-           "of the 1 GiB and the same-size parallel read bandwidth)\n";
+    out << "(touched = attention read + slot positions read + state read and written; share = touched / a parallel "
+           "read of as many bytes as the bank reads, timed right after each of 5 bank rounds: the median round, and "
+           "the range)\n";
   }
   if (r.compare_shared_seconds > 0) {
-    out << fmt::format("canonical compare (21 runs): {:.3f} s in one pass over the trace, {:.3f} s run by run ({:.2f}x)\n",
-                       r.compare_shared_seconds, r.compare_separate_seconds,
-                       r.compare_separate_seconds / r.compare_shared_seconds);
+    out << fmt::format("canonical compare (21 runs): {:.3f} s wall and {:.3f} s of CPU in one pass over the trace "
+                       "({} threads), {:.3f} s run by run on one thread ({:.2f}x the pass's wall time)\n",
+                       r.compare_shared_seconds, r.compare_shared_cpu_seconds, r.compare_threads,
+                       r.compare_separate_seconds, r.compare_separate_seconds / r.compare_shared_seconds);
   }
 }
 

@@ -20,15 +20,27 @@ struct BenchOptions {
   std::function<void(const std::string&)> progress;  // called before each case
 };
 
+// Minimum, median and maximum over a case's rounds.
+struct Spread {
+  double min = 0.0;
+  double median = 0.0;
+  double max = 0.0;
+};
+
+// Per-policy rows are thread CPU time, in rounds that alternate the policy's
+// steps with its floor: each round's ratio is its steps over its own floor,
+// so a neighbour's load hits both sides of a ratio alike.
 struct BenchRow {
   std::string policy;
   std::int64_t budget = 0;
-  double ns_per_step = 0.0;      // on_decode_step + evict, attention given
+  double ns_per_step = 0.0;      // on_decode_step + evict, attention given (median round)
   double attention_bytes = 0.0;  // bytes the policy must read per step: its attention row, or (key-aware)
                                  // the step's key and its whole held state
   double gb_per_s = 0.0;         // attention_bytes / ns_per_step
-  double floor_ns = 0.0;         // a plain sum over one row from the same pool (reading it from memory)
-  double ratio_to_floor = 0.0;   // ns_per_step / floor_ns (1 = memory speed); medians of alternating rounds
+  double floor_ns = 0.0;         // a plain sum over one row from the same pool (reading it from memory; median round)
+  double ratio_to_floor = 0.0;   // the median round's ns_per_step / floor_ns (1 = memory speed)
+  Spread step_ns;                // over the rounds
+  Spread ratio;                  // each round's steps over its own floor
 };
 
 struct BankBenchRow {
@@ -41,8 +53,9 @@ struct BankBenchRow {
   double touched_bytes = 0.0;    // attention + state read and written per step
   double attention_gb_s = 0.0;
   double touched_gb_s = 0.0;
-  double same_size_bandwidth_gb_s = 0.0;  // parallel read of a buffer as large as the bank
-  double share_of_bandwidth = 0.0;  // touched_gb_s / the lower of the two read bandwidths
+  double same_size_bandwidth_gb_s = 0.0;  // parallel read of a buffer as large as the bank (median round)
+  double share_of_bandwidth = 0.0;  // touched_gb_s / same_size_bandwidth_gb_s, the median round's
+  Spread share;                     // each round's, against the read timed right after it
   double separate_ms_per_step = 0.0;  // the same instances as separate policy objects, on every core
 };
 
@@ -52,8 +65,10 @@ struct BenchReport {
   double parallel_bandwidth_gb_s = 0.0;  // every OpenMP thread, 1 GiB
   std::vector<BankBenchRow> bank;
   std::vector<BenchRow> rows;
-  double compare_shared_seconds = 0.0;    // canonical compare, one pass over the trace
-  double compare_separate_seconds = 0.0;  // the same 21 runs one by one
+  double compare_shared_seconds = 0.0;      // canonical compare, one pass over the trace (wall)
+  double compare_shared_cpu_seconds = 0.0;  // the same, CPU time of every thread
+  int compare_threads = 1;                  // threads the compare's runs were spread over
+  double compare_separate_seconds = 0.0;    // the same 21 runs one by one (one thread, wall)
 };
 
 // Streaming read bandwidth of one thread over `bytes` (best of `repeats`).

@@ -233,14 +233,18 @@ void RingSums(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stri
 
 // SnapKV's running sums (the fast path, snapkv.cpp) over one run of slots:
 // for each k < n, run[k] = (run[k] + (double)w[k]) - (double)cells[k], then
-// cells[k] = w[k]; folds the largest w[k] into `top`. Two roundings a slot,
-// the same on every target (lanes are independent; a maximum is order-free).
+// cells[k] = w[k]; folds the largest w[k] into `top` and the smallest
+// nonzero one into `least`. Two roundings a slot, the same on every target
+// (lanes are independent; minima and maxima are order-free).
 HWY_INLINE void SnapObserveRun(float* HWY_RESTRICT cells, double* HWY_RESTRICT run, const float* HWY_RESTRICT w,
-                               std::size_t n, double& top) {
+                               std::size_t n, double& top, double& least) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const std::size_t N = hn::Lanes(dd);
-  auto high = hn::Zero(dd);
+  const auto zero = hn::Zero(dd);
+  const auto none = hn::Set(dd, std::numeric_limits<double>::infinity());
+  auto high = zero;
+  auto low = none;
   std::size_t k = 0;
   for (; k + N <= n; k += N) {
     const auto fresh = hn::LoadU(df, w + k);
@@ -249,32 +253,35 @@ HWY_INLINE void SnapObserveRun(float* HWY_RESTRICT cells, double* HWY_RESTRICT r
     hn::StoreU(hn::Sub(hn::Add(hn::LoadU(dd, run + k), wide), old), dd, run + k);
     hn::StoreU(fresh, df, cells + k);
     high = hn::Max(high, wide);
+    low = hn::Min(low, hn::IfThenElse(wide > zero, wide, none));
   }
   top = std::max(top, hn::GetLane(hn::MaxOfLanes(dd, high)));
+  least = std::min(least, hn::GetLane(hn::MinOfLanes(dd, low)));
   for (; k < n; ++k) {
     const double wide = static_cast<double>(w[k]);
     run[k] = (run[k] + wide) - static_cast<double>(cells[k]);
     cells[k] = w[k];
     top = std::max(top, wide);
+    if (wide > 0.0) least = std::min(least, wide);
   }
 }
 
 // SnapObserveRun over held slots [0, n): slot i's cell is row[ring], its
 // ring the i-th one not among `holes` (ascending), its running sum run[i].
-// Returns the largest w[i] (0 when n is 0).
-float SnapObserve(float* HWY_RESTRICT row, double* HWY_RESTRICT run, const float* HWY_RESTRICT w, std::size_t n,
-                  const std::uint32_t* HWY_RESTRICT holes, std::size_t hole_count) {
+SnapExtremes SnapObserve(float* HWY_RESTRICT row, double* HWY_RESTRICT run, const float* HWY_RESTRICT w, std::size_t n,
+                         const std::uint32_t* HWY_RESTRICT holes, std::size_t hole_count) {
   double top = 0.0;
+  double least = std::numeric_limits<double>::infinity();
   std::size_t slot = 0;
   std::size_t ring = 0;
   for (std::size_t h = 0; h < hole_count && slot < n; ++h) {
     const std::size_t len = std::min<std::size_t>(holes[h] - ring, n - slot);
-    SnapObserveRun(row + ring, run + slot, w + slot, len, top);
+    SnapObserveRun(row + ring, run + slot, w + slot, len, top, least);
     slot += holes[h] - ring;
     ring = std::size_t{holes[h]} + 1;
   }
-  if (slot < n) SnapObserveRun(row + ring, run + slot, w + slot, n - slot, top);
-  return static_cast<float>(top);
+  if (slot < n) SnapObserveRun(row + ring, run + slot, w + slot, n - slot, top, least);
+  return {static_cast<float>(top), static_cast<float>(least)};
 }
 
 // RingSums, and the largest cell it read (0 when none).
@@ -744,8 +751,8 @@ void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) n
   HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);
 }
 
-float snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
-                   std::size_t hole_count) noexcept {
+SnapExtremes snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
+                          std::size_t hole_count) noexcept {
   return HWY_DYNAMIC_DISPATCH(SnapObserve)(row, run, w, n, holes, hole_count);
 }
 

@@ -69,9 +69,14 @@ void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) n
 // SnapKV's running sums, over held slots i < n: slot i's cell is row[r], r
 // the i-th ring not among holes[0, hole_count) (ascending), and its running
 // sum run[i] becomes (run[i] + (double)w[i]) - (double)row[r], then row[r] =
-// w[i]. Returns the largest w[i] (0 if n is 0).
-float snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
-                   std::size_t hole_count) noexcept;
+// w[i]. Returns the largest w[i] (0 if n is 0) and the smallest nonzero one
+// (+infinity if none).
+struct SnapExtremes {
+  float top;
+  float least_nonzero;
+};
+SnapExtremes snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
+                          std::size_t hole_count) noexcept;
 
 // ring_sums, returning the largest cell read as well (0 when none).
 float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;

@@ -1,6 +1,7 @@
 #include "kvevict/core/policies/snapkv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -125,7 +126,9 @@ void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
     const std::size_t n = readable(attn, kept_);
     const float* w = attn->data();
     float* row = history_.data() + cursor_ * ring_capacity_;  // ring cell `cursor_` of every ring
-    weight_bound_ = std::max(weight_bound_, snap_observe(row, running_.data(), w, n, holes_.data(), holes_.size()));
+    const SnapExtremes seen = snap_observe(row, running_.data(), w, n, holes_.data(), holes_.size());
+    weight_bound_ = std::max(weight_bound_, seen.top);
+    least_weight_ = std::min(least_weight_, seen.least_nonzero);
     cursor_ = cursor_ + 1 == obs_window_ ? 0 : cursor_ + 1;
     ++steps_since_sync_;
   }
@@ -159,8 +162,12 @@ void SnapKVCore::close_holes() {
 }
 
 void SnapKVCore::resync() {
-  close_holes();
-  weight_bound_ = ring_sums_max(history_.data(), obs_window_, ring_capacity_, kept_, running_.data());
+  // Each run of consecutive rings summed where it lies (no ring moves).
+  float top = 0.0F;
+  for_each_run(kept_, [&](std::size_t slot, std::size_t ring, std::size_t len) {
+    top = std::max(top, ring_sums_max(history_.data() + ring, obs_window_, ring_capacity_, len, running_.data() + slot));
+  });
+  weight_bound_ = top;
   steps_since_sync_ = 0;
 }
 
@@ -179,6 +186,17 @@ double SnapKVCore::drift_bound() const noexcept {
   // their total, covering the rounding of the threshold it sets.
   constexpr double kUnitRoundoff = 0x1p-53;
   const auto obs = static_cast<double>(obs_window_);
+  // Exact arithmetic: every weight ever written is a multiple of the quantum
+  // of the smallest nonzero one (its last significant bit: 2^(exponent -
+  // 23), 2^-149 below the normal range), so every sum and difference of the
+  // cells is too; when the largest of them, (obsWindow + 1)·W, is at most
+  // 2^53 quanta, float64 holds each exactly, nothing rounds, and the running
+  // sums are the ring-order sums themselves. (Attention weights of one
+  // model step -- a few orders of magnitude apart -- are usually here.)
+  if (least_weight_ > 0.0F && std::isfinite(least_weight_)) {
+    const int quantum = std::max(std::ilogb(least_weight_), -126) - 23;
+    if ((obs + 1.0) * static_cast<double>(weight_bound_) <= std::ldexp(1.0, 53 + quantum)) return 0.0;
+  }
   const auto steps = static_cast<double>(steps_since_sync_);
   return 2.0 * kUnitRoundoff * static_cast<double>(weight_bound_) * (2.0 * obs * obs + 4.0 * (obs + 1.0) * steps);
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kvevict/core/policy.h"
@@ -65,7 +66,7 @@ class SnapKVCore {
   void add_hole(std::uint32_t ring);
   // Closes the holes: held slot i's ring becomes ring i.
   void close_holes();
-  // close_holes(), then every running sum set to the exact ring-order sum.
+  // Every running sum set to the exact ring-order sum.
   void resync();
   // The one victim of the steady state in [0, end), exactly the spec's.
   std::size_t single_victim(std::size_t end);
@@ -103,6 +104,8 @@ class SnapKVCore {
   // each cell is overwritten), within drift_bound() of the ring-order sum.
   std::vector<double> running_;
   float weight_bound_ = 0.0F;  // no held ring's cell exceeds it
+  // The smallest nonzero weight ever written (+infinity: none yet).
+  float least_weight_ = std::numeric_limits<float>::infinity();
   std::size_t steps_since_sync_ = 0;
   std::vector<double> pooled_;  // held order
   // The screen (single_victim): windows found, then the candidates among
