@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
+
+#include <omp.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/harness.h"
@@ -133,6 +136,64 @@ TEST(Harness, RunManyFeedsEveryRunTheSameSteps) {
   EXPECT_EQ(both[0].total_heavy_hits, ra.total_heavy_hits);
   EXPECT_EQ(both[1].total_retained_mass, rb.total_retained_mass);
   EXPECT_EQ(both[1].total_heavy_hits, rb.total_heavy_hits);
+}
+
+// The 21 canonical runs in one pass, on one thread or spread over several
+// (run_many's chunks): the same totals to the bit, and a run's error the same
+// one the serial loop throws.
+std::vector<RunTotals> canonical_pass(int threads, std::int64_t steps, Policy* failing = nullptr) {
+  std::vector<std::unique_ptr<Policy>> built;
+  std::vector<RunSlot> slots;
+  for (const PolicyInfo* info : policies()) {
+    if ((info->signals & ~kSignalAttention) != 0) continue;
+    for (const std::int64_t b : {256, 512, 1024}) {
+      built.push_back(info->make({{"budget", b}}));
+      slots.push_back({built.back().get(), b});
+    }
+  }
+  if (failing != nullptr) slots.insert(slots.begin() + 5, RunSlot{failing, 2});
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  DecodeTrace trace;
+  try {
+    auto totals = run_many(slots, trace, steps);
+    omp_set_num_threads(before);
+    return totals;
+  } catch (...) {
+    omp_set_num_threads(before);
+    throw;
+  }
+}
+
+TEST(Harness, RunsSpreadOverCoresGiveTheSerialTotals) {
+  // 600 steps: the chunks of 256 steps end mid-trace, twice and a part.
+  const auto serial = canonical_pass(1, 600);
+  const auto spread = canonical_pass(2, 600);
+  ASSERT_EQ(serial.size(), 21U);
+  ASSERT_EQ(spread.size(), serial.size());
+  for (std::size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_EQ(spread[i].total_retained_mass, serial[i].total_retained_mass) << i;
+    EXPECT_EQ(spread[i].total_heavy_hits, serial[i].total_heavy_hits) << i;
+    EXPECT_EQ(spread[i].total_heavy_possible, serial[i].total_heavy_possible) << i;
+    EXPECT_EQ(spread[i].eviction_calls, serial[i].eviction_calls) << i;
+    EXPECT_EQ(spread[i].evicted, serial[i].evicted) << i;
+    EXPECT_EQ(spread[i].steps, 600);
+  }
+}
+
+TEST(Harness, ARunsErrorIsTheSerialOneWhenRunsAreSpread) {
+  // A run that fails at step 300 (the second chunk), among the 21.
+  for (const int threads : {1, 2}) {
+    ScriptedPolicy p([](std::uint32_t newest) {
+      return newest == 300 ? std::vector<Position>{0} : std::vector<Position>{newest - 2};
+    });
+    try {
+      (void)canonical_pass(threads, 600, &p);
+      ADD_FAILURE() << threads << " threads: no error";
+    } catch (const ContractError& e) {
+      EXPECT_STREQ(e.what(), "scripted: victim 0 at step 300 is not held") << threads << " threads";
+    }
+  }
 }
 
 TEST(Metrics, Round6IsHalfUpNotBankers) {

@@ -95,6 +95,38 @@ TEST(Model, LogitsMatchPyTorchOnTheReferencePrompt) {
   EXPECT_LE(worst, 1e-4) << "largest |C++ - PyTorch| logit difference over " << rows << " positions";
 }
 
+TEST(Model, AProfiledDecoderGivesTheSameLogitsAndAccountsForItsTime) {
+  // The profile reads the clock; it must not change a bit of the logits, and
+  // its parts must add up to no more than the whole steps.
+  const auto model = committed_model();
+  const std::vector<char> prompt = file_bytes(model_dir() / "reference-prompt.txt");
+  ASSERT_GT(prompt.size(), 8U);
+  Decoder plain(model);
+  Decoder timed(model);
+  std::vector<std::unique_ptr<Policy>> a, b;
+  for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+    a.push_back(make_policy("h2o", {{"budget", 8}, {"recentWindow", 2}}));
+    b.push_back(make_policy("h2o", {{"budget", 8}, {"recentWindow", 2}}));
+    plain.set_policy(h, a.back().get(), 8);
+    timed.set_policy(h, b.back().get(), 8);
+  }
+  DecodeProfile profile;
+  timed.set_profile(&profile);
+  for (const char c : prompt) {
+    const std::span<const float> x = plain.step(static_cast<std::uint8_t>(c));
+    const std::vector<float> want(x.begin(), x.end());
+    const std::span<const float> y = timed.step(static_cast<std::uint8_t>(c));
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), y.begin(), y.end()));
+  }
+  EXPECT_EQ(profile.tokens, prompt.size());
+  EXPECT_GT(profile.projections, 0.0);
+  EXPECT_GT(profile.activation, 0.0);
+  EXPECT_GT(profile.attention, 0.0);
+  EXPECT_GT(profile.policies, 0.0);  // the budget of 8 binds within the prompt
+  EXPECT_LE(profile.projections + profile.activation + profile.attention + profile.policies, profile.total);
+  EXPECT_EQ(plain.evicted(), timed.evicted());
+}
+
 TEST(Model, TheModelHasLearnedSomething) {
   // A model that learned nothing scores 8 bits per byte; the model card
   // quotes its held-out figure, and the engine must agree it is far below.

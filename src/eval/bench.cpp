@@ -328,8 +328,6 @@ BenchReport run_bench(const BenchOptions& options) {
       do {
         step(warmed++);
       } while (warmed < warm_steps && (warmed < 2 || seconds_since(warm_start) < options.seconds_per_case));
-      // Steps per timed batch: 64, or fewer when a step is slow, so that a
-      // round stays near its share of the case's time (one step at least).
       const double warm_step_s = seconds_since(warm_start) / static_cast<double>(warmed);
       // The floor: one plain sum over each row, from the same pool in the same
       // order -- what reading the step's attention from memory costs, row
@@ -345,7 +343,12 @@ BenchReport run_bench(const BenchOptions& options) {
       std::vector<double> ratios;
       constexpr int kRounds = 7;
       const double round_s = options.seconds_per_case / kRounds;
-      const int batch = static_cast<int>(std::clamp(round_s / 4 / std::max(warm_step_s, 1e-12), 1.0, 64.0));
+      // Steps (and floor rows) between reads of the clock: a thread CPU clock
+      // read is a system call (about a microsecond on a virtual machine), so
+      // cheap steps go thousands to a read; slow ones fewer, so that a round
+      // stays near its share of the case's time (one step at least).
+      const int batch = static_cast<int>(std::clamp(round_s / 8 / std::max(warm_step_s, 1e-12), 1.0, 8192.0));
+      constexpr int kFloorRows = 512;
       for (int round = 0; round < kRounds; ++round) {
         std::size_t count = 0;
         double start = thread_seconds();
@@ -360,13 +363,13 @@ BenchReport run_bench(const BenchOptions& options) {
         start = thread_seconds();
         do {
           float total = 0.0F;
-          for (int k = 0; k < 64; ++k) {
+          for (int k = 0; k < kFloorRows; ++k) {
             total += sum_floats(pool.data() + read * len, len);
             if (keyed) total += sum_floats(state.data(), state.size());
             read = read + 1 == vectors ? 0 : read + 1;
           }
           sink = sink + total;
-          count += 64;
+          count += kFloorRows;
           elapsed = thread_seconds() - start;
         } while (elapsed < round_s);
         floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 
+#include <chrono>
+
 #include <Eigen/Core>
 #include <fmt/format.h>
 #include <zlib.h>
@@ -119,6 +121,28 @@ void rms_norm(const float* x, const float* weight, float* out, std::uint32_t n, 
   const float scale = 1.0F / std::sqrt(sum / static_cast<float>(n) + eps);
   for (std::uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
+
+// The decode profile's stopwatch: charge(part) adds the time since the last
+// mark to `part` and marks again; without a profile it does nothing.
+class Lap {
+ public:
+  explicit Lap(DecodeProfile* profile) : profile_(profile) {
+    if (profile_ != nullptr) last_ = std::chrono::steady_clock::now();
+  }
+  void charge(double DecodeProfile::*part) {
+    if (profile_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->*part += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  void skip() {  // marks without charging (the time goes to "the rest")
+    if (profile_ != nullptr) last_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  DecodeProfile* profile_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 // y = W x for a row-major [rows, cols] matrix.
 void matvec(const float* w, const float* x, float* y, std::uint32_t rows, std::uint32_t cols) {
@@ -518,7 +542,12 @@ std::span<const float> Decoder::step(std::uint8_t token) {
   // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
   // of computing from heads that disagree about what they hold.
   try {
-    return advance(token);
+    if (profile_ == nullptr) return advance(token);
+    const auto started = std::chrono::steady_clock::now();
+    const std::span<const float> logits = advance(token);
+    profile_->total += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ++profile_->tokens;
+    return logits;
   } catch (const std::exception& e) {
     m.failed = true;
     m.failed_at = pos;
@@ -552,11 +581,14 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
   m.tokens = (m.tokens ^ (std::uint64_t{token} + 1)) * 0x9E3779B97F4A7C15ULL;
   m.tokens ^= m.tokens >> 29;
   std::copy_n(model.embed() + std::size_t{token} * width, width, m.x.data());
+  Lap lap(profile_);
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const Model::Layer& w = model.layer(l);
+    lap.skip();
     rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
     const std::uint32_t group = c.group();
     matvec(w.qkv, m.h.data(), m.qkv.data(), (c.heads + 2 * c.kv_heads) * d, width);
+    lap.charge(&DecodeProfile::projections);
     // The queries as projected, for policies that model them (expected
     // attention): they are rotated and scaled in place below.
     std::copy_n(m.qkv.data(), std::size_t{c.heads} * d, m.raw_queries.data());
@@ -631,6 +663,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       // RoPE, every query head of the group); then the token is admitted;
       // evict down to the budget. Position 0 exists before step 1: a policy
       // is given its signals alone (on_origin).
+      lap.charge(&DecodeProfile::attention);
       const StepInputs inputs{.attention = std::span<const float>(hc.weights.data(), held),
                               .key = std::span<const float>(m.step_key),
                               .value = std::span<const float>(m.step_value),
@@ -641,18 +674,24 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         } else {
           shared->on_step(kv, pos, inputs);
         }
+        lap.charge(&DecodeProfile::policies);
         continue;
       }
       if (hc.policy == nullptr) continue;
       if (pos == 0) {
         hc.policy->on_origin(inputs);
+        lap.charge(&DecodeProfile::policies);
         continue;
       }
       hc.policy->on_step(pos, inputs);
-      if (static_cast<std::int64_t>(n) <= hc.budget) continue;
+      if (static_cast<std::int64_t>(n) <= hc.budget) {
+        lap.charge(&DecodeProfile::policies);
+        continue;
+      }
       store.mark(cache, hc.policy->evict(hc.budget), hc.policy->name(), pos);
       const std::uint32_t out = n - store.remove_marked(cache);
       evicted_ += n - out;
+      lap.charge(&DecodeProfile::policies);
       if (static_cast<std::int64_t>(out) > hc.budget) {
         throw ContractError(fmt::format(
             "{}: left {} positions held against a budget of {} at position {} (layer {}, KV head {})",
@@ -682,16 +721,25 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
         }
       }
     }
+    if (shared != nullptr && pos != 0) lap.charge(&DecodeProfile::policies);
+    lap.skip();
     matvec(w.proj, m.attn_out.data(), m.h.data(), width, width);
+    lap.charge(&DecodeProfile::projections);
     for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
+    lap.skip();
     rms_norm(m.x.data(), w.mlp_norm, m.h.data(), width, c.norm_eps);
     matvec(w.up, m.h.data(), m.ff.data(), c.ff, width);
+    lap.charge(&DecodeProfile::projections);
     for (float& u : m.ff) u = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+    lap.charge(&DecodeProfile::activation);
     matvec(w.down, m.ff.data(), m.h.data(), width, c.ff);
+    lap.charge(&DecodeProfile::projections);
     for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
   }
+  lap.skip();
   rms_norm(m.x.data(), model.final_norm(), m.h.data(), width, c.norm_eps);
   matvec(model.embed(), m.h.data(), m.logits.data(), c.vocab, width);
+  lap.charge(&DecodeProfile::projections);
   ++fed_;
   return m.logits;
 }

@@ -370,6 +370,14 @@ alone "prefill window"   "SnapKV prefill: the window (32 rows) is larger than th
 alone "prefill nothing"  "--prefill (1023) leaves nothing to predict" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --prefill 1023 --max-windows 1
 alone "tasks window"     "PyramidKV prefill: the window (32 rows) is larger than layer 3's share" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies pyramidkv --budgets 40 --set recentWindow=4 --moments prefill
 alone "tasks grid"       "is more than the 100000 samples one run may make" -- tasks --model "$model" --text "$heldout" --depths 100 --samples 100000
+# bench --model: the decoder's speed and the split of a step, one line for a
+# bad request before any work.
+ok  "bench model"      "| h2o | 40 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --format markdown
+ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout" --tokens 8 --rounds 1 --policies tova --budgets 4 --format json
+bad "bench text alone" "bench: --text, --tokens and --rounds need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
+bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4
+bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
+
 # serve-bench: the table and JSON rows, each bad request one line before any work.
 ok  "serve table"      "| full cache | full | on |" -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 96 --policy none,tova --budget 32 --format markdown
 ok  "serve json"       '"blocksSavedBySharing": 24' -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 48 --tokens 64 --block-size 16 --format json

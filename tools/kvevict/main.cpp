@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/eval/bench.h"
+#include "kvevict/model/decode_bench.h"
 #include "kvevict/core/simd.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
@@ -565,6 +566,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20))->capture_default_str();
   bench->add_option("--bank-budget", bench_bank_budget, "budget of each bank instance")
       ->check(CLI::Range(std::int64_t{33}, std::int64_t{1} << 16))->capture_default_str();
+  std::string bench_model;
+  std::string bench_text = "model/heldout-sample.txt";
+  std::uint32_t bench_tokens = 1024;
+  int bench_rounds = 5;
+  auto* bench_model_opt = bench->add_option(
+      "--model", bench_model,
+      "instead: decode a text with a model (.kvm), full cache and each --policies at each --budgets (default 128), "
+      "and report tokens per second and where a step's time goes");
+  bench->add_option("--text", bench_text, "with --model: the text to decode")->capture_default_str();
+  bench->add_option("--tokens", bench_tokens, "with --model: tokens decoded a pass (at most the text and the context)")
+      ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
+  bench->add_option("--rounds", bench_rounds, "with --model: passes a run (the median is reported)")
+      ->check(CLI::Range(1, 100))->capture_default_str();
 
   // report
   std::string rep_policies = "all";
@@ -951,7 +965,37 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (bench->parsed() && bench_model_opt->count() > 0) {
+      if (bench->get_option("--bank-instances")->count() > 0 || bench->get_option("--bank-budget")->count() > 0 ||
+          bench_no_compare || bench->get_option("--seconds")->count() > 0) {
+        throw ParameterError("bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply");
+      }
+      const auto model = Model::load(bench_model);
+      const std::vector<std::uint8_t> text = read_text(bench_text);
+      DecodeBenchRequest request;
+      request.tokens = bench_tokens;
+      request.rounds = bench_rounds;
+      const std::vector<std::int64_t> budgets = bench->get_option("--budgets")->count() > 0
+                                                    ? parse_integer_list(bench_budgets, "--budgets")
+                                                    : std::vector<std::int64_t>{128};
+      const std::vector<std::string> names = bench->get_option("--policies")->count() > 0
+                                                 ? parse_policy_list(bench_policies)
+                                                 : std::vector<std::string>{"h2o", "scissorhands", "snapkv", "sliding-window"};
+      for (const std::string& name : names) {
+        for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
+      }
+      if (!bench_simd.empty()) simd::select_target(bench_simd);
+      std::cerr << "bench: decoding " << std::min<std::size_t>(bench_tokens, text.size()) << " tokens, "
+                << request.runs.size() + 1 << " runs x " << bench_rounds << " rounds (twice: timed, then profiled)\n";
+      cli::print_decode_bench(std::cout, bench_decoder(model, text, request), bench_format);
+      return 0;
+    }
+
     if (bench->parsed()) {
+      if (bench->get_option("--text")->count() > 0 || bench->get_option("--tokens")->count() > 0 ||
+          bench->get_option("--rounds")->count() > 0) {
+        throw ParameterError("bench: --text, --tokens and --rounds need --model");
+      }
       BenchOptions options;
       options.budgets = parse_integer_list(bench_budgets, "--budgets");
       options.policies = parse_policy_list(bench_policies);

@@ -234,6 +234,48 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 }
 
 
+void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format) {
+  if (format == "json") {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+    for (const DecodeBenchRow& r : rows) {
+      doc.push_back({{"policy", r.policy}, {"budget", r.budget}, {"tokens", r.tokens},
+                     {"tokensPerSecond", r.tokens_per_second},
+                     {"tokensPerSecondSpread", {{"min", r.tokens_per_second_min}, {"median", r.tokens_per_second},
+                                                {"max", r.tokens_per_second_max}}},
+                     {"shares", {{"projections", r.projections}, {"activation", r.activation},
+                                 {"attention", r.attention}, {"policies", r.policies}, {"other", r.other}}}});
+    }
+    out << doc.dump(2) << '\n';
+    return;
+  }
+  const auto pct = [](double x) { return fmt::format("{:.1f}%", 100.0 * x); };
+  std::vector<std::vector<std::string>> cells{{"policy", "budget", "tokens", "tokens/s", "rounds' range", "ms/token",
+                                               "matrices", "GELU", "attention", "policies", "other"}};
+  for (const DecodeBenchRow& r : rows) {
+    cells.push_back({r.policy, r.budget == 0 ? "-" : std::to_string(r.budget), std::to_string(r.tokens),
+                     fmt::format("{:.0f}", r.tokens_per_second),
+                     fmt::format("{:.0f}-{:.0f}", r.tokens_per_second_min, r.tokens_per_second_max),
+                     fmt::format("{:.3f}", 1e3 / r.tokens_per_second), pct(r.projections), pct(r.activation),
+                     pct(r.attention), pct(r.policies), pct(r.other)});
+  }
+  if (format == "markdown") {
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      std::string line = "|";
+      for (const auto& c : cells[i]) line += " " + c + " |";
+      out << line << '\n';
+      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    }
+  } else {
+    print_aligned(out, cells);
+  }
+  if (format == "table") {
+    out << "\n(one thread's CPU time; tokens/s is the median of the timed passes; the shares come from profiled "
+           "passes: matrices = the matrix-vector products and norms, attention = RoPE, storing the key and value, "
+           "scores, softmax and the values' weighted sum, policies = their steps, evictions and the store's "
+           "removals)\n";
+  }
+}
+
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format,
                       const std::vector<std::string>& extra) {
   if (format == "json") {

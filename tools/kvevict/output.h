@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvevict/eval/bench.h"
+#include "kvevict/model/decode_bench.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/persistence.h"
@@ -24,6 +25,7 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
 
 // The bench report as a table, Markdown or JSON.
 void print_bench(std::ostream& out, const BenchReport& report, const std::string& format);
+void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format);
 void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
                 const std::string& active, const std::string& format);
 

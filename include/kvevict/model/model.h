@@ -122,6 +122,17 @@ struct DecoderOptions {
 // row (whole-block eviction: a BlockEvictor per cache, as make_run_policy
 // builds, moves none); the survivors of partly-emptied blocks are compacted
 // in order and trailing empty blocks returned.
+// Where a decoder's steps spend their time (Decoder::set_profile): seconds,
+// summed over the steps since the profile was given.
+struct DecodeProfile {
+  double projections = 0.0;  // matrix-vector products (qkv, output, MLP up and down, logits) and the norms
+  double activation = 0.0;   // the MLP's GELU (an erf a hidden unit)
+  double attention = 0.0;    // RoPE, storing the key and value, scores, softmax, the values' weighted sum
+  double policies = 0.0;     // the policies' steps and evictions, and the store's removal of the victims
+  double total = 0.0;        // whole steps (the rest is residual adds, copies and bookkeeping)
+  std::uint64_t tokens = 0;
+};
+
 class Decoder {
  public:
   explicit Decoder(std::shared_ptr<const Model> model, std::uint32_t capacity = 0);
@@ -164,6 +175,10 @@ class Decoder {
   // not reset: give new ones).
   void reset();
 
+  // Times every later step's parts into `profile` (null: no timing, the
+  // default; the clock is read about ten times a layer when given).
+  void set_profile(DecodeProfile* profile) noexcept { profile_ = profile; }
+
   std::uint32_t position() const noexcept { return fed_; }  // tokens fed so far
   const ModelConfig& config() const noexcept;
 
@@ -195,6 +210,7 @@ class Decoder {
   std::unique_ptr<Impl> impl_;
   std::uint32_t fed_ = 0;
   std::uint64_t evicted_ = 0;
+  DecodeProfile* profile_ = nullptr;
 };
 
 }  // namespace kvevict
