@@ -242,8 +242,10 @@ and floor are timed in 7 alternating rounds of equal length, in the thread's
 CPU time; each round's ratio is its own steps over its own floor, and every
 ratio is printed as the median round with the range of all seven, so a noisy
 neighbour hits both sides of a ratio alike and shows as a wide range rather
-than a wrong number. The bank's share of bandwidth is likewise measured
-against a read of as many bytes timed right after each of its rounds. The
+than a wrong number. The bank's share of bandwidth -- the bytes a step must
+read (attention, slot positions, state) over its step time, against a parallel
+read of as many bytes timed right after each of its rounds -- is 100 % for a
+step no slower than reading its inputs. The
 *oracle* is the plainest implementation of the spec (`tests/oracle/oracle.h`),
 timed by Google Benchmark in the same process as the library.
 

@@ -100,27 +100,39 @@ double measure_read_bandwidth(std::size_t bytes, int repeats) {
   return best;
 }
 
-double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
-  std::vector<float> buffer(bytes / sizeof(float));
+namespace {
+// A buffer of ones, each thread touching its own share first (so its pages
+// sit near the thread that reads them).
+std::vector<float> touched_buffer(std::size_t floats) {
+  std::vector<float> buffer(floats);
   const auto n = static_cast<std::int64_t>(buffer.size());
 #pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = 1.0F;  // first touch per thread
-  double best = 0.0;
-  volatile float sink = 0.0F;
-  for (int r = 0; r < repeats; ++r) {
-    float total = 0.0F;
-    const auto start = Clock::now();
+  for (std::int64_t i = 0; i < n; ++i) buffer[static_cast<std::size_t>(i)] = 1.0F;
+  return buffer;
+}
+
+// Seconds for every OpenMP thread to sum its share of `buffer`.
+double parallel_sum_seconds(const std::vector<float>& buffer) {
+  float total = 0.0F;
+  const auto start = Clock::now();
 #pragma omp parallel reduction(+ : total)
-    {
-      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
-      const auto t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t chunk = buffer.size() / threads;
-      total += sum_floats(buffer.data() + t * chunk, t + 1 == threads ? buffer.size() - t * chunk : chunk);
-    }
-    const double s = seconds_since(start);
-    sink = sink + total;
-    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  {
+    const auto threads = static_cast<std::size_t>(omp_get_num_threads());
+    const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    const std::size_t chunk = buffer.size() / threads;
+    total += sum_floats(buffer.data() + t * chunk, t + 1 == threads ? buffer.size() - t * chunk : chunk);
   }
+  const double s = seconds_since(start);
+  volatile float sink = total;
+  (void)sink;
+  return s;
+}
+}  // namespace
+
+double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
+  const std::vector<float> buffer = touched_buffer(bytes / sizeof(float));
+  double best = 0.0;
+  for (int r = 0; r < repeats; ++r) best = std::max(best, static_cast<double>(bytes) / parallel_sum_seconds(buffer) / 1e9);
   return best;
 }
 
@@ -174,28 +186,7 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   // timed in each round right after the bank's steps, so a share above 100 %
   // cannot come from a baseline measured at a quieter moment.
   const auto read_floats = static_cast<std::size_t>(slots_total * (4.0 + 4.0 + state_read) / 4.0);
-  std::vector<float> read_buffer(reads ? read_floats : 0);
-  {
-    const auto count_floats = static_cast<std::int64_t>(read_buffer.size());
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < count_floats; ++i) read_buffer[static_cast<std::size_t>(i)] = 1.0F;  // first touch per thread
-  }
-  const auto parallel_read_seconds = [&] {
-    float total = 0.0F;
-    const auto start = Clock::now();
-#pragma omp parallel reduction(+ : total)
-    {
-      const auto threads = static_cast<std::size_t>(omp_get_num_threads());
-      const auto t = static_cast<std::size_t>(omp_get_thread_num());
-      const std::size_t chunk = read_buffer.size() / threads;
-      total += sum_floats(read_buffer.data() + t * chunk,
-                          t + 1 == threads ? read_buffer.size() - t * chunk : chunk);
-    }
-    const double s = seconds_since(start);
-    volatile float sink = total;
-    (void)sink;
-    return s;
-  };
+  const std::vector<float> read_buffer = touched_buffer(reads ? read_floats : 0);
 
   // Rounds alternating between the bank, the same-size read and the separate
   // instances, each the median round: a neighbour's load hits all alike.
@@ -219,9 +210,12 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
       // bank just used), right after the round.
       double best = 0.0;
       const double read_bytes = static_cast<double>(read_buffer.size()) * 4.0;
-      for (int r = 0; r < 3; ++r) best = std::max(best, read_bytes / parallel_read_seconds() / 1e9);
+      for (int r = 0; r < 3; ++r) best = std::max(best, read_bytes / parallel_sum_seconds(read_buffer) / 1e9);
       read_gb_s.push_back(best);
-      shares.push_back(touched / (bank_ms.back() * 1e6) / best);
+      // The bytes the step must read, at the rate its step reads them, over
+      // the rate a plain read of as many bytes reaches: 100 % is a step that
+      // costs no more than reading its inputs (its writes are on top).
+      shares.push_back(read_bytes / (bank_ms.back() * 1e6) / best);
     }
     round_steps = 0;
     start = Clock::now();

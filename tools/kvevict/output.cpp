@@ -221,9 +221,10 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
     } else {
       print_aligned(out, bank);
     }
-    out << "(touched = attention read + slot positions read + state read and written; share = touched / a parallel "
-           "read of as many bytes as the bank reads, timed right after each of 5 bank rounds: the median round, and "
-           "the range)\n";
+    out << "(touched = attention read + slot positions read + state read and written; of bandwidth = the bytes a "
+           "step must read (attention, slot positions, state), over its step time, against a parallel read of as "
+           "many bytes timed right after each of 5 bank rounds: the median round, and the range; 100% = a step no "
+           "slower than reading its inputs)\n";
   }
   if (r.compare_shared_seconds > 0) {
     out << fmt::format("canonical compare (21 runs): {:.3f} s wall and {:.3f} s of CPU in one pass over the trace "

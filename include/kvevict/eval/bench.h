@@ -54,7 +54,8 @@ struct BankBenchRow {
   double attention_gb_s = 0.0;
   double touched_gb_s = 0.0;
   double same_size_bandwidth_gb_s = 0.0;  // parallel read of a buffer as large as the bank (median round)
-  double share_of_bandwidth = 0.0;  // touched_gb_s / same_size_bandwidth_gb_s, the median round's
+  double share_of_bandwidth = 0.0;  // the bytes a step must read (attention, slot positions, state) per
+                                    // second of step, over same_size_bandwidth_gb_s; the median round's
   Spread share;                     // each round's, against the read timed right after it
   double separate_ms_per_step = 0.0;  // the same instances as separate policy objects, on every core
 };

@@ -204,33 +204,6 @@ ObserveResult TovaObserve(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src
   return {valid, low, low_block};
 }
 
-// SnapKV's window sums: out[i] = sum over c = 0 ... rows-1, in that order, of
-// (double)ring[c * stride + i], from 0.0 -- the spec's ring-order float64 sum,
-// each lane adding its own slot's cells in the same order.
-void RingSums(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stride, std::size_t n,
-              double* HWY_RESTRICT out) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const std::size_t N = hn::Lanes(dd);
-  std::size_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    auto a = hn::Zero(dd);
-    auto b = hn::Zero(dd);
-    for (std::size_t c = 0; c < rows; ++c) {
-      const float* row = ring + c * stride + i;
-      a = hn::Add(a, hn::PromoteTo(dd, hn::LoadU(df, row)));
-      b = hn::Add(b, hn::PromoteTo(dd, hn::LoadU(df, row + N)));
-    }
-    hn::StoreU(a, dd, out + i);
-    hn::StoreU(b, dd, out + i + N);
-  }
-  for (; i < n; ++i) {
-    double sum = 0.0;
-    for (std::size_t c = 0; c < rows; ++c) sum += static_cast<double>(ring[c * stride + i]);
-    out[i] = sum;
-  }
-}
-
 // SnapKV's running sums (the fast path, snapkv.cpp) over one run of slots:
 // for each k < n, run[k] = (run[k] + (double)w[k]) - (double)cells[k], then
 // cells[k] = w[k]; folds the largest w[k] into `top` and the smallest
@@ -284,7 +257,10 @@ SnapExtremes SnapObserve(float* HWY_RESTRICT row, double* HWY_RESTRICT run, cons
   return {static_cast<float>(top), static_cast<float>(least)};
 }
 
-// RingSums, and the largest cell it read (0 when none).
+// SnapKV's window sums: out[i] = sum over c = 0 ... rows-1, in that order, of
+// (double)ring[c * stride + i], from 0.0 -- the spec's ring-order float64 sum,
+// each lane adding its own slot's cells in the same order; returns the
+// largest cell it read (0 when none).
 float RingSumsMax(const float* HWY_RESTRICT ring, std::size_t rows, std::size_t stride, std::size_t n,
                   double* HWY_RESTRICT out) {
   const hn::ScalableTag<double> dd;
@@ -692,7 +668,6 @@ HWY_EXPORT(AddWeightsMin);
 HWY_EXPORT(WeightsValid);
 HWY_EXPORT(TovaObserve);
 HWY_EXPORT(FindFirstF32);
-HWY_EXPORT(RingSums);
 HWY_EXPORT(PoolMax);
 HWY_EXPORT(PoolMaxMin);
 HWY_EXPORT(ScreenPool);
@@ -743,9 +718,6 @@ std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float
   return HWY_DYNAMIC_DISPATCH(FindFirstF32)(v, begin, end, value);
 }
 
-void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept {
-  HWY_DYNAMIC_DISPATCH(RingSums)(ring, rows, stride, n, out);
-}
 
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
   HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);

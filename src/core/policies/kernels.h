@@ -58,9 +58,6 @@ ObserveResult tova_observe(float* dst, const float* src, const float* w, std::si
                            std::size_t hole) noexcept;
 std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept;
 
-// SnapKV: out[i] = the float64 sum of ring[c * stride + i] over c = 0 ...
-// rows - 1, in that order, for i < n.
-void ring_sums(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;
 
 // SnapKV: out[i] = max of v over [i - radius, i + radius] clipped to [0, n).
 // v holds no NaN.
@@ -78,7 +75,8 @@ struct SnapExtremes {
 SnapExtremes snap_observe(float* row, double* run, const float* w, std::size_t n, const std::uint32_t* holes,
                           std::size_t hole_count) noexcept;
 
-// ring_sums, returning the largest cell read as well (0 when none).
+// SnapKV: out[i] = the float64 sum of ring[c * stride + i] over c = 0 ...
+// rows - 1, in that order, for i < n; returns the largest cell read (0 when none).
 float ring_sums_max(const float* ring, std::size_t rows, std::size_t stride, std::size_t n, double* out) noexcept;
 
 // pool_max, returning the minimum of out[0, end) as well (+infinity when
