@@ -204,6 +204,18 @@ ObserveResult TovaObserve(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src
   return {valid, low, low_block};
 }
 
+// The smallest lane, read lane by lane: MinOfLanes on some targets folds
+// from the largest finite value, so a vector of +infinity would come back as
+// DBL_MAX.
+template <class D, class V>
+HWY_INLINE double SmallestLane(D d, V v) {
+  double lanes[16];  // Lanes <= 8 for double on every x86 target
+  hn::StoreU(v, d, lanes);
+  double low = lanes[0];
+  for (std::size_t i = 1; i < hn::Lanes(d); ++i) low = std::min(low, lanes[i]);
+  return low;
+}
+
 // SnapKV's running sums (the fast path, snapkv.cpp) over one run of slots:
 // for each k < n, run[k] = (run[k] + (double)w[k]) - (double)cells[k], then
 // cells[k] = w[k]; folds the largest w[k] into `top` and the smallest
@@ -229,7 +241,7 @@ HWY_INLINE void SnapObserveRun(float* HWY_RESTRICT cells, double* HWY_RESTRICT r
     low = hn::Min(low, hn::IfThenElse(wide > zero, wide, none));
   }
   top = std::max(top, hn::GetLane(hn::MaxOfLanes(dd, high)));
-  least = std::min(least, hn::GetLane(hn::MinOfLanes(dd, low)));
+  least = std::min(least, SmallestLane(dd, low));
   for (; k < n; ++k) {
     const double wide = static_cast<double>(w[k]);
     run[k] = (run[k] + wide) - static_cast<double>(cells[k]);
@@ -254,6 +266,7 @@ SnapExtremes SnapObserve(float* HWY_RESTRICT row, double* HWY_RESTRICT run, cons
     ring = std::size_t{holes[h]} + 1;
   }
   if (slot < n) SnapObserveRun(row + ring, run + slot, w + slot, n - slot, top, least);
+  // (least is +infinity or one of the float weights, so converting it is exact.)
   return {static_cast<float>(top), static_cast<float>(least)};
 }
 
@@ -512,7 +525,7 @@ HWY_INLINE double PoolMaxImpl(const double* HWY_RESTRICT v, std::size_t n, std::
       fold_one(i);
     }
   }
-  if constexpr (kMin) low = std::min(low, hn::GetLane(hn::MinOfLanes(dd, lows)));
+  if constexpr (kMin) low = std::min(low, SmallestLane(dd, lows));
   return low;
 }
 
