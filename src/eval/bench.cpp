@@ -51,13 +51,6 @@ double process_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// This thread's CPU time in seconds: a step timed in it is not charged for
-// the time another process held the core.
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // Attention vectors for the timed steps: enough distinct ones (64 MiB) that
 // each step reads its attention from memory, as a decode step would, rather
@@ -86,6 +79,12 @@ std::vector<float> key_pool(std::size_t head_dim, std::size_t& vectors) {
 }  // namespace
 
 float sum_floats(const float* data, std::size_t n) noexcept { return simd::sum_floats(data, n); }
+
+double thread_cpu_seconds() noexcept {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double measure_read_bandwidth(std::size_t bytes, int repeats) {
   std::vector<float> buffer(bytes / sizeof(float), 1.0F);
@@ -345,16 +344,16 @@ BenchReport run_bench(const BenchOptions& options) {
       constexpr int kFloorRows = 512;
       for (int round = 0; round < kRounds; ++round) {
         std::size_t count = 0;
-        double start = thread_seconds();
+        double start = thread_cpu_seconds();
         double elapsed = 0.0;
         do {
           for (int k = 0; k < batch; ++k) step(done++);
           count += static_cast<std::size_t>(batch);
-          elapsed = thread_seconds() - start;
+          elapsed = thread_cpu_seconds() - start;
         } while (elapsed < round_s);
         step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
         count = 0;
-        start = thread_seconds();
+        start = thread_cpu_seconds();
         do {
           float total = 0.0F;
           for (int k = 0; k < kFloorRows; ++k) {
@@ -364,7 +363,7 @@ BenchReport run_bench(const BenchOptions& options) {
           }
           sink = sink + total;
           count += kFloorRows;
-          elapsed = thread_seconds() - start;
+          elapsed = thread_cpu_seconds() - start;
         } while (elapsed < round_s);
         floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
         ratios.push_back(step_ns.back() / floor_ns.back());

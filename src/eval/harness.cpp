@@ -222,9 +222,9 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
   // Several runs, nothing watching each step in order (an observer sees the
   // runs in order, step by step) and no signals read step by step: the runs
   // are spread over the cores. The trace is still made once: kChunkSteps
-  // rows (and their top sets) at a time, then each group of runs takes all of
-  // the chunk's steps on whichever core is free -- one fork and join a
-  // chunk, not a step.
+  // rows (and their top sets) at a time, and each core steps its share of the
+  // runs through all of a chunk's steps -- one fork and join a chunk, not a
+  // step.
   const bool parallel =
       states.size() > 1 && !observe && signals == nullptr && omp_get_max_threads() > 1 && !omp_in_parallel();
   if (!parallel) {
@@ -252,10 +252,7 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
       std::vector<std::uint32_t> top_count = std::vector<std::uint32_t>(kChunkSteps);
     };
     Chunk chunks[2];
-    std::vector<float> make_scratch;
-    std::vector<std::uint32_t> make_top;
-    make_scratch.reserve(length);
-    make_top.reserve(kTopK);
+    // (scratch and top serve the first core alone here: no serial loop runs.)
     const auto make_chunk = [&](Chunk& chunk, std::uint32_t t0) {
       chunk.first = t0;
       chunk.count = t0 > steps ? 0 : std::min(kChunkSteps, steps - t0 + 1);
@@ -264,9 +261,9 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
         const std::span<const float> w = trace.next();
         chunk.row_at[k] = chunk.rows.size();
         chunk.rows.insert(chunk.rows.end(), w.begin(), w.end());
-        top_set(w, make_scratch, make_top);
-        std::copy(make_top.begin(), make_top.end(), chunk.tops.begin() + static_cast<std::ptrdiff_t>(k * kTopK));
-        chunk.top_count[k] = static_cast<std::uint32_t>(make_top.size());
+        top_set(w, scratch, top);
+        std::copy(top.begin(), top.end(), chunk.tops.begin() + static_cast<std::ptrdiff_t>(k * kTopK));
+        chunk.top_count[k] = static_cast<std::uint32_t>(top.size());
       }
       chunk.row_at[chunk.count] = chunk.rows.size();
     };

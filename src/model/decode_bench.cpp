@@ -1,24 +1,18 @@
 #include "kvevict/model/decode_bench.h"
 
 #include <algorithm>
-#include <ctime>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
+#include "kvevict/eval/bench.h"
 #include "kvevict/model/decoder_policies.h"
 
 namespace kvevict {
 
 namespace {
-
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // One pass: a fresh decoder (and fresh policies) over the first `tokens`
 // bytes; returns its thread CPU seconds.
@@ -28,10 +22,10 @@ double decode_pass(const std::shared_ptr<const Model>& model, std::span<const st
   DecoderPolicies policies = spec == nullptr ? DecoderPolicies() : DecoderPolicies(*spec, model->config(), {});
   policies.attach(decoder);
   decoder.set_profile(profile);
-  const double started = thread_seconds();
+  const double started = thread_cpu_seconds();
   float sink = 0.0F;
   for (std::uint32_t i = 0; i < tokens; ++i) sink += decoder.step(text[i]).front();
-  const double spent = thread_seconds() - started;
+  const double spent = thread_cpu_seconds() - started;
   volatile float keep = sink;
   (void)keep;
   return spent;

@@ -182,16 +182,7 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
                      fmt::format("{:.0f}", b.floor_ns), fmt::format("{:.2f}", b.ratio_to_floor),
                      fmt::format("{:.2f}-{:.2f}", b.ratio.min, b.ratio.max)});
   }
-  if (format == "markdown") {
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      std::string line = "|";
-      for (const auto& c : cells[i]) line += " " + c + " |";
-      out << line << '\n';
-      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    }
-  } else {
-    print_aligned(out, cells);
-  }
+  print_cells(out, cells, format, 1);
   out << fmt::format("\nfloor = a plain sum over the step's attention row, read from the same 64 MiB pool; policy and "
                      "floor in 7 alternating rounds of thread CPU time, each round's ratio its own steps over its own "
                      "floor: the median round, and the rounds' range; streaming read bandwidth, one thread: {:.2f} GB/s\n",
@@ -211,16 +202,7 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
                       fmt::format("{:.2f}", b.separate_ms_per_step),
                       fmt::format("{:.2f}x", b.separate_ms_per_step / b.ms_per_step)});
     }
-    if (format == "markdown") {
-      for (std::size_t i = 0; i < bank.size(); ++i) {
-        std::string line = "|";
-        for (const auto& c : bank[i]) line += " " + c + " |";
-        out << line << '\n';
-        if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-      }
-    } else {
-      print_aligned(out, bank);
-    }
+    print_cells(out, bank, format, 1);
     out << "(touched = attention read + slot positions read + state read and written; of bandwidth = the bytes a "
            "step must read (attention, slot positions, state), over its step time, against a parallel read of as "
            "many bytes timed right after each of 5 bank rounds: the median round, and the range; 100% = a step no "
@@ -259,16 +241,7 @@ void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& ro
                      fmt::format("{:.3f}", 1e3 / r.tokens_per_second), pct(r.projections), pct(r.activation),
                      pct(r.attention), pct(r.policies), pct(r.other)});
   }
-  if (format == "markdown") {
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      std::string line = "|";
-      for (const auto& c : cells[i]) line += " " + c + " |";
-      out << line << '\n';
-      if (i == 0) out << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    }
-  } else {
-    print_aligned(out, cells);
-  }
+  print_cells(out, cells, format, 1);
   if (format == "table") {
     out << "\n(one thread's CPU time; tokens/s is the median of the timed passes; the shares come from profiled "
            "passes: matrices = the matrix-vector products and norms, attention = RoPE, storing the key and value, "

@@ -77,6 +77,10 @@ double measure_read_bandwidth(std::size_t bytes = std::size_t{256} << 20, int re
 // The same with every OpenMP thread reading its share.
 double measure_parallel_read_bandwidth(std::size_t bytes = std::size_t{1} << 30, int repeats = 3);
 
+// This thread's CPU time in seconds: a step timed in it is not charged for
+// the time another process held the core.
+double thread_cpu_seconds() noexcept;
+
 // Sums a buffer as fast as the machine reads it (the bandwidth kernel).
 float sum_floats(const float* data, std::size_t n) noexcept;
 

@@ -380,24 +380,8 @@ std::size_t ScreenPool(const double* HWY_RESTRICT v, std::size_t n, std::size_t 
     }
     bits[w++] = whole;
   }
-  for (; k + N <= n; k += N) {
-    hn::StoreMaskBits(dd, hn::LoadU(dd, v + k) <= top, lanes);
-    word |= std::uint64_t{lanes[0]} << bit;  // N <= 8 lanes divide 64
-    bit += N;
-    if (bit == 64) {
-      bits[w++] = word;
-      word = 0;
-      bit = 0;
-    }
-  }
-  for (; k < n; ++k) {
-    word |= std::uint64_t{v[k] <= limit} << bit;
-    if (++bit == 64) {
-      bits[w++] = word;
-      word = 0;
-      bit = 0;
-    }
-  }
+  // The last partial word (under 64 values) one by one.
+  for (; k < n; ++k) word |= std::uint64_t{v[k] <= limit} << bit++;
   if (bit > 0) bits[w++] = word | (~std::uint64_t{0} << bit);
   for (; w < words; ++w) bits[w] = ~std::uint64_t{0};
   // Bit k becomes the AND over [k, k + 2r]: windows of 1, 2, 4, ... then the rest.
@@ -730,7 +714,6 @@ ObserveResult tova_observe(float* dst, const float* src, const float* w, std::si
 std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept {
   return HWY_DYNAMIC_DISPATCH(FindFirstF32)(v, begin, end, value);
 }
-
 
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept {
   HWY_DYNAMIC_DISPATCH(PoolMax)(v, n, radius, out);

@@ -58,7 +58,6 @@ ObserveResult tova_observe(float* dst, const float* src, const float* w, std::si
                            std::size_t hole) noexcept;
 std::size_t find_first(const float* v, std::size_t begin, std::size_t end, float value) noexcept;
 
-
 // SnapKV: out[i] = max of v over [i - radius, i + radius] clipped to [0, n).
 // v holds no NaN.
 void pool_max(const double* v, std::size_t n, std::size_t radius, double* out) noexcept;

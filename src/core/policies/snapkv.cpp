@@ -133,7 +133,8 @@ void SnapKVCore::on_decode_step(std::int64_t pos, Attention attn) {
     ++steps_since_sync_;
   }
   // The new position takes the next ring, zeroed (its running sum exact).
-  if (ring_end_ == ring_capacity_) close_holes();  // unreachable: holes are closed first
+  // There is one: admission leaves kept_ < capacity_, and fewer holes than
+  // spare rings wait (close_holes_when_full), so ring_end_ < ring_capacity_.
   const std::size_t fresh = ring_end_++;
   for (std::size_t c = 0; c < obs_window_; ++c) history_[c * ring_capacity_ + fresh] = 0.0F;
   running_[kept_] = 0.0;
@@ -173,7 +174,15 @@ void SnapKVCore::resync() {
 
 void SnapKVCore::add_hole(std::uint32_t ring) {
   holes_.insert(std::upper_bound(holes_.begin(), holes_.end(), ring), ring);
+  close_holes_when_full();
+}
+
+void SnapKVCore::close_holes_when_full() {
   if (holes_.size() >= ring_capacity_ - capacity_) close_holes();
+}
+
+std::pair<std::size_t, std::size_t> SnapKVCore::pool_window(std::size_t i) const noexcept {
+  return {i >= pool_radius_ ? i - pool_radius_ : 0, std::min(kept_ - 1, i + pool_radius_)};
 }
 
 double SnapKVCore::drift_bound() const noexcept {
@@ -217,8 +226,7 @@ double SnapKVCore::cached_window_sum(std::size_t i) {
 double SnapKVCore::exact_pooled(std::size_t i, double pooled, double bound) {
   // A neighbour whose running sum is more than 2·bound below the pooled one
   // is below the exact maximum too, so only the others are summed exactly.
-  const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
-  const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
+  const auto [lo, hi] = pool_window(i);
   const double floor = pooled - 2.0 * bound;
   double best = -1.0;
   for (std::size_t k = lo; k <= hi; ++k) {
@@ -230,9 +238,7 @@ double SnapKVCore::exact_pooled(std::size_t i, double pooled, double bound) {
 bool SnapKVCore::shared_source(std::size_t count, double bound) const noexcept {
   std::size_t source = kNoSlot;
   for (std::size_t c = 0; c < count; ++c) {
-    const std::size_t i = candidate_index_[c];
-    const std::size_t lo = i >= pool_radius_ ? i - pool_radius_ : 0;
-    const std::size_t hi = std::min(kept_ - 1, i + pool_radius_);
+    const auto [lo, hi] = pool_window(candidate_index_[c]);
     const double floor = candidate_score_[c] - 2.0 * bound;
     for (std::size_t k = lo; k <= hi; ++k) {
       if (running_[k] < floor) continue;
@@ -269,7 +275,6 @@ std::size_t SnapKVCore::single_victim(std::size_t end) {
   if (screen_limit_ >= 0.0 && pool_radius_ <= kMaxScreenRadius) {
     const std::size_t found = screen_pool(running_.data(), kept_, pool_radius_, end, screen_limit_,
                                           candidate_index_.data(), candidate_score_.data(), room, bits_.data());
-    counts_.screened_windows += std::min(found, room);
     if (found >= 1 && found <= room) {
       low = *std::min_element(candidate_score_.begin(), candidate_score_.begin() + static_cast<std::ptrdiff_t>(found));
       threshold = low + 2.0 * bound;
@@ -339,16 +344,15 @@ std::size_t SnapKVCore::single_victim(std::size_t end) {
     return best_score <= least;
   };
   bool settled = false;
-  // (Past kMaxCandidates only a tie at zero can settle early: elsewhere the
-  // plain recomputation below is cheaper than summing candidates in vain.)
-  if (count > kMaxCandidates && least > 0.0) {
-    // fall through to the recomputation
-  } else if (count <= listed) {
+  // Past kMaxCandidates only a tie at zero can settle early: elsewhere the
+  // plain recomputation below is cheaper than summing candidates in vain.
+  const bool worth_settling = count <= kMaxCandidates || least == 0.0;
+  if (worth_settling && count <= listed) {
     for (std::size_t c = 0; c < count && !settled && summed < kMaxCandidates; ++c) {
       settled = settle(candidate_index_[c], candidate_score_[c]);
     }
     settled = settled || summed == count;
-  } else {  // (pooled every position: pooled_ holds them all)
+  } else if (worth_settling) {  // (pooled every position: pooled_ holds them all)
     for (std::size_t i = first; i < end && !settled && summed < kMaxCandidates; ++i) {
       if (pooled_[i] <= threshold) settled = settle(i, pooled_[i]);
     }
@@ -406,7 +410,7 @@ std::span<const Position> SnapKVCore::compact_marked() {
                 std::copy_n(running_.begin() + static_cast<std::ptrdiff_t>(from), n,
                             running_.begin() + static_cast<std::ptrdiff_t>(to));
               });
-  if (holes_.size() >= ring_capacity_ - capacity_) close_holes();
+  close_holes_when_full();
   return {victims_.data(), count};
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kvevict/core/policy.h"
@@ -34,7 +35,6 @@ struct SnapKVPathCounts {
   std::uint64_t candidates = 0;
   std::uint64_t exact = 0;
   std::uint64_t screened = 0;
-  std::uint64_t screened_windows = 0;  // windows the screen pooled, in all
 };
 
 // The SnapKV mechanism with a capacity and name chosen by its owner.
@@ -64,6 +64,10 @@ class SnapKVCore {
   // Removes the marked slots; their rings become holes.
   std::span<const Position> compact_marked();
   void add_hole(std::uint32_t ring);
+  // Closes the holes once as many wait as there are spare rings.
+  void close_holes_when_full();
+  // Held slots [lo, hi]: the pooling window of slot i, clipped.
+  std::pair<std::size_t, std::size_t> pool_window(std::size_t i) const noexcept;
   // Closes the holes: held slot i's ring becomes ring i.
   void close_holes();
   // Every running sum set to the exact ring-order sum.
