@@ -115,7 +115,7 @@ kvevict_status kvevict_batch_leave(kvevict_batch* batch, uint64_t id);
  * (KVEVICT_ERROR_INPUT: the pool exhausted; KVEVICT_ERROR_CONTRACT) removes
  * the sequence from the batch, its blocks back in the pool; the others go
  * on. An id that never joined or has left: KVEVICT_ERROR_INPUT. */
-kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint8_t token, const float** logits,
+kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint32_t token, const float** logits,
                                   size_t* count);
 kvevict_status kvevict_batch_pool_stats(const kvevict_batch* batch, kvevict_pool_stats* stats);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan+UBSan), replays every kept
 # regression input, then fuzzes each target for SECONDS (default 60).
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: vectors params policy npy model task_rows
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: vectors params policy npy model task_rows gguf tokenizer
 # Working corpora grow in build-fuzz/corpus/; a crashing input lands in
 # build-fuzz/artifacts/ -- copy it to fuzz/regressions/TARGET/ with the fix.
 set -uo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(vectors params policy npy model task_rows)
+[[ ${#targets[@]} -gt 0 ]] || targets=(vectors params policy npy model task_rows gguf tokenizer)
 
 cmake --preset fuzz >/dev/null && cmake --build --preset fuzz || { echo "fuzz: build failed" >&2; exit 1; }
 

@@ -21,7 +21,7 @@ esac
 # Building the library and the tool with gcc (OpenMP is gcc's libgomp).
 packages=(
   cmake ninja-build make g++ pkgconf
-  libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev libhwy-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libeigen3-dev zlib1g-dev libhwy-dev libpcre2-dev
 )
 
 if [[ $mode != --run && $mode != --corpus ]]; then
@@ -36,6 +36,9 @@ if [[ $mode != --run && $mode != --corpus ]]; then
     python3-venv python3-pip python3-setuptools python3-wheel
     python3-dask python3-distributed
     chromium
+    # the model tests' references (tests/model/): PyTorch for the forward pass
+    # that checks kvevict's logits, SentencePiece for its tokenizer
+    python3-torch sentencepiece python3-sentencepiece
   )
 fi
 
@@ -87,4 +90,11 @@ fi
 # the addon, and bindings/node/test.sh (make test) tries again and fails there.
 if ! bash "$(dirname "$0")/../bindings/node/install-deps.sh"; then
   echo "kvevict: warning: the Node binding's dev dependencies are not installed; its addon will be skipped" >&2
+fi
+
+# The model tests' npm references (gpt-3-encoder, @huggingface/gguf; npm ci
+# from tests/npm's lock file). Not fatal here: tokenizer_gpt2 and
+# gguf_readback fail without them when CI=true, and skip saying so otherwise.
+if ! bash "$(dirname "$0")/../tests/npm/install-deps.sh"; then
+  echo "kvevict: warning: the model tests' npm packages are not installed; tokenizer_gpt2 and gguf_readback will skip" >&2
 fi

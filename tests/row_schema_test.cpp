@@ -145,6 +145,8 @@ PerplexityRow perplexity_row(bool full) {
   r.perplexity = 4.0;
   r.bits_per_byte = 2.0;
   r.predictions = 1000;
+  r.predicted_bytes = 4000;
+  r.tokenizer = "bytes";
   r.evicted = full ? 0 : 17;
   r.seconds = 0.5;
   return r;
@@ -173,7 +175,7 @@ TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
   const Json rows = Json::parse(perplexity_json({perplexity_row(true), perplexity_row(false)}));
   ASSERT_EQ(rows.size(), 2U);
   const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-                                       "predictions", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition",
+                                       "predictions", "predictedBytes", "tokenizer", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition",
                                        "peakCacheBytes", "seconds"};
   EXPECT_EQ(keys_of(rows[0]), plain);
   EXPECT_EQ(keys_of(rows[1]), plain);
@@ -203,8 +205,8 @@ TEST(PerplexityRowSchema, CompareRowsAreRankedWithProxiesNullForTheFullCache) {
   for (PerplexityRow& r : rows) r.ranked = r.proxied = true;
   const Json doc = Json::parse(perplexity_json(rows));
   const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-                                        "predictions", "evicted", "retainedAttentionMass", "heavyHitterRecall",
-                                        "evictionCalls", "kvPrecision", "kvResidual", "bytesPerPosition",
+                                        "predictions", "predictedBytes", "tokenizer", "evicted", "retainedAttentionMass", "heavyHitterRecall",
+                                        "evictionCalls", "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition",
                                         "peakCacheBytes", "seconds"};
   EXPECT_EQ(keys_of(doc[0]), ranked);
   EXPECT_EQ(keys_of(doc[1]), ranked);
@@ -230,14 +232,14 @@ TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
   prefill.prefill = 768;
   const Json doc = Json::parse(perplexity_json({layer, blocks, prefill}));
   EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-                                                        "predictions", "evicted", "peakPositions", "kvPrecision",
-                                                        "kvResidual", "bytesPerPosition", "peakCacheBytes", "seconds"}));
+                                                        "predictions", "predictedBytes", "tokenizer", "evicted", "peakPositions", "kvPrecision",
+                                                        "kvResidual", "bytesPerPosition", "modelBytesPerPosition", "peakCacheBytes", "seconds"}));
   EXPECT_EQ(doc[1].at("blockSize"), 16);
   EXPECT_EQ(doc[1].at("peakBlocks"), 40);
   EXPECT_EQ(doc[1].at("peakPositions"), 512);
   EXPECT_EQ(keys_of(doc[2]), (std::vector<std::string>{"rank", "policy", "budget", "params", "prefill", "perplexity",
-                                                        "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh", "predictions", "evicted",
-                                                        "kvPrecision", "kvResidual", "bytesPerPosition", "peakCacheBytes", "seconds"}));
+                                                        "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh", "predictions", "predictedBytes", "tokenizer", "evicted",
+                                                        "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition", "peakCacheBytes", "seconds"}));
   EXPECT_EQ(doc[2].at("prefill"), 768);
   for (const Json& row : doc) expect_in_schema_order(row, "store/prefill");
 }
@@ -268,11 +270,11 @@ TEST(PerplexityRowSchema, AQuantizedStoresFullCacheHasItsExtraCostAndMemoryRowsT
 TEST(PerplexityRowSchema, JsonTextIsPinned) {
   EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, -1),
             R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"extraBitsPerByte":null,)"
-            R"("extraLow":null,"extraHigh":null,"predictions":1000,"evicted":0,"kvPrecision":"fp32","kvResidual":0,)"
-            R"("bytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5},)"
+            R"("extraLow":null,"extraHigh":null,"predictions":1000,"predictedBytes":4000,"tokenizer":"bytes","evicted":0,"kvPrecision":"fp32","kvResidual":0,)"
+            R"("bytesPerPosition":0.0,"modelBytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5},)"
             R"({"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,"bitsPerByte":2.0,)"
-            R"("extraBitsPerByte":0.25,"extraLow":0.125,"extraHigh":0.375,"predictions":1000,"evicted":17,)"
-            R"("kvPrecision":"fp32","kvResidual":0,"bytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5}])");
+            R"("extraBitsPerByte":0.25,"extraLow":0.125,"extraHigh":0.375,"predictions":1000,"predictedBytes":4000,"tokenizer":"bytes","evicted":17,)"
+            R"("kvPrecision":"fp32","kvResidual":0,"bytesPerPosition":0.0,"modelBytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5}])");
   EXPECT_EQ(perplexity_json({}, -1), "[]");
 }
 

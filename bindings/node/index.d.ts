@@ -557,9 +557,11 @@ export interface ModelRunOptions extends PagedOptions {
 }
 
 /**
- * A row of `kvevict perplexity --format json`. A text is cut into windows of
- * the model's context, each from an empty cache: B bytes in W windows make
- * B - W predictions.
+ * A row of `kvevict perplexity --format json`. A text is read as the model's
+ * tokens (bytes for kvevict-tiny) and cut into windows of the model's context,
+ * each from an empty cache: T tokens in W windows make T - W predictions (a
+ * model whose tokenizer adds BOS starts each window with it and predicts every
+ * text token; docs/models.md).
  */
 export interface PerplexityRow {
   /** null for the full cache. */
@@ -578,7 +580,12 @@ export interface PerplexityRow {
   /** The 95 % interval of extraBitsPerByte, paired by window; null for the full cache or a single window. */
   extraLow: number | null;
   extraHigh: number | null;
+  /** Tokens predicted (bytes for kvevict-tiny). */
   predictions: number;
+  /** The bytes of text the predicted tokens stand for. */
+  predictedBytes: number;
+  /** The model's tokenizer (docs/models.md). */
+  tokenizer: string;
   /** Positions removed, all heads and windows together. */
   evicted: number;
   /** In block mode only: the store's block size. */
@@ -593,6 +600,8 @@ export interface PerplexityRow {
   kvPrecision: 'fp32' | 'fp16' | 'int8' | 'int4';
   kvResidual: number;
   bytesPerPosition: number;
+  /** bytesPerPosition x layers x KV heads: one position of the whole model. */
+  modelBytesPerPosition: number;
   peakCacheBytes: number;
   seconds: number;
 }

@@ -67,7 +67,7 @@ void Batch::leave(SequenceId id) {
   members_.erase(id);  // the decoder's store gives back its references
 }
 
-std::span<const float> Batch::step(SequenceId id, std::uint8_t token) {
+std::span<const float> Batch::step(SequenceId id, Token token) {
   Decoder& d = *find(id, "step").decoder;  // the decoder is owned, not const
   const std::uint32_t pos = d.position();
   // A step that fails leaves the sequence's caches out of step with its

@@ -152,7 +152,7 @@ kvevict_status kvevict_batch_leave(kvevict_batch* batch, uint64_t id) {
   });
 }
 
-kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint8_t token, const float** logits,
+kvevict_status kvevict_batch_step(kvevict_batch* batch, uint64_t id, uint32_t token, const float** logits,
                                   size_t* count) {
   return guard([&] {
     check_live(batch, "kvevict_batch_step");

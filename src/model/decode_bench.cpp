@@ -9,6 +9,7 @@
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/bench.h"
 #include "kvevict/model/decoder_policies.h"
+#include "kvevict/model/perplexity.h"
 
 namespace kvevict {
 
@@ -16,7 +17,7 @@ namespace {
 
 // One pass: a fresh decoder (and fresh policies) over the first `tokens`
 // bytes; returns its thread CPU seconds.
-double decode_pass(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+double decode_pass(const std::shared_ptr<const Model>& model, std::span<const Token> text,
                    std::uint32_t tokens, const RunSpec* spec, DecodeProfile* profile) {
   Decoder decoder(model, tokens);
   DecoderPolicies policies = spec == nullptr ? DecoderPolicies() : DecoderPolicies(*spec, model->config(), {});
@@ -36,9 +37,10 @@ double decode_pass(const std::shared_ptr<const Model>& model, std::span<const st
 std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, std::span<const std::uint8_t> text,
                                           const DecodeBenchRequest& request) {
   if (text.empty()) throw InputError("bench --model: the text is empty");
+  const std::vector<Token> tokens_of_text = sequence_tokens(*model, text);
   if (request.rounds < 1) throw ParameterError(fmt::format("bench --model: rounds ({}) must be at least 1", request.rounds));
   const auto tokens = static_cast<std::uint32_t>(
-      std::min<std::size_t>({request.tokens, text.size(), model->config().context}));
+      std::min<std::size_t>({request.tokens, tokens_of_text.size(), model->config().context}));
   if (tokens == 0) throw ParameterError("bench --model: no tokens to decode (--tokens 0)");
   // Every run's policies are built once up front, so a bad parameter fails
   // before any timing.
@@ -56,8 +58,8 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
   // round times an unprofiled pass (the speed) and profiles another (the split).
   for (int round = 0; round < request.rounds; ++round) {
     for (Case& c : cases) {
-      c.seconds.push_back(decode_pass(model, text, tokens, c.spec, nullptr));
-      (void)decode_pass(model, text, tokens, c.spec, &c.profile);
+      c.seconds.push_back(decode_pass(model, tokens_of_text, tokens, c.spec, nullptr));
+      (void)decode_pass(model, tokens_of_text, tokens, c.spec, &c.profile);
     }
   }
   std::vector<DecodeBenchRow> rows;

@@ -15,6 +15,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
+#include "model/model_builder.h"
 
 namespace kvevict {
 
@@ -151,15 +152,69 @@ void matvec(const float* w, const float* x, float* y, std::uint32_t rows, std::u
 
 }  // namespace
 
-std::shared_ptr<const Model> Model::load(const std::filesystem::path& path) {
+namespace {
+
+// The first bytes of a file (fewer when it is shorter); empty when it cannot be read.
+std::string file_magic(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string magic(8, '\0');
+  if (!in) return {};
+  in.read(magic.data(), 8);
+  magic.resize(static_cast<std::size_t>(in.gcount()));
+  return magic;
+}
+
+}  // namespace
+
+void apply_context(ModelConfig& c, const ModelOptions& options, const std::string& file) {
+  c.trained_context = c.context;
+  if (options.context > c.context) {
+    fail(file, fmt::format("--context {} is over the {} positions the model was trained on", options.context,
+                           c.context));
+  }
+  if (options.context != 0) {
+    c.context = options.context;
+  } else if (c.context > ModelOptions::kDefaultContextCap) {
+    c.context = ModelOptions::kDefaultContextCap;
+  }
+  if (c.context < 2) fail(file, fmt::format("--context {} leaves nothing to predict (at least 2)", c.context));
+}
+
+std::shared_ptr<const Model> Model::from_parts(Parts parts) {
+  std::shared_ptr<Model> model(new Model());
+  model->config_ = std::move(parts.config);
+  model->path_ = std::move(parts.path);
+  model->data_ = std::move(parts.data);  // a vector's move keeps its buffer: the pointers stay valid
+  model->vocab_ = std::move(parts.vocab);
+  model->embed_ = parts.embed;
+  model->output_ = parts.output;
+  model->final_norm_ = parts.final_norm;
+  model->layers_ = std::move(parts.layers);
+  return model;
+}
+
+std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
   const std::string file = path.string();
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail(file, "is a folder, not a model file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(file, "cannot be opened (does it exist?)");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(file, "reading failed");
-  return parse(std::move(bytes), file);
+  if (std::filesystem::is_directory(path, ec)) return build_safetensors_model(path, options);
+  if (!std::filesystem::exists(path, ec)) fail(file, "cannot be opened (does it exist?)");
+  const std::string magic = file_magic(path);
+  if (magic.rfind("GGUF", 0) == 0) return build_gguf_model(path, options);
+  const std::string ext = path.extension().string();
+  if (ext == ".safetensors" || ext == ".json") return build_safetensors_model(path, options);
+  if (magic.size() == kMagic.size() && std::equal(kMagic.begin(), kMagic.end(), magic.begin())) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(file, "cannot be opened (does it exist?)");
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) fail(file, "reading failed");
+    std::shared_ptr<const Model> parsed = parse(std::move(bytes), file);
+    if (options.context == 0) return parsed;
+    auto model = std::const_pointer_cast<Model>(parsed);
+    apply_context(model->config_, options, file);
+    return model;
+  }
+  fail(file, "not a kvevict model: it reads a .kvm file (magic KVEVMODL), a GGUF file (magic GGUF) or a "
+             "safetensors model (a folder with config.json and model.safetensors)");
 }
 
 std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::string& file) {
@@ -274,10 +329,13 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
     }
   }
   if (r.at() != crc_at) fail(file, fmt::format("{} unread bytes after the last tensor", crc_at - r.at()));
+  c.trained_context = c.context;
+  model->vocab_ = Vocabulary::bytes();
 
   const float* base = model->data_.data();
   std::size_t k = 0;
   model->embed_ = base + offsets[k++];
+  model->output_ = model->embed_;
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     Layer layer{};
     layer.attn_norm = base + offsets[k++];
@@ -325,7 +383,7 @@ struct Decoder::Impl {
   std::string failed_what;
 
   // Scratch, sized once.
-  std::vector<float> x, h, qkv, attn_out, ff, logits, scores, query_weights;
+  std::vector<float> x, h, qkv, attn_out, ff, ff_up, logits, scores, query_weights;
   std::vector<float> raw_queries;  // this layer's queries before RoPE and scaling, [heads, head_dim]: a signal
   // The cache's new key and value as stored, copied: sealing a block may swap
   // it for an equal published one, so the policy reads its own copy.
@@ -403,20 +461,24 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.raw_queries.assign(std::size_t{m.cfg.heads} * d, 0.0F);
   m.step_key.assign(d, 0.0F);
   m.step_value.assign(d, 0.0F);
-  m.attn_out.assign(m.cfg.width, 0.0F);
+  m.attn_out.assign(m.cfg.q_width(), 0.0F);
   m.ff.assign(m.cfg.ff, 0.0F);
+  if (m.cfg.mlp == MlpKind::kSwiGlu) m.ff_up.assign(m.cfg.ff, 0.0F);
   m.logits.assign(m.cfg.vocab, 0.0F);
   m.scores.assign(capacity, 0.0F);
   m.query_weights.assign(capacity, 0.0F);
   // RoPE angles as the trainer makes them: float64 angle, then float32
-  // cos/sin. Dimension i pairs with i + head_dim/2 (GPT-NeoX layout).
+  // cos/sin. Angle i turns the pair (i, i + head_dim/2) (NEOX) or (2i, 2i+1)
+  // (NORMAL); Llama-3 scaling divides it by rope_divisors[i], as ggml does.
   const std::uint32_t half = d / 2;
   m.cos_table.resize(std::size_t{capacity} * half);
   m.sin_table.resize(std::size_t{capacity} * half);
+  const bool scaled = !m.cfg.rope_divisors.empty();
   for (std::uint32_t p = 0; p < capacity; ++p) {
     for (std::uint32_t i = 0; i < half; ++i) {
-      const double inv = std::pow(static_cast<double>(m.cfg.rope_base),
-                                  -static_cast<double>(i) * 2.0 / static_cast<double>(d));
+      double inv = std::pow(static_cast<double>(m.cfg.rope_base),
+                            -static_cast<double>(i) * 2.0 / static_cast<double>(d));
+      if (scaled) inv /= static_cast<double>(m.cfg.rope_divisors[i]);
       const double angle = static_cast<double>(p) * inv;
       m.cos_table[std::size_t{p} * half + i] = static_cast<float>(std::cos(angle));
       m.sin_table[std::size_t{p} * half + i] = static_cast<float>(std::sin(angle));
@@ -523,7 +585,7 @@ std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
 
 std::span<const float> Decoder::queries(std::uint32_t h) const noexcept { return impl_->heads[h].queries; }
 
-std::span<const float> Decoder::step(std::uint8_t token) {
+std::span<const float> Decoder::step(Token token) {
   Impl& m = *impl_;
   if (m.failed) {
     throw ContractError(fmt::format("decoder: the step at position {} failed ({}), leaving the heads' caches "
@@ -536,6 +598,10 @@ std::span<const float> Decoder::step(std::uint8_t token) {
   if (pos >= m.capacity) {  // before anything changes: the decoder stays usable
     throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions", pos,
                                  m.capacity));
+  }
+  if (token >= m.cfg.vocab) {
+    throw InputError(fmt::format("decoder: token {} at position {} is outside the model's vocabulary of {}", token,
+                                 pos, m.cfg.vocab));
   }
   // The strong guarantee would need every policy's state rolled back, which
   // the Policy interface has no way to do: a throw on head h comes after
@@ -564,7 +630,29 @@ std::span<const float> Decoder::step(std::uint8_t token) {
   }
 }
 
-std::span<const float> Decoder::advance(std::uint8_t token) {
+namespace {
+
+// Turns one head's vector by the position's angles: pairs (i, i + d/2)
+// (NEOX) or (2i, 2i + 1) (NORMAL), then scales it (1 for keys).
+void rotate(float* v, const float* cos_p, const float* sin_p, std::uint32_t half, RopeMode mode, float scale) {
+  if (mode == RopeMode::kNeox) {
+    for (std::uint32_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = (a * cos_p[i] - b * sin_p[i]) * scale;
+      v[i + half] = (a * sin_p[i] + b * cos_p[i]) * scale;
+    }
+  } else {
+    for (std::uint32_t i = 0; i < half; ++i) {
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = (a * cos_p[i] - b * sin_p[i]) * scale;
+      v[2 * i + 1] = (a * sin_p[i] + b * cos_p[i]) * scale;
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const float> Decoder::advance(Token token) {
   Impl& m = *impl_;
   const ModelConfig& c = m.cfg;
   const Model& model = *m.model;
@@ -588,6 +676,9 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
     const std::uint32_t group = c.group();
     matvec(w.qkv, m.h.data(), m.qkv.data(), (c.heads + 2 * c.kv_heads) * d, width);
+    if (w.qkv_bias != nullptr) {
+      for (std::size_t i = 0; i < m.qkv.size(); ++i) m.qkv[i] += w.qkv_bias[i];
+    }
     lap.charge(&DecodeProfile::projections);
     // The queries as projected, for policies that model them (expected
     // attention): they are rotated and scaled in place below.
@@ -595,12 +686,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
       // Rotate q at this token's true position, then scale it (the trainer
       // scales q, not the scores).
-      float* q = m.qkv.data() + std::size_t{hd} * d;
-      for (std::uint32_t i = 0; i < half; ++i) {
-        const float qa = q[i], qb = q[i + half];
-        q[i] = (qa * cos_p[i] - qb * sin_p[i]) * scale;
-        q[i + half] = (qa * sin_p[i] + qb * cos_p[i]) * scale;
-      }
+      rotate(m.qkv.data() + std::size_t{hd} * d, cos_p, sin_p, half, c.rope_mode, scale);
     }
     const float* k_rows = m.qkv.data() + std::size_t{c.heads} * d;
     const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
@@ -612,11 +698,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
       const std::uint32_t held = store.count(cache);  // positions held before this token
       const auto [k, v] = store.append(cache, pos);
       std::copy_n(k_rows + std::size_t{kv} * d, d, k);
-      for (std::uint32_t i = 0; i < half; ++i) {  // the key is rotated once, where it is stored
-        const float ka = k[i], kb = k[i + half];
-        k[i] = ka * cos_p[i] - kb * sin_p[i];
-        k[i + half] = ka * sin_p[i] + kb * cos_p[i];
-      }
+      rotate(k, cos_p, sin_p, half, c.rope_mode, 1.0F);  // the key is rotated once, where it is stored
       std::copy_n(v_rows + std::size_t{kv} * d, d, v);
       store.seal(cache, m.tokens);
       const std::uint32_t n = held + 1;
@@ -723,14 +805,24 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
     }
     if (shared != nullptr && pos != 0) lap.charge(&DecodeProfile::policies);
     lap.skip();
-    matvec(w.proj, m.attn_out.data(), m.h.data(), width, width);
+    matvec(w.proj, m.attn_out.data(), m.h.data(), width, c.q_width());
     lap.charge(&DecodeProfile::projections);
     for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
     lap.skip();
     rms_norm(m.x.data(), w.mlp_norm, m.h.data(), width, c.norm_eps);
-    matvec(w.up, m.h.data(), m.ff.data(), c.ff, width);
-    lap.charge(&DecodeProfile::projections);
-    for (float& u : m.ff) u = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+    if (c.mlp == MlpKind::kGelu) {
+      matvec(w.up, m.h.data(), m.ff.data(), c.ff, width);
+      lap.charge(&DecodeProfile::projections);
+      for (float& u : m.ff) u = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+    } else {
+      matvec(w.gate, m.h.data(), m.ff.data(), c.ff, width);
+      matvec(w.up, m.h.data(), m.ff_up.data(), c.ff, width);
+      lap.charge(&DecodeProfile::projections);
+      for (std::uint32_t i = 0; i < c.ff; ++i) {  // silu(gate) * up
+        const float g = m.ff[i];
+        m.ff[i] = g / (1.0F + std::exp(-g)) * m.ff_up[i];
+      }
+    }
     lap.charge(&DecodeProfile::activation);
     matvec(w.down, m.ff.data(), m.h.data(), width, c.ff);
     lap.charge(&DecodeProfile::projections);
@@ -738,7 +830,7 @@ std::span<const float> Decoder::advance(std::uint8_t token) {
   }
   lap.skip();
   rms_norm(m.x.data(), model.final_norm(), m.h.data(), width, c.norm_eps);
-  matvec(model.embed(), m.h.data(), m.logits.data(), c.vocab, width);
+  matvec(model.output(), m.h.data(), m.logits.data(), c.vocab, width);
   lap.charge(&DecodeProfile::projections);
   ++fed_;
   return m.logits;

@@ -28,15 +28,36 @@ namespace kvevict {
 
 namespace {
 
+// A window: `length` positions, the first the BOS when `bos`, the rest the
+// text's tokens from `begin`.
 struct Window {
   std::size_t begin = 0;
   std::uint32_t length = 0;
+  bool bos = false;
 };
 
-std::vector<Window> windows_of(std::size_t bytes, std::uint32_t context, std::uint32_t max_windows) {
+// The token at position i of window w, and the bytes it stands for.
+Token token_at(const TokenizedText& t, const Window& w, std::uint32_t i) {
+  if (w.bos) return i == 0 ? *t.bos : t.tokens[w.begin + i - 1];
+  return t.tokens[w.begin + i];
+}
+std::uint32_t bytes_at(const TokenizedText& t, const Window& w, std::uint32_t i) {
+  if (w.bos) return i == 0 ? 0 : t.bytes[w.begin + i - 1];
+  return t.bytes[w.begin + i];
+}
+
+std::vector<Window> windows_of(const TokenizedText& t, std::uint32_t context, std::uint32_t max_windows) {
   std::vector<Window> out;
-  for (std::size_t at = 0; at + 1 < bytes; at += context) {
-    out.push_back({at, static_cast<std::uint32_t>(std::min<std::size_t>(context, bytes - at))});
+  const std::size_t n = t.tokens.size();
+  if (t.bos) {  // BOS and context - 1 tokens, every one of them predicted
+    for (std::size_t at = 0; at < n; at += context - 1) {
+      out.push_back({at, static_cast<std::uint32_t>(1 + std::min<std::size_t>(context - 1, n - at)), true});
+      if (max_windows != 0 && out.size() == max_windows) break;
+    }
+    return out;
+  }
+  for (std::size_t at = 0; at + 1 < n; at += context) {
+    out.push_back({at, static_cast<std::uint32_t>(std::min<std::size_t>(context, n - at)), false});
     if (max_windows != 0 && out.size() == max_windows) break;
   }
   return out;
@@ -47,7 +68,7 @@ bool names_param(const ParamMap& params, std::string_view key) {
 }
 
 // -log p(next) in nats from float32 logits, in float64.
-double negative_log_likelihood(std::span<const float> logits, std::uint8_t next) {
+double negative_log_likelihood(std::span<const float> logits, Token next) {
   double top = logits[0];
   for (const float l : logits) top = std::max(top, static_cast<double>(l));
   double sum = 0.0;
@@ -68,7 +89,7 @@ struct WindowResult {
 
 // One window through a decoder whose heads have the given policies (null =
 // full cache), on the store `paged` asks for.
-WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+WindowResult run_window(const std::shared_ptr<const Model>& model, const TokenizedText& text,
                         const Window& w, const RunSpec* spec, const ModelRunOptions& options, const KvFormat& kv) {
   const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
@@ -87,10 +108,10 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<con
   }
   WindowResult r;
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
-    const std::span<const float> logits = decoder.step(text[w.begin + i]);
+    const std::span<const float> logits = decoder.step(token_at(text, w, i));
     if (compressor) compressor->after_step(decoder, i);
-    // With a prefill, byte i + 1 is scored once bytes 0 ... prefill-1 are read.
-    if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, text[w.begin + i + 1]);
+    // With a prefill, token i + 1 is scored once tokens 0 ... prefill-1 are read.
+    if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, token_at(text, w, i + 1));
   }
   r.evicted = decoder.evicted();
   r.store = decoder.store();
@@ -98,15 +119,16 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, std::span<con
 }
 
 PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap params, double nll,
-                         std::uint64_t predictions, std::uint64_t evicted, double seconds) {
+                         std::uint64_t predictions, std::uint64_t bytes, std::uint64_t evicted, double seconds) {
   PerplexityRow row;
   row.policy = std::move(policy);
   row.budget = budget;
   row.params = std::move(params);
-  const double mean = nll / static_cast<double>(predictions);
-  row.perplexity = std::exp(mean);
-  row.bits_per_byte = mean / std::numbers::ln2;
+  row.perplexity = std::exp(nll / static_cast<double>(predictions));
+  // A byte-level model's bytes are its predictions: the same division as ever.
+  row.bits_per_byte = nll / static_cast<double>(bytes) / std::numbers::ln2;
   row.predictions = predictions;
+  row.predicted_bytes = bytes;
   row.evicted = evicted;
   row.seconds = seconds;
   return row;
@@ -114,7 +136,7 @@ PerplexityRow finish_row(std::string policy, std::int64_t budget, ParamMap param
 
 // Records one window's full-cache attention, one MatrixTrace per head.
 std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<const Model>& model,
-                                                        std::span<const std::uint8_t> text,
+                                                        const TokenizedText& text,
                                                         const Window& w,
                                                         const ProgressFn& progress = {},
                                                         std::vector<std::unique_ptr<Policy>>* recorders = nullptr) {
@@ -131,7 +153,7 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
     for (std::uint32_t h = 0; h < cfg.head_count(); ++h) decoder.set_policy(h, (*recorders)[h].get(), w.length);
   }
   for (std::uint32_t t = 0; t < w.length; ++t) {
-    decoder.step(text[w.begin + t]);
+    decoder.step(token_at(text, w, t));
     if (t > 0) {
       for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
         const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last
@@ -150,6 +172,56 @@ std::shared_ptr<const Model> shared_view(const Model& model) {
 }
 
 }  // namespace
+
+TokenizedText tokenize_text(const Model& model, std::span<const std::uint8_t> text) {
+  const Vocabulary& vocab = model.vocabulary();
+  TokenizedText t;
+  t.tokenizer = vocab.describe();
+  const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
+  t.tokens = vocab.encode(view, false);
+  if (vocab.adds_bos()) t.bos = vocab.bos();
+  t.bytes.reserve(t.tokens.size());
+  for (const Token tok : t.tokens) {
+    if (tok >= model.config().vocab) {
+      throw InputError(fmt::format("the tokenizer gave token {}, outside the model's {} embeddings", tok,
+                                   model.config().vocab));
+    }
+    t.bytes.push_back(static_cast<std::uint32_t>(vocab.piece_bytes(tok).size()));
+  }
+  if (t.tokens.size() + (t.bos ? 1 : 0) < 2) {
+    throw InputError(fmt::format("the text makes {} token{}: nothing to predict", t.tokens.size(),
+                                 t.tokens.size() == 1 ? "" : "s"));
+  }
+  return t;
+}
+
+std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec) {
+  const ModelConfig& cfg = model.config();
+  if (tokens.empty()) throw InputError("logits: no tokens given");
+  if (tokens.size() > cfg.context) {
+    throw InputError(fmt::format("logits: {} tokens are more than the model's context of {} positions", tokens.size(),
+                                 cfg.context));
+  }
+  Decoder decoder(shared_view(model), static_cast<std::uint32_t>(tokens.size()));
+  DecoderPolicies policies;
+  if (spec != nullptr) {
+    policies = DecoderPolicies(*spec, cfg, {});
+    policies.attach(decoder);
+  }
+  std::vector<float> out;
+  out.reserve(tokens.size() * cfg.vocab);
+  for (const Token t : tokens) {
+    const std::span<const float> logits = decoder.step(t);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
+}
+
+std::vector<Token> sequence_tokens(const Model& model, std::span<const std::uint8_t> text) {
+  TokenizedText t = tokenize_text(model, text);
+  if (t.bos) t.tokens.insert(t.tokens.begin(), *t.bos);
+  return std::move(t.tokens);
+}
 
 std::vector<std::uint8_t> read_text(const std::filesystem::path& file) {
   const std::string name = file.string();
@@ -197,10 +269,9 @@ struct Run {
   std::int64_t memory = 0;
 };
 
-std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const std::uint8_t> text,
+std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedText& text,
                                            const std::vector<Run>& runs_in, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
-  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to predict");
   check_paged(options.paged);
   for (const Run& run : runs_in) check_format(run.kv, cfg.head_dim());
   if (options.paged.block_size > std::int64_t{cfg.context}) {
@@ -217,23 +288,26 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const s
   if (options.prefill > 0 && options.prefill_window < 1) {
     throw ParameterError("--window must be at least 1 (the attention rows the compression scores from)");
   }
-  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
+  const std::vector<Window> windows = windows_of(text, cfg.context, options.max_windows);
   // Every request is checked before any work: what is left to predict, each
   // head's policy (built once), and a prefill's window against each layer's
   // budget.
-  std::uint64_t predictions = 0;
-  std::vector<double> scored;  // predictions per window
+  std::uint64_t predictions = 0, predicted_bytes = 0;
+  std::vector<double> scored;  // bytes predicted per window (the denominators of bits per byte)
   bool compresses = false;     // some window is long enough to reach the prefill's end
   for (const Window& w : windows) {
-    scored.push_back(w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0);
-    predictions += static_cast<std::uint64_t>(scored.back());
+    std::uint64_t bytes = 0;
+    for (std::uint32_t i = options.prefill + 1; i < w.length; ++i) bytes += bytes_at(text, w, i);
+    scored.push_back(static_cast<double>(bytes));
+    predicted_bytes += bytes;
+    predictions += w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0;
     compresses = compresses || w.length > options.prefill;
   }
   if (predictions == 0) {
     std::uint32_t longest = 0;
     for (const Window& w : windows) longest = std::max(longest, w.length);
-    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict: bytes 0 ... {} of each window are not "
-                                 "scored, and the longest window here has {} bytes",
+    throw InputError(fmt::format("--prefill ({}) leaves nothing to predict: tokens 0 ... {} of each window are not "
+                                 "scored, and the longest window here has {} tokens",
                                  options.prefill, options.prefill, longest));
   }
   for (const Run& run : runs_in) {
@@ -278,12 +352,12 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const s
       secs += seconds[r * windows.size() + i];
     }
     if (runs_in[r].spec == nullptr) {
-      rows.push_back(finish_row("", 0, {}, sum, predictions, ev, secs));
+      rows.push_back(finish_row("", 0, {}, sum, predictions, predicted_bytes, ev, secs));
     } else {
       const RunSpec& spec = *runs_in[r].spec;
       rows.push_back(finish_row(spec.policy, spec.budget,
                                 find_policy(spec.policy).effective(head_params(spec, cfg, 0)), sum,
-                                predictions, ev, secs));
+                                predictions, predicted_bytes, ev, secs));
     }
     if (r > 0) {
       // Each window's extra bits beside the full cache's on the same bytes.
@@ -306,6 +380,8 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const s
     rows.back().kv_precision = std::string(precision_name(kv.precision));
     rows.back().kv_residual = kv.residual_window();
     rows.back().bytes_per_position = bytes_per_position(kv, cfg.head_dim());
+    rows.back().model_bytes_per_position = rows.back().bytes_per_position * cfg.head_count();
+    rows.back().tokenizer = text.tokenizer;
     rows.back().peak_cache_bytes = peak_cache_bytes;
     rows.back().prefill = options.prefill;
   }
@@ -314,8 +390,10 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, std::span<const s
 
 }  // namespace
 
-std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
-                                      const std::vector<RunSpec>& specs, const ModelRunOptions& options) {
+namespace {
+
+std::vector<PerplexityRow> perplexity_tokens(const Model& model, const TokenizedText& text,
+                                             const std::vector<RunSpec>& specs, const ModelRunOptions& options) {
   // The full cache first -- at fp32, the reference every row's extra bits
   // are measured from -- then, with a quantized store, the full cache at
   // its precision (what the bits alone cost), then the specs.
@@ -324,6 +402,13 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
   if (options.kv.quantized()) runs.push_back({nullptr, options.kv, 0});
   for (const RunSpec& spec : specs) runs.push_back({&spec, options.kv, 0});
   return perplexity_runs(model, text, runs, options);
+}
+
+}  // namespace
+
+std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::uint8_t> text,
+                                      const std::vector<RunSpec>& specs, const ModelRunOptions& options) {
+  return perplexity_tokens(model, tokenize_text(model, text), specs, options);
 }
 
 std::int64_t budget_for_memory(std::int64_t memory, const KvFormat& format, std::uint32_t head_dim) {
@@ -370,7 +455,7 @@ std::vector<PerplexityRow> perplexity_at_memory(const Model& model, std::span<co
     }
   }
   for (std::size_t i = 0; i < specs.size(); ++i) runs.push_back({&specs[i], *of_spec[i].first, of_spec[i].second});
-  return perplexity_runs(model, text, runs, options);
+  return perplexity_runs(model, tokenize_text(model, text), runs, options);
 }
 
 namespace {
@@ -462,7 +547,8 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
                                          const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   const std::vector<RunSpec> specs = compare_specs(request);
-  const std::vector<Window> windows = windows_of(text.size(), cfg.context, options.max_windows);
+  const TokenizedText tokens = tokenize_text(model, text);
+  const std::vector<Window> windows = windows_of(tokens, cfg.context, options.max_windows);
   // Work units for progress: every perplexity job, then one per proxy window.
   const std::size_t lead = options.kv.quantized() ? 2 : 1;  // the full caches before the specs' rows
   const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + lead) * windows.size());
@@ -472,7 +558,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   if (options.progress) {
     inner.progress = [&](std::uint32_t done, std::uint32_t) { options.progress(done, total); };
   }
-  std::vector<PerplexityRow> rows = perplexity(model, text, specs, inner);
+  std::vector<PerplexityRow> rows = perplexity_tokens(model, tokens, specs, inner);
   for (PerplexityRow& row : rows) {
     row.ranked = true;
     row.proxied = options.prefill == 0;
@@ -514,7 +600,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
             recorded.queries.data() + h * recorded.n * recorded.query_width, recorded.dim, recorded.query_width));
       }
     }
-    const auto heads = record_window(shared, text, w, {}, keyed ? &recorders : nullptr);
+    const auto heads = record_window(shared, tokens, w, {}, keyed ? &recorders : nullptr);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
     auto add = [&](std::size_t h, const RunTotals& t) {
@@ -589,28 +675,30 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
 }
 
 namespace {
-Window first_window(const Model& model, std::span<const std::uint8_t> text, std::uint32_t tokens) {
+Window first_window(const Model& model, const TokenizedText& text, std::uint32_t tokens) {
   const std::uint32_t context = model.config().context;
   if (tokens == 0) tokens = context;
   if (tokens < 2 || tokens > context) {
     throw ParameterError(fmt::format("tokens ({}) must be in 2 ... {} (the model's context)", tokens, context));
   }
-  if (text.size() < 2) throw InputError("the text has fewer than 2 bytes: nothing to record");
-  return {0, static_cast<std::uint32_t>(std::min<std::size_t>(tokens, text.size()))};
+  const std::size_t lead = text.bos ? 1 : 0;
+  return {0, static_cast<std::uint32_t>(std::min<std::size_t>(tokens, lead + text.tokens.size())), lead == 1};
 }
 }  // namespace
 
 std::vector<std::unique_ptr<MatrixTrace>> record_heads(const Model& model, std::span<const std::uint8_t> text,
                                                        std::uint32_t tokens) {
-  return record_window(shared_view(model), text, first_window(model, text, tokens));
+  const TokenizedText t = tokenize_text(model, text);
+  return record_window(shared_view(model), t, first_window(model, t, tokens));
 }
 
 std::uint32_t record_attention(const Model& model, std::span<const std::uint8_t> text,
                                const std::filesystem::path& file, bool overwrite,
                                std::uint32_t tokens, const ProgressFn& progress) {
   check_output_file(file, overwrite);  // before the work, not after
-  const Window w = first_window(model, text, tokens);
-  const auto heads = record_window(shared_view(model), text, w, progress);
+  const TokenizedText t = tokenize_text(model, text);
+  const Window w = first_window(model, t, tokens);
+  const auto heads = record_window(shared_view(model), t, w, progress);
   std::vector<Trace*> views;
   for (const auto& h : heads) views.push_back(h.get());
   write_npy_heads(views, w.length - 1, file, overwrite, true);
@@ -642,7 +730,8 @@ std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> t
     seen.emplace_back(flag, canonical);
   }
 
-  const Window w = first_window(model, text, tokens);
+  const TokenizedText t_text = tokenize_text(model, text);
+  const Window w = first_window(model, t_text, tokens);
   const ModelConfig& cfg = model.config();
   const std::size_t n = w.length;
   const std::size_t dim = cfg.head_dim();
@@ -663,7 +752,7 @@ std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> t
     decoder.set_policy(h, recorders.back().get(), w.length);
   }
   for (std::uint32_t t = 0; t < w.length; ++t) {
-    decoder.step(text[w.begin + t]);
+    decoder.step(token_at(t_text, w, t));
     if (t > 0) {
       for (std::uint32_t h = 0; h < caches; ++h) {
         const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last

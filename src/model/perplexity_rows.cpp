@@ -46,16 +46,19 @@ constexpr RowField<Row> kFields[] = {
       "cache",
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.params(f, r.params); }},
-    {{"prefill", FieldType::kInteger, "bytes",
-      "bytes of each window read with the full cache and compressed once; only the predictions after them are scored",
+    {{"prefill", FieldType::kInteger, "tokens",
+      "tokens of each window read with the full cache and compressed once; only the predictions after them are "
+      "scored",
       "prefill > 0", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.prefill > 0) v.integer(f, r.prefill);
      }},
-    {{"perplexity", FieldType::kNumber, "", "exp of the mean negative log-likelihood (nats) per predicted byte", "",
-      {}},
+    {{"perplexity", FieldType::kNumber, "",
+      "exp of the mean negative log-likelihood (nats) per predicted token (a byte for kvevict-tiny)", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.perplexity); }},
-    {{"bitsPerByte", FieldType::kNumber, "bits per byte", "mean negative log-likelihood per predicted byte, in bits",
+    {{"bitsPerByte", FieldType::kNumber, "bits per byte",
+      "the predictions' negative log-likelihood in bits over the bytes the predicted tokens stand for (comparable "
+      "across tokenizers)",
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bits_per_byte); }},
     {{"extraBitsPerByte", FieldType::kNumber, "bits per byte",
@@ -77,10 +80,20 @@ constexpr RowField<Row> kFields[] = {
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        value_or_null(!reference(r) && r.has_extra_interval, f, v, [&] { v.number(f, r.extra_high); });
      }},
-    {{"predictions", FieldType::kInteger, "bytes", "bytes predicted (scored), all windows together", "", {}},
+    {{"predictions", FieldType::kInteger, "tokens",
+      "tokens predicted (scored), all windows together (bytes for kvevict-tiny)", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        v.integer(f, static_cast<std::int64_t>(r.predictions));
      }},
+    {{"predictedBytes", FieldType::kInteger, "bytes", "the bytes of text the predicted tokens stand for", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       v.integer(f, static_cast<std::int64_t>(r.predicted_bytes));
+     }},
+    {{"tokenizer", FieldType::kString, "",
+      "the model's tokenizer: bytes (kvevict-tiny), or the file's own (llama SentencePiece or gpt2 byte-level BPE, "
+      "its pre-tokenizer and size)",
+      "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.tokenizer); }},
     {{"evicted", FieldType::kInteger, "positions", "positions removed, every cache and window together", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, static_cast<std::int64_t>(r.evicted)); }},
     {{"retainedAttentionMass", FieldType::kNumber, "share of attention (0..1)",
@@ -135,6 +148,9 @@ constexpr RowField<Row> kFields[] = {
       "the key group's scales)",
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.bytes_per_position); }},
+    {{"modelBytesPerPosition", FieldType::kNumber, "bytes",
+      "what one position costs the whole model: bytesPerPosition x layers x KV heads", "", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.number(f, r.model_bytes_per_position); }},
     {{"peakCacheBytes", FieldType::kInteger, "bytes",
       "the most bytes any one cache held at once, measured (rows or blocks, the residual window, int4 key groups), "
       "the most of any window",

@@ -117,7 +117,7 @@ std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& req
   return spec;
 }
 
-ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const Token> text,
                  const ServeBenchRequest& request, const ServeRun& run, const std::optional<RunSpec>& spec,
                  const Checked& sizes, std::uint64_t& ticks_done, std::uint64_t ticks_total) {
   const ModelConfig& cfg = model->config();
@@ -149,9 +149,9 @@ ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const std:
   for (std::uint32_t t = 0; t < sizes.tokens; ++t) {
     std::uint64_t held = 0;
     for (std::uint32_t i = 0; i < run.sequences; ++i) {
-      const std::uint8_t byte =
+      const Token token =
           t < sizes.prefix ? text[t] : text[sizes.prefix + std::size_t{i} * own + (t - sizes.prefix)];
-      batch.step(ids[i], byte);
+      batch.step(ids[i], token);
       Decoder& d = batch.decoder(ids[i]);
       held += d.store().positions_held;  // before a compression: the chunk's peak
       if (compressors[i]) compressors[i]->after_step(d, t);
@@ -223,15 +223,17 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
     }
   }
   const std::uint64_t needed = sizes.prefix + std::uint64_t{most} * (sizes.tokens - sizes.prefix);
-  if (text.size() < needed) {
-    throw InputError(fmt::format("serve-bench: the text has {} bytes; {} sequences of {} bytes sharing {} need {}",
-                                 text.size(), most, sizes.tokens, sizes.prefix, needed));
+  const std::vector<Token> tokens = sequence_tokens(*model, text);
+  if (tokens.size() < needed) {
+    const char* unit = model->vocabulary().kind() == Vocabulary::Kind::kBytes ? "bytes" : "tokens";
+    throw InputError(fmt::format("serve-bench: the text has {} {}; {} sequences of {} {} sharing {} need {}",
+                                 tokens.size(), unit, most, sizes.tokens, unit, sizes.prefix, needed));
   }
   if (ticks > 0xFFFFFFFFULL) throw ParameterError("serve-bench: too many runs to count progress");
   std::vector<ServeRow> rows;
   std::uint64_t done = 0;
   for (std::size_t i = 0; i < request.runs.size(); ++i) {
-    rows.push_back(run_one(model, text, request, request.runs[i], specs[i], sizes, done, ticks));
+    rows.push_back(run_one(model, tokens, request, request.runs[i], specs[i], sizes, done, ticks));
   }
   return rows;
 }

@@ -204,13 +204,55 @@ TaskSample make_task(std::string_view task, std::uint32_t length, double depth, 
   return s;
 }
 
+namespace {
+
+// A sample as a model with its own tokenizer reads it: the prompt's tokens
+// (BOS first when the vocabulary adds it), and the tokens read before the
+// question starts (the prefill moment's cut).
+struct PromptTokens {
+  std::vector<Token> tokens;
+  std::uint32_t question = 0;
+};
+
+PromptTokens prompt_tokens(const Model& model, const TaskSample& sample) {
+  PromptTokens p;
+  p.tokens = sequence_tokens(model, sample.prompt);
+  const Vocabulary& vocab = model.vocabulary();
+  std::size_t bytes = 0;
+  for (const Token t : p.tokens) {  // the last token that ends at or before the question's first byte
+    bytes += vocab.piece_bytes(t).size();
+    if (bytes > sample.question) break;
+    ++p.question;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::uint32_t task_tokens(const Model& model, const TaskSample& sample) {
+  if (model.vocabulary().kind() == Vocabulary::Kind::kBytes) return static_cast<std::uint32_t>(sample.prompt.size());
+  return static_cast<std::uint32_t>(prompt_tokens(model, sample).tokens.size());
+}
+
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
                  Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
                  const KvFormat& kv) {
   const ModelConfig& cfg = model->config();
-  const std::size_t needed = sample.prompt.size() + sample.answer.size();
+  const Vocabulary& vocab = model->vocabulary();
+  const bool bytes = vocab.kind() == Vocabulary::Kind::kBytes;
+  PromptTokens prompt;
+  if (bytes) {
+    prompt.tokens.assign(sample.prompt.begin(), sample.prompt.end());
+    prompt.question = sample.question;
+  } else {
+    prompt = prompt_tokens(*model, sample);
+  }
+  // Every answer token stands for at least one byte (a token of none, such
+  // as EOS, ends the answer wrong), so the answer's bytes bound its tokens.
+  const std::size_t needed = prompt.tokens.size() + sample.answer.size();
   if (needed > cfg.context) {
-    throw InputError(fmt::format("task {}: {} bytes are more than the model's context of {}", sample.task, needed,
+    throw InputError(fmt::format("task {}: {} {} are more than the model's context of {}", sample.task, needed,
+                                 bytes ? "bytes" : "tokens (the prompt's, and at most one an answer byte)",
                                  cfg.context));
   }
   Decoder decoder(model, DecoderOptions{.capacity = static_cast<std::uint32_t>(needed), .kv = kv});
@@ -224,23 +266,40 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
     }
   }
   const bool compress = spec != nullptr && (moment == Moment::prefill || moment == Moment::prefill_query);
-  const auto compress_after = static_cast<std::uint32_t>(moment == Moment::prefill ? sample.question
-                                                                                     : sample.prompt.size());
+  const auto compress_after = static_cast<std::uint32_t>(moment == Moment::prefill ? prompt.question
+                                                                                     : prompt.tokens.size());
   std::optional<PrefillCompressor> compressor;
   if (compress) compressor.emplace(cfg, *spec, compress_after, window, chunk);
   std::span<const float> logits;
-  for (std::size_t i = 0; i < sample.prompt.size(); ++i) {
-    logits = decoder.step(sample.prompt[i]);
+  for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
+    logits = decoder.step(prompt.tokens[i]);
     if (compressor) compressor->after_step(decoder, static_cast<std::uint32_t>(i));
   }
   bool right = true;
-  for (std::size_t j = 0; j < sample.answer.size(); ++j) {
-    const std::size_t guess = argmax(logits);
-    if (guess != static_cast<unsigned char>(sample.answer[j])) {
-      right = false;
-      break;
+  if (bytes) {
+    for (std::size_t j = 0; j < sample.answer.size(); ++j) {
+      const std::size_t guess = argmax(logits);
+      if (guess != static_cast<unsigned char>(sample.answer[j])) {
+        right = false;
+        break;
+      }
+      if (j + 1 < sample.answer.size()) logits = decoder.step(static_cast<Token>(guess));
     }
-    if (j + 1 < sample.answer.size()) logits = decoder.step(static_cast<std::uint8_t>(guess));
+  } else {
+    // Greedy tokens until their bytes cover the answer: right when those
+    // bytes begin with it (the last token may run past its end).
+    std::string said;
+    while (said.size() < sample.answer.size()) {
+      const auto guess = static_cast<Token>(argmax(logits));
+      const std::string piece = guess < vocab.size() ? vocab.piece_bytes(guess) : std::string();
+      said += piece;
+      const std::size_t common = std::min(said.size(), sample.answer.size());
+      if (piece.empty() || said.compare(0, common, sample.answer, 0, common) != 0) {
+        right = false;
+        break;
+      }
+      if (said.size() < sample.answer.size()) logits = decoder.step(guess);
+    }
   }
   if (evicted != nullptr) *evicted += decoder.evicted();
   return right;
@@ -320,6 +379,35 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     std::size_t task, length, depth;
   };
   std::vector<Cell> cells;
+  // A model with its own tokenizer counts lengths in tokens: each sample is
+  // made at the bytes its length is expected to take (the filler's bytes
+  // per token), then cut shorter until its prompt's tokens and one token an
+  // answer byte fit.
+  const bool by_tokens = model->vocabulary().kind() != Vocabulary::Kind::kBytes;
+  double bytes_per_token = 1.0;
+  if (by_tokens) {
+    const std::string_view text(reinterpret_cast<const char*>(filler.data()), filler.size());
+    const std::size_t n = model->vocabulary().encode(text, false).size();
+    if (n == 0) throw InputError("tasks: the filler text makes no tokens");
+    bytes_per_token = static_cast<double>(filler.size()) / static_cast<double>(n);
+  }
+  auto make_sample = [&](const std::string& task, std::uint32_t length, double depth, Rng& rng) {
+    if (!by_tokens) return make_task(task, length, depth, rng, filler);
+    auto bytes = static_cast<std::uint32_t>(std::floor(length * bytes_per_token));
+    for (int attempt = 0; attempt < 12; ++attempt) {
+      Rng tried = rng;
+      TaskSample s = make_task(task, bytes, depth, tried, filler);
+      const std::uint64_t used = task_tokens(*model, s) + s.answer.size();
+      if (used <= length) {
+        rng = tried;
+        return s;
+      }
+      bytes = static_cast<std::uint32_t>(std::floor(bytes * (static_cast<double>(length) / static_cast<double>(used)) * 0.98));
+    }
+    throw InputError(fmt::format("task {}: no sample of {} tokens could be made (the tokenizer takes more tokens "
+                                 "than the filler's average suggests)",
+                                 task, length));
+  };
   for (std::size_t t = 0; t < request.tasks.size(); ++t) {
     for (std::size_t l = 0; l < request.lengths.size(); ++l) {
       for (std::uint32_t d = 0; d < request.depths; ++d) {
@@ -327,7 +415,7 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
         const double depth = (d + 0.5) / request.depths;
         for (std::uint32_t i = 0; i < request.samples; ++i) {
           Rng rng = task_sample_rng(request.seed, request.tasks[t], request.lengths[l], depth, i);
-          samples.push_back(make_task(request.tasks[t], request.lengths[l], depth, rng, filler));
+          samples.push_back(make_sample(request.tasks[t], request.lengths[l], depth, rng));
         }
       }
     }
@@ -339,6 +427,12 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   // on every layer's parameters, before any work.
   std::size_t longest_context = 0, longest_prompt = 0;
   for (const TaskSample& sample : samples) {
+    if (by_tokens) {
+      const PromptTokens p = prompt_tokens(*model, sample);
+      longest_context = std::max<std::size_t>(longest_context, p.question);
+      longest_prompt = std::max(longest_prompt, p.tokens.size());
+      continue;
+    }
     longest_context = std::max<std::size_t>(longest_context, sample.question);
     longest_prompt = std::max(longest_prompt, sample.prompt.size());
   }

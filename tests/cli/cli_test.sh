@@ -408,5 +408,41 @@ bad_rows "evicted"    "[{\"task\":\"passkey\",\"length\":300,\"depth\":0.5,\"cor
 bad_rows "full moment" "[{$row,\"policy\":\"full\",\"budget\":0,\"moment\":\"decode\",\"samples\":4}]" "row 0: policy 'full' with moment 'decode'"
 bad_rows "length 0"   "[{\"task\":\"passkey\",\"length\":0,\"depth\":0.5,\"correct\":1,\"evicted\":0,\"policy\":\"tova\",\"budget\":32,\"moment\":\"decode\",\"samples\":4}]" "row 0: 'length' (0) must be in 1 ... 4294967295"
 
+# Llama-family models (docs/models.md): a tiny random one in GGUF and in a
+# safetensors folder through every model command, with its own tokenizer.
+ok  "random gguf"      "architecture: llama" -- random-model --arch llama --type q4_k --out "$tmp/tiny.gguf"
+ok  "random st"        "format: safetensors" -- random-model --arch qwen2 --format safetensors --type bf16 --out "$tmp/tiny-hf"
+bad "random exists"    "exists (--force to replace it)" -- random-model --out "$tmp/tiny.gguf"
+bad "random blocks"    "--width (96) is not a whole number of Q4_K's 256-element blocks" -- random-model --type q4_k --width 96 --heads 4 --out "$tmp/x.gguf"
+bad "random st type"   "--type Q8_0: safetensors models hold F32, F16 or BF16" -- random-model --format safetensors --type q8_0 --out "$tmp/x"
+bad "random type"      "q3_k" -- random-model --type q3_k --out "$tmp/x.gguf"
+ok  "inspect"          "tokenizer: gpt2" -- inspect --model "$tmp/tiny.gguf"
+ok  "inspect json"     '"llama.block_count": 2' -- inspect --model "$tmp/tiny.gguf" --json
+ok  "inspect st"       '"model_type": "qwen2"' -- inspect --model "$tmp/tiny-hf" --json
+ok  "tokenize"         '"tokens": [0,' -- tokenize --model "$tmp/tiny.gguf" --string "The pass key is 12345." --json
+ok  "tokenize st"      "0 " -- tokenize --model "$tmp/tiny-hf" --string "hello world"
+ok  "tokenize kvm"     "104 105" -- tokenize --model "$model" --string "hi"
+bad "tokenize none"    "give --text FILE or --string TEXT" -- tokenize --model "$tmp/tiny.gguf"
+ok  "ppl gguf"         "gpt2 BPE" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o,streaming-llm --budget 32 --format json
+ok  "ppl st"           "full cache" -- perplexity --model "$tmp/tiny-hf" --text "$tmp/text.txt" --policy tova --budget 32
+ok  "ppl context"      '"predictions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 64 --format json
+bad "ppl context big"  "--context 512 is over the 256 positions the model was trained on" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 512
+ok  "compare gguf"     "ranked by perplexity" -- compare --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --budgets 32,64 --policies h2o,tova
+ok  "sweep gguf"       "recentWindow" -- sweep --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32
+ok  "tasks gguf"       "passkey" -- tasks --model "$tmp/tiny.gguf" --text "$heldout" --lengths 128 --depths 1 --samples 2 --policies h2o --budgets 64
+ok  "serve gguf"       '"peakBlocks"' -- serve-bench --model "$tmp/tiny.gguf" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 64 --format json
+ok  "serve st"         "tokens/s" -- serve-bench --model "$tmp/tiny-hf" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 64 --policy h2o --budget 32
+ok  "record gguf"      "" -- record --model "$tmp/tiny.gguf" --text "$heldout" --out "$tmp/att.npy" --keys "$tmp/k.npy" --tokens 64
+if [[ -s "$tmp/att.npy" && -s "$tmp/k.npy" ]]; then pass; else fail "record gguf: no files"; fi
+ok  "bench gguf"       "tokens/s" -- bench --model "$tmp/tiny.gguf" --text "$heldout" --tokens 64 --rounds 1 --policies h2o --budgets 32
+ok  "logits"           "" -- logits --model "$tmp/tiny.gguf" --tokens 0,5,9,300 --out "$tmp/l.npy"
+if [[ -s "$tmp/l.npy" ]]; then pass; else fail "logits: no file"; fi
+bad "logits token"     "--tokens: 99999 is outside the model's vocabulary of 458" -- logits --model "$tmp/tiny.gguf" --tokens 1,99999 --out "$tmp/l2.npy"
+bad "logits exists"    "l.npy" -- logits --model "$tmp/tiny.gguf" --tokens 1 --out "$tmp/l.npy"
+head -c 100 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
+bad "gguf truncated"   "cut.gguf" -- perplexity --model "$tmp/cut.gguf" --text "$tmp/text.txt"
+printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"
+bad "gguf version"     "v1.gguf" -- inspect --model "$tmp/v1.gguf"
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

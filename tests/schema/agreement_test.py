@@ -142,8 +142,8 @@ def model_case(name, tool_args, from_python, node_call, expect_keys):
 
 
 base = ["policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-        "predictions", "evicted"]
-kv = ["kvPrecision", "kvResidual", "bytesPerPosition", "peakCacheBytes"]
+        "predictions", "predictedBytes", "tokenizer", "evicted"]
+kv = ["kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition", "peakCacheBytes"]
 plain = base + kv + ["seconds"]
 proxies = ["retainedAttentionMass", "heavyHitterRecall", "evictionCalls"]
 rows = model_case("perplexity", ["perplexity", "--policy", "h2o,tova", "--budget", "128"],

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <iostream>
 #include <limits>
@@ -13,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "kvevict/eval/bench.h"
@@ -21,7 +24,10 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/json.h"
+#include "kvevict/model/inspect.h"
 #include "kvevict/model/model.h"
+#include "kvevict/model/model_writer.h"
+#include "kvevict/model/vocab.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/perplexity.h"
@@ -193,8 +199,11 @@ struct ModelFlags {
   bool given() const noexcept { return !model.empty(); }
 };
 
-void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help) {
+void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help, std::uint32_t& context) {
   auto* model = cmd->add_option("--model", f.model, model_help);
+  cmd->add_option("--context", context,
+                  "with --model: positions to run it at (default: its trained context, at most 4096)")
+      ->needs(model);
   cmd->add_option("--text", f.text, "with --model: the text to score (bytes)")->needs(model);
   model->needs("--text");
   cmd->add_option("--max-windows", f.windows, "with --model: use only the first N context windows (0 = all)")
@@ -211,6 +220,26 @@ void check_model_source(const CLI::App* cmd, const SignalFiles& signals) {
     throw ParameterError("--keys, --values and --queries replay a recorded trace; --model runs the model, whose "
                          "decoder gives the policies their keys itself (give one or the other)");
   }
+}
+
+// Every model command's --context: the positions to run a model at (its
+// trained context, or the first 4096 of a longer one, when not given).
+void add_context_option(CLI::App* cmd, std::uint32_t& context) {
+  cmd->add_option("--context", context,
+                  "positions to run the model at: its windows' length and its caches' capacity (default: the "
+                  "model's trained context, at most 4096)");
+}
+
+std::shared_ptr<const Model> open_model(const std::string& path, std::uint32_t context) {
+  ModelOptions options;
+  options.context = context;
+  auto model = Model::load(path, options);
+  const ModelConfig& c = model->config();
+  if (context == 0 && c.context < c.trained_context) {
+    std::cerr << fmt::format("kvevict: note: running {} at {} of its {} trained positions (--context to change)\n",
+                             path, c.context, c.trained_context);
+  }
+  return model;
 }
 
 PagedOptions paged_of(const PagedFlags& f) {
@@ -252,7 +281,13 @@ int cmd_list(const std::string& format) {
 
 }  // namespace
 
+// The model files every model command takes.
+constexpr const char* kModelHelp =
+    "the model: kvevict's .kvm (e.g. model/kvevict-tiny.kvm), a GGUF file, or a safetensors folder (config.json, "
+    "model.safetensors, tokenizer.json) of a llama, qwen2 or mistral model (docs/models.md)";
+
 int main(int argc, char** argv) {
+  std::uint32_t model_context = 0;  // every model command's --context
   CLI::App app{
       "kvevict: KV-cache eviction policies for LLM decoding, measured on reproducible traces.\n"
       "Retained attention mass and heavy-hitter recall are proxies for model quality."};
@@ -308,8 +343,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   ModelFlags cmp_on;
   add_model_options(cmp, cmp_on,
-                    "rank by perplexity of this model (.kvm) evicting for real, with the proxies on its own attention "
-                    "(budgets default to 64,128,256,512)");
+                    "rank by perplexity of this model (.kvm, .gguf or a safetensors folder) evicting for real, with "
+                    "the proxies on its own attention (budgets default to 64,128,256,512)",
+                    model_context);
   std::uint32_t cmp_prefill = 0;
   std::uint32_t cmp_window = 32;
   cmp->add_option("--prefill", cmp_prefill,
@@ -331,8 +367,9 @@ int main(int argc, char** argv) {
       "perplexity",
       "Perplexity of a model (.kvm) over a text with every layer and head evicting through a policy, "
       "beside the full cache's");
-  ppl->add_option("--model", ppl_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
-  ppl->add_option("--text", ppl_text, "the text to score (bytes), e.g. model/heldout-sample.txt")->required();
+  ppl->add_option("--model", ppl_model, kModelHelp)->required();
+  ppl->add_option("--text", ppl_text, "the text to score (tokenized by the model's own tokenizer), e.g. model/heldout-sample.txt")->required();
+  add_context_option(ppl, model_context);
   ppl->add_option("--policy", ppl_policies, "policy names, comma-separated, or all (default: the full cache only)");
   ppl->add_option("--budget", ppl_budgets, "budgets, comma-separated (default: each policy's)");
   ppl->add_option("--set", ppl_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
@@ -378,7 +415,8 @@ int main(int argc, char** argv) {
       "serve-bench",
       "Sequences decoding together over one block pool (docs/serving.md): peak blocks, blocks saved by prefix "
       "sharing, positions held, evictions and tokens per second, per run");
-  sb->add_option("--model", sb_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  sb->add_option("--model", sb_model, kModelHelp)->required();
+  add_context_option(sb, model_context);
   sb->add_option("--text", sb_text, "the bytes the sequences read, e.g. model/heldout-sample.txt")->required();
   sb->add_option("--sequences", sb_sequences, "sequence counts, comma-separated (one run each)")->capture_default_str();
   sb->add_option("--shared-prefix", sb_prefix, "bytes every sequence starts with (the text's first ones)")
@@ -425,12 +463,15 @@ int main(int argc, char** argv) {
       "Retrieval tasks (passkey, multikey, multivalue, vartrack, copy) answered by a model (.kvm) with "
       "greedy decoding while its cache is compressed: exact-match accuracy by policy, budget, moment, length "
       "and needle depth");
-  tasks_cmd->add_option("--model", task_model, "model weights (.kvm), e.g. model/kvevict-tiny.kvm")->required();
+  tasks_cmd->add_option("--model", task_model, kModelHelp)->required();
+  add_context_option(tasks_cmd, model_context);
   tasks_cmd->add_option("--text", task_text, "filler text the needles are hidden in, e.g. model/heldout-sample.txt")
       ->required();
   tasks_cmd->add_option("--tasks", task_names_arg, "comma-separated: passkey, multikey, multivalue, vartrack, copy, or all")
       ->capture_default_str();
-  tasks_cmd->add_option("--lengths", task_lengths, "sample lengths in bytes, comma-separated (at most the model's context)")
+  tasks_cmd->add_option("--lengths", task_lengths,
+                        "sample lengths in positions (bytes for kvevict-tiny, tokens for a model with a tokenizer), "
+                        "comma-separated (at most the model's context)")
       ->capture_default_str();
   tasks_cmd->add_option("--policies", task_policies, "comma-separated names, all, or none (the full cache only)")
       ->capture_default_str();
@@ -466,10 +507,11 @@ int main(int argc, char** argv) {
                 "that run, compare and report replay with --trace FILE.npy; with --keys, --values and --queries, "
                 "the signals the decoder gives the key-aware policies beside it, which run and compare replay "
                 "with the same flags");
-  rec->add_option("--model", rec_model, "model weights (.kvm)")->required();
+  rec->add_option("--model", rec_model, kModelHelp)->required();
+  add_context_option(rec, model_context);
   rec->add_option("--text", rec_text, "the text (bytes); its first N bytes are recorded")->required();
   rec->add_option("--out", rec_out, "the attention .npy file to write, [layers x heads, N, N]")->required();
-  rec->add_option("--tokens", rec_tokens, "N: bytes to record (default and most: the model's context)");
+  rec->add_option("--tokens", rec_tokens, "N: tokens to record, BOS included where the model adds it (default and most: the model's context)");
   RecordFiles rec_files;
   rec->add_option("--keys", rec_files.keys,
                   "also write each cache's keys as stored (after RoPE), [layers x heads, N, headDim] float32, for "
@@ -492,7 +534,8 @@ int main(int argc, char** argv) {
   std::optional<std::uint32_t> per_layer;
   per->add_option("--trace", per_trace, "generated trace id or FILE.npy")->capture_default_str();
   auto* per_model_opt = per->add_option(
-      "--model", per_model, "instead of --trace: this model's (.kvm) full-cache attention over --text");
+      "--model", per_model, "instead of --trace: this model's (.kvm, .gguf, safetensors) full-cache attention over --text");
+  per->add_option("--context", model_context, "with --model: positions to run it at")->needs(per_model_opt);
   per->add_option("--text", per_text, "with --model: the text (its first context-length bytes)")->needs(per_model_opt);
   per_model_opt->needs("--text");
   per->add_option("--layer", per_layer, "with --model: only this layer's heads")->needs(per_model_opt);
@@ -524,8 +567,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   ModelFlags sw_on;
   add_model_options(sw, sw_on,
-                    "sweep on this model (.kvm) evicting for real: perplexity rows over --text with their paired "
-                    "intervals (budgets default to 64,128,256)");
+                    "sweep on this model (.kvm, .gguf or a safetensors folder) evicting for real: perplexity rows "
+                    "over --text with their paired intervals (budgets default to 64,128,256)",
+                    model_context);
 
   // trace
   std::string tr_trace = "decode-4096";
@@ -572,8 +616,9 @@ int main(int argc, char** argv) {
   int bench_rounds = 5;
   auto* bench_model_opt = bench->add_option(
       "--model", bench_model,
-      "instead: decode a text with a model (.kvm), full cache and each --policies at each --budgets (default 128), "
-      "and report tokens per second and where a step's time goes");
+      "instead: decode a text with a model (.kvm, .gguf, safetensors), full cache and each --policies at each "
+      "--budgets (default 128), and report tokens per second and where a step's time goes");
+  bench->add_option("--context", model_context, "with --model: positions to run it at")->needs(bench_model_opt);
   bench->add_option("--text", bench_text, "with --model: the text to decode")->capture_default_str();
   bench->add_option("--tokens", bench_tokens, "with --model: tokens decoded a pass (at most the text and the context)")
       ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
@@ -619,6 +664,83 @@ int main(int argc, char** argv) {
   auto* schema_cmd = app.add_subcommand(
       "schema", "Print the fields of a result row (run, compare and sweep; perplexity and compare --model; --format json) as JSON: "
                 "name, type, unit, description, in output order");
+
+  // random-model
+  RandomModelSpec rm;
+  std::string rm_type = "f32";
+  std::string rm_out;
+  std::string rm_text = "model/heldout-sample.txt";
+  std::string rm_scaling;
+  bool rm_tied = false, rm_untied = false, rm_force = false;
+  auto* rm_cmd = app.add_subcommand(
+      "random-model",
+      "Write a tiny random Llama-family model (a GGUF file, or a safetensors folder with config.json and "
+      "tokenizer.json) with a byte-level BPE tokenizer learned from a text: every model command runs on it "
+      "without a download");
+  rm_cmd->add_option("--arch", rm.architecture, "llama, qwen2 or mistral")
+      ->check(CLI::IsMember({"llama", "qwen2", "mistral"}))->capture_default_str();
+  rm_cmd->add_option("--format", rm.format, "gguf or safetensors")
+      ->check(CLI::IsMember({"gguf", "safetensors"}))->capture_default_str();
+  rm_cmd->add_option("--type", rm_type,
+                     "the matrices' type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k (safetensors: f32, f16, bf16)")
+      ->capture_default_str();
+  rm_cmd->add_option("--out", rm_out, "the .gguf file, or the folder for safetensors")->required();
+  rm_cmd->add_option("--layers", rm.layers, "layers")->capture_default_str();
+  rm_cmd->add_option("--width", rm.width, "embedding width (a whole number of the type's blocks: 256 for q4_k/q6_k)")
+      ->capture_default_str();
+  rm_cmd->add_option("--heads", rm.heads, "query heads")->capture_default_str();
+  rm_cmd->add_option("--kv-heads", rm.kv_heads, "KV heads (grouped-query attention)")->capture_default_str();
+  rm_cmd->add_option("--ff", rm.ff, "feed-forward width")->capture_default_str();
+  rm_cmd->add_option("--context", rm.context, "trained context it declares")->capture_default_str();
+  rm_cmd->add_option("--seed", rm.seed, "the weights' random seed")->capture_default_str();
+  rm_cmd->add_option("--merges", rm.merges, "BPE merges learned for its tokenizer")->capture_default_str();
+  rm_cmd->add_option("--tokenizer-text", rm_text, "the text the tokenizer's merges are learned from")
+      ->capture_default_str();
+  rm_cmd->add_flag("--tied", rm_tied, "tie the output to the token embedding (the default for qwen2)");
+  rm_cmd->add_flag("--untied", rm_untied, "give it its own output matrix (the default for llama and mistral)")
+      ->excludes("--tied");
+  rm_cmd->add_option("--rope-scaling", rm_scaling, "llama3: Llama-3's rope scaling (factor 8, original context 64)")
+      ->check(CLI::IsMember({"llama3"}));
+  rm_cmd->add_flag("--force", rm_force, "replace an existing file (or write into a non-empty folder)");
+
+  // logits
+  std::string lg_model, lg_tokens, lg_out, lg_policy;
+  std::int64_t lg_budget = 0;
+  std::vector<std::string> lg_sets;
+  bool lg_force = false;
+  auto* lg = app.add_subcommand(
+      "logits", "Write a model's logits after each of the given tokens as an [n, vocab] float32 .npy (with the full "
+                "cache, or a policy evicting on every cache)");
+  lg->add_option("--model", lg_model, kModelHelp)->required();
+  lg->add_option("--tokens", lg_tokens, "token ids, comma-separated, fed as given (no BOS added)")->required();
+  lg->add_option("--out", lg_out, "the .npy file to write")->required();
+  lg->add_option("--policy", lg_policy, "a policy on every cache (default: the full cache)");
+  lg->add_option("--budget", lg_budget, "with --policy: positions each cache keeps")->needs("--policy");
+  lg->add_option("--param", lg_sets, "with --policy: KEY=VALUE (repeatable)")->needs("--policy");
+  lg->add_flag("--force", lg_force, "replace an existing file");
+  add_context_option(lg, model_context);
+
+  // tokenize
+  std::string tk_model, tk_text, tk_string;
+  bool tk_no_bos = false, tk_json = false;
+  auto* tk = app.add_subcommand("tokenize", "Tokenize a text with a model's own tokenizer and print the token ids");
+  tk->add_option("--model", tk_model,
+                 "a .gguf (a vocabulary alone will do), a tokenizer.json, a model folder, or a .kvm (bytes)")
+      ->required();
+  auto* tk_text_opt = tk->add_option("--text", tk_text, "the file to tokenize");
+  tk->add_option("--string", tk_string, "or this text")->excludes(tk_text_opt);
+  tk->add_flag("--no-bos", tk_no_bos, "leave out the BOS the tokenizer would put first");
+  tk->add_flag("--json", tk_json, "print {\"tokenizer\", \"tokens\", \"bytes\"}");
+
+  // inspect
+  std::string in_model;
+  bool in_json = false;
+  auto* in = app.add_subcommand(
+      "inspect", "Show the settings kvevict runs a model with (or, with --json, the file's metadata and tensors as "
+                 "written)");
+  in->add_option("--model", in_model, kModelHelp)->required();
+  in->add_flag("--json", in_json, "the file's own metadata and tensor list, as JSON (the weights are not read)");
+  add_context_option(in, model_context);
 
   // vectors
   std::vector<std::string> vec_paths;
@@ -675,7 +797,7 @@ int main(int argc, char** argv) {
       request.policies = model_compare_policies(cmp_policies);
       request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
       request.overrides = parse_sets(cmp_sets);
-      const auto model = Model::load(cmp_on.model);
+      const auto model = open_model(cmp_on.model, model_context);
       const std::vector<std::uint8_t> text = read_text(cmp_on.text);
       ModelRunOptions options;
       options.max_windows = cmp_on.windows;
@@ -702,7 +824,7 @@ int main(int argc, char** argv) {
     }
 
     if (ppl->parsed()) {
-      const auto model = Model::load(ppl_model);
+      const auto model = open_model(ppl_model, model_context);
       const std::vector<std::uint8_t> text = read_text(ppl_text);
       std::vector<RunSpec> specs;
       if (!ppl_policies.empty()) {
@@ -773,7 +895,7 @@ int main(int argc, char** argv) {
       if (sb_block_size < 1 || sb_block_size > std::int64_t{1} << 20) {
         throw ParameterError(fmt::format("--block-size ({}) must be 1 ... 1048576", sb_block_size));
       }
-      const auto model = Model::load(sb_model);
+      const auto model = open_model(sb_model, model_context);
       const std::vector<std::uint8_t> text = read_text(sb_text);
       ServeBenchRequest request;
       request.runs = serve_runs(sequences, policies, sb_budget, split_list(sb_modes, "--modes"), sharing, chunks);
@@ -790,7 +912,7 @@ int main(int argc, char** argv) {
     }
 
     if (tasks_cmd->parsed()) {
-      const auto model = Model::load(task_model);
+      const auto model = open_model(task_model, model_context);
       const std::vector<std::uint8_t> text = read_text(task_text);
       TaskRequest request;
       request.tasks.clear();
@@ -833,7 +955,7 @@ int main(int argc, char** argv) {
     }
 
     if (rec->parsed()) {
-      const auto model = Model::load(rec_model);
+      const auto model = open_model(rec_model, model_context);
       const std::vector<std::uint8_t> text = read_text(rec_text);
       rec_files.attention = rec_out;
       rec_files.overwrite = rec_force;
@@ -856,7 +978,7 @@ int main(int argc, char** argv) {
       std::vector<Trace*> views;
       if (!per_model.empty()) {
         if (per->count("--trace") > 0) throw ParameterError("give --trace or --model, not both");
-        const auto model = Model::load(per_model);
+        const auto model = open_model(per_model, model_context);
         for (auto& h : record_heads(*model, read_text(per_text))) heads.push_back(std::move(h));
         if (per_layer) {
           if (*per_layer >= model->config().layers) {
@@ -928,7 +1050,7 @@ int main(int argc, char** argv) {
       if (request.param != "budget") extra.push_back(request.param);
       if (sw_on.given()) {
         check_model_source(sw, sw_signals);
-        const auto model = Model::load(sw_on.model);
+        const auto model = open_model(sw_on.model, model_context);
         const std::vector<std::uint8_t> text = read_text(sw_on.text);
         ModelRunOptions options;
         options.max_windows = sw_on.windows;
@@ -970,7 +1092,7 @@ int main(int argc, char** argv) {
           bench_no_compare || bench->get_option("--seconds")->count() > 0) {
         throw ParameterError("bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply");
       }
-      const auto model = Model::load(bench_model);
+      const auto model = open_model(bench_model, model_context);
       const std::vector<std::uint8_t> text = read_text(bench_text);
       DecodeBenchRequest request;
       request.tokens = bench_tokens;
@@ -1031,6 +1153,71 @@ int main(int argc, char** argv) {
       data.tasks_source = rep_tasks;
       for (const auto& [file, bytes] : write_report(data, output)) {
         std::cerr << fmt::format("wrote {} ({} bytes)\n", file.string(), bytes);
+      }
+      return 0;
+    }
+
+    if (rm_cmd->parsed()) {
+      rm.type = parse_weight_type(rm_type);
+      if (rm_tied) rm.tied = true;
+      if (rm_untied) rm.tied = false;
+      rm.llama3_scaling = rm_scaling == "llama3";
+      const std::vector<std::uint8_t> text = read_text(rm_text);
+      rm.tokenizer_text.assign(text.begin(), text.end());
+      write_random_model(rm, rm_out, rm_force);
+      const auto model = Model::load(rm_out);
+      std::cout << "wrote " << rm_out << '\n' << describe_model(*model);
+      return 0;
+    }
+
+    if (lg->parsed()) {
+      check_output_file(lg_out, lg_force);  // before the work
+      const auto model = open_model(lg_model, model_context);
+      std::vector<Token> tokens;
+      for (const std::int64_t t : parse_integer_list(lg_tokens, "--tokens")) {
+        if (t < 0 || t >= std::int64_t{model->config().vocab}) {
+          throw InputError(fmt::format("--tokens: {} is outside the model's vocabulary of {}", t, model->config().vocab));
+        }
+        tokens.push_back(static_cast<Token>(t));
+      }
+      std::optional<RunSpec> spec;
+      if (!lg_policy.empty()) {
+        ParamMap params = parse_sets(lg_sets);
+        std::int64_t budget = lg_budget;
+        if (budget == 0) budget = find_policy(lg_policy).effective(params).front().second;
+        spec = RunSpec{lg_policy, params, budget};
+      }
+      const std::vector<float> logits = model_logits(*model, tokens, spec ? &*spec : nullptr);
+      const std::uint64_t shape[] = {tokens.size(), model->config().vocab};
+      write_npy_floats(shape, logits, lg_out, lg_force);
+      std::cerr << fmt::format("wrote {} ([{}, {}] float32)\n", lg_out, tokens.size(), model->config().vocab);
+      return 0;
+    }
+
+    if (tk->parsed()) {
+      if (tk_text.empty() && tk->count("--string") == 0) throw ParameterError("tokenize: give --text FILE or --string TEXT");
+      const std::shared_ptr<const Vocabulary> vocab = load_vocabulary(tk_model);
+      std::string text = tk_string;
+      if (!tk_text.empty()) {
+        std::ifstream file(tk_text, std::ios::binary);
+        if (!file) throw InputError(fmt::format("{}: cannot be opened (does it exist?)", tk_text));
+        text.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+      }
+      const std::vector<Token> tokens = vocab->encode(text, !tk_no_bos);
+      if (tk_json) {
+        const nlohmann::json out = {{"tokenizer", vocab->describe()}, {"tokens", tokens}, {"bytes", text.size()}};
+        std::cout << out.dump() << '\n';
+      } else {
+        std::cout << fmt::format("{}\n", fmt::join(tokens, " "));
+      }
+      return 0;
+    }
+
+    if (in->parsed()) {
+      if (in_json) {
+        std::cout << inspect_file_json(in_model) << '\n';
+      } else {
+        std::cout << describe_model(*open_model(in_model, model_context));
       }
       return 0;
     }

@@ -1671,10 +1671,12 @@ class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
     return guard(info.Env(), [&](Call&) -> Napi::Value {
       const kvevict::SequenceId id = id_of(info[0], "Batch.step");
       const std::int64_t token = to_integer(info[1], "Batch.step: token");
-      if (token < 0 || token > 255) {
-        throw Napi::RangeError::New(info.Env(), "Batch.step: token (" + std::to_string(token) + ") must be in 0 ... 255");
+      const std::int64_t top = std::int64_t{batch_->config().vocab} - 1;
+      if (token < 0 || token > top) {
+        throw Napi::RangeError::New(info.Env(), "Batch.step: token (" + std::to_string(token) + ") must be in 0 ... " +
+                                                    std::to_string(top) + " (the model's vocabulary)");
       }
-      return float_array(info.Env(), batch_->step(id, static_cast<std::uint8_t>(token)));
+      return float_array(info.Env(), batch_->step(id, static_cast<kvevict::Token>(token)));
     });
   }
 
@@ -1788,12 +1790,12 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
     const Napi::Env env = info.Env();
     return guard(env, [&](Call&) -> Napi::Value {
       const std::int64_t token = to_integer(info[0], "step: token");
-      const std::int64_t top = std::min<std::int64_t>(decoder_->config().vocab, 256) - 1;
+      const std::int64_t top = std::int64_t{decoder_->config().vocab} - 1;
       if (token < 0 || token > top) {
         throw Napi::RangeError::New(env, "step: token (" + std::to_string(token) + ") must be in 0 ... " +
-                                             std::to_string(top) + " (a byte)");
+                                             std::to_string(top) + " (the model's vocabulary)");
       }
-      return float_array(env, decoder_->step(static_cast<std::uint8_t>(token)));
+      return float_array(env, decoder_->step(static_cast<kvevict::Token>(token)));
     });
   }
 

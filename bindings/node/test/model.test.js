@@ -132,7 +132,7 @@ test.describe('real model', { skip }, () => {
     assert.equal(full.extraBitsPerByte, null);
     assert.deepEqual(Object.keys(full),
       ['policy', 'budget', 'params', 'perplexity', 'bitsPerByte', 'extraBitsPerByte', 'extraLow', 'extraHigh',
-        'predictions', 'evicted', 'kvPrecision', 'kvResidual', 'bytesPerPosition', 'peakCacheBytes', 'seconds']);
+        'predictions', 'predictedBytes', 'tokenizer', 'evicted', 'kvPrecision', 'kvResidual', 'bytesPerPosition', 'modelBytesPerPosition', 'peakCacheBytes', 'seconds']);
   });
 
   test('a budget-8 sliding window evicts exactly 16 * (n - 1 - 8) positions', () => {
@@ -240,7 +240,7 @@ test.describe('real model', { skip }, () => {
       assert.equal(full[key], null, key);
     }
     assert.deepEqual(Object.keys(full), ['rank', 'policy', 'budget', 'params', 'perplexity', 'bitsPerByte',
-      'extraBitsPerByte', 'extraLow', 'extraHigh', 'predictions', 'evicted', 'retainedAttentionMass', 'heavyHitterRecall', 'evictionCalls', 'kvPrecision', 'kvResidual', 'bytesPerPosition', 'peakCacheBytes', 'seconds']);
+      'extraBitsPerByte', 'extraLow', 'extraHigh', 'predictions', 'predictedBytes', 'tokenizer', 'evicted', 'retainedAttentionMass', 'heavyHitterRecall', 'evictionCalls', 'kvPrecision', 'kvResidual', 'bytesPerPosition', 'modelBytesPerPosition', 'peakCacheBytes', 'seconds']);
     for (const r of rest) {
       assert.ok(r.rank >= 1 && r.rank <= 2);
       assert.ok(r.retainedAttentionMass > 0 && r.retainedAttentionMass <= 1);

@@ -92,7 +92,9 @@ class PerplexityRow(TypedDict):
     extraBitsPerByte: Optional[float]
     extraLow: Optional[float]
     extraHigh: Optional[float]
-    predictions: int
+    predictions: int  # tokens predicted (bytes for kvevict-tiny)
+    predictedBytes: int  # the bytes of text they stand for
+    tokenizer: str  # the model's tokenizer (docs/models.md)
     evicted: int
     blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
@@ -103,6 +105,7 @@ class PerplexityRow(TypedDict):
     kvPrecision: str
     kvResidual: int
     bytesPerPosition: float
+    modelBytesPerPosition: float  # bytesPerPosition x layers x KV heads
     peakCacheBytes: int
     seconds: float
 
@@ -119,7 +122,9 @@ class ModelCompareRow(TypedDict):
     extraBitsPerByte: Optional[float]
     extraLow: Optional[float]
     extraHigh: Optional[float]
-    predictions: int
+    predictions: int  # tokens predicted (bytes for kvevict-tiny)
+    predictedBytes: int  # the bytes of text they stand for
+    tokenizer: str  # the model's tokenizer (docs/models.md)
     evicted: int
     # the proxies (None for the full cache); absent with a prefill
     retainedAttentionMass: NotRequired[Optional[float]]
@@ -134,6 +139,7 @@ class ModelCompareRow(TypedDict):
     kvPrecision: str
     kvResidual: int
     bytesPerPosition: float
+    modelBytesPerPosition: float  # bytesPerPosition x layers x KV heads
     peakCacheBytes: int
     seconds: float
 

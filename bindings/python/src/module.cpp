@@ -663,12 +663,12 @@ class PyDecoder {
 
   py::array_t<float> step(py::handle token_obj) {
     const std::int64_t token = to_int(token_obj, "token");
-    const std::int64_t top = std::min<std::int64_t>(decoder_.config().vocab, 256) - 1;
+    const std::int64_t top = std::int64_t{decoder_.config().vocab} - 1;
     if (token < 0 || token > top) {
-      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... " +
-                            std::to_string(top) + " (a byte)");
+      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... " + std::to_string(top) +
+                            " (the model's vocabulary)");
     }
-    return float_array(decoder_.step(static_cast<std::uint8_t>(token)));
+    return float_array(decoder_.step(static_cast<kvevict::Token>(token)));
   }
 
   void set_policy(py::handle head_obj, py::handle policy_obj, py::handle budget_obj) {
@@ -1329,10 +1329,12 @@ class PyBatch {
   }
   py::array_t<float> step(py::handle id, py::handle token_obj) {
     const std::int64_t token = to_int(token_obj, "token");
-    if (token < 0 || token > 255) {
-      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... 255 (a byte)");
+    const std::int64_t top = std::int64_t{batch_.config().vocab} - 1;
+    if (token < 0 || token > top) {
+      throw py::value_error("token (" + std::to_string(token) + ") must be in 0 ... " + std::to_string(top) +
+                            " (the model's vocabulary)");
     }
-    return float_array(batch_.step(id_of(id), static_cast<std::uint8_t>(token)));
+    return float_array(batch_.step(id_of(id), static_cast<kvevict::Token>(token)));
   }
   void leave(py::handle id) { batch_.leave(id_of(id)); }
   py::list sequences() const {

@@ -265,7 +265,7 @@ def test_decoder_errors(model):
 
 
 ROW_KEYS = {"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
-            "predictions", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition", "peakCacheBytes", "seconds"}
+            "predictions", "predictedBytes", "tokenizer", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition", "peakCacheBytes", "seconds"}
 
 
 def test_a_budget_that_never_binds_is_exactly_the_full_cache(model, text):

@@ -52,7 +52,7 @@ class Batch {
   // exhausted, a policy's error) is rethrown naming the sequence, which
   // leaves the batch (its blocks go back to the pool: preemption), so the
   // others go on; asking for it later says so.
-  std::span<const float> step(SequenceId id, std::uint8_t token);
+  std::span<const float> step(SequenceId id, Token token);
 
   const Decoder& decoder(SequenceId id) const;
   // For Decoder::drop() (compression after a chunk of a prompt).

@@ -1,5 +1,8 @@
-// A small byte-level transformer (model/FORMAT.md) run token by token with a
-// real KV cache per layer and KV head. When a KV head has a policy, the policy
+// A decoder-only transformer run token by token with a real KV cache per
+// layer and KV head: kvevict's own byte-level model (a .kvm file,
+// model/FORMAT.md) or a Llama-family model (llama, qwen2, mistral) read from
+// a GGUF file or a Hugging Face safetensors folder (docs/models.md), with
+// its own vocabulary (vocab.h). When a KV head has a policy, the policy
 // sees exactly what the harness would give it -- the softmax weights over the
 // positions that cache still holds, ascending (with grouped-query attention,
 // the mean of its query heads' weights: one decision per cache, as an engine
@@ -18,10 +21,20 @@
 
 #include "kvevict/core/policy.h"
 #include "kvevict/model/kv_store.h"
+#include "kvevict/model/vocab.h"
 
 namespace kvevict {
 
 class LayerBudget;
+
+// Which pair of dimensions one rotary angle turns: NEOX pairs i with
+// i + head_dim/2 (HF's rotate_half, kvevict-tiny, Qwen2), NORMAL pairs 2i
+// with 2i+1 (llama.cpp's layout for GGUF llama files, whose Q/K rows the
+// converter permuted to match).
+enum class RopeMode : std::uint8_t { kNeox, kNormal };
+// The MLP: kvevict-tiny's GELU (erf form) of one up projection, or the
+// Llama family's SwiGLU, down(silu(gate x) * up x).
+enum class MlpKind : std::uint8_t { kGelu, kSwiGlu };
 
 struct ModelConfig {
   std::uint32_t vocab = 256;
@@ -34,7 +47,27 @@ struct ModelConfig {
   float rope_base = 10000.0F;
   float norm_eps = 1e-5F;
 
-  std::uint32_t head_dim() const noexcept { return width / heads; }
+  // The architecture as the file names it: "kvevict-tiny", "llama", "qwen2"
+  // or "mistral"; the file's format ("kvm", "gguf", "safetensors") and its
+  // weights' types ("F32", or e.g. "Q4_K (101), Q6_K (13), F32 (25)").
+  std::string architecture = "kvevict-tiny";
+  std::string format = "kvm";
+  std::string weight_types = "F32";
+  std::uint32_t head_size = 0;  // 0: width / heads
+  RopeMode rope_mode = RopeMode::kNeox;
+  MlpKind mlp = MlpKind::kGelu;
+  bool qkv_bias = false;     // Qwen2's q, k and v biases
+  bool tied_output = true;   // logits from the token embedding (no separate output matrix)
+  // Llama-3 rope scaling as ggml applies it: angle i is divided by
+  // rope_divisors[i] ([head_dim / 2]; empty: none).
+  std::vector<float> rope_divisors;
+  // The context the model was trained on, when `context` runs it shorter
+  // (ModelOptions::context); = context otherwise.
+  std::uint32_t trained_context = 0;
+
+  std::uint32_t head_dim() const noexcept { return head_size != 0 ? head_size : width / heads; }
+  // Query heads x head size: the attention output's width.
+  std::uint32_t q_width() const noexcept { return heads * head_dim(); }
   // Query heads that share one KV head.
   std::uint32_t group() const noexcept { return heads / kv_heads; }
   // Layers x KV heads: the number of caches, and so of policy instances, a
@@ -42,39 +75,74 @@ struct ModelConfig {
   std::uint32_t head_count() const noexcept { return layers * kv_heads; }
 };
 
-// Weights read from a .kvm file. Immutable once loaded; one Model may serve
-// many Decoders (one per thread) at once.
+// How to open a model file.
+struct ModelOptions {
+  // Positions to run at (0: the trained context, but at most
+  // kDefaultContextCap for a model trained longer -- a real model's full
+  // context would size every cache for 100k+ positions). Over the trained
+  // context is refused.
+  std::uint32_t context = 0;
+  static constexpr std::uint32_t kDefaultContextCap = 4096;
+};
+
+// Weights read from a model file, dequantized to float32 once. Immutable once
+// loaded; one Model may serve many Decoders (one per thread) at once.
 class Model {
  public:
-  // Reads and checks the whole file: magic, version, sizes, every tensor's
-  // name and shape, the CRC-32 and that nothing follows it. Throws InputError
-  // naming the file and what is wrong.
-  static std::shared_ptr<const Model> load(const std::filesystem::path& file);
+  // Opens any model kvevict reads: a .kvm file (magic KVEVMODL), a .gguf
+  // (magic GGUF), or a safetensors model (a folder with config.json and
+  // model.safetensors or its index, or one of those files). Reads and checks
+  // everything (for .kvm: magic, version, sizes, every tensor's name and
+  // shape, the CRC-32 and that nothing follows it). Throws InputError naming
+  // the file and what is wrong.
+  static std::shared_ptr<const Model> load(const std::filesystem::path& file, const ModelOptions& options = {});
   // The same checks on a file's bytes already in memory; `file` names it in errors.
   static std::shared_ptr<const Model> parse(std::vector<char> bytes, const std::string& file);
 
   const ModelConfig& config() const noexcept { return config_; }
   const std::string& path() const noexcept { return path_; }
   std::size_t parameter_count() const noexcept { return data_.size(); }
+  // The tokenizer: bytes for kvevict-tiny, the file's own otherwise.
+  const Vocabulary& vocabulary() const noexcept { return *vocab_; }
+  std::shared_ptr<const Vocabulary> shared_vocabulary() const noexcept { return vocab_; }
 
   struct Layer {
-    const float* attn_norm;  // [width]
-    const float* qkv;        // [(heads + 2 * kv_heads) * head_dim, width], rows q | k | v
-    const float* proj;       // [width, width]
-    const float* mlp_norm;   // [width]
-    const float* up;         // [ff, width]
-    const float* down;       // [width, ff]
+    const float* attn_norm = nullptr;  // [width]
+    const float* qkv = nullptr;        // [(heads + 2 * kv_heads) * head_dim, width], rows q | k | v
+    const float* qkv_bias = nullptr;   // [(heads + 2 * kv_heads) * head_dim] or null
+    const float* proj = nullptr;       // [width, heads * head_dim]
+    const float* mlp_norm = nullptr;   // [width]
+    const float* gate = nullptr;       // [ff, width] (SwiGLU) or null
+    const float* up = nullptr;         // [ff, width]
+    const float* down = nullptr;       // [width, ff]
   };
-  const float* embed() const noexcept { return embed_; }  // [vocab, width], tied output
+  const float* embed() const noexcept { return embed_; }    // [vocab, width]
+  const float* output() const noexcept { return output_; }  // [vocab, width]: embed() when tied
   const Layer& layer(std::uint32_t i) const noexcept { return layers_[i]; }
   const float* final_norm() const noexcept { return final_norm_; }
+
+  // A model built from parts (the architecture builders, model_builder.h):
+  // `data` holds every weight; the pointers point into it.
+  struct Parts {
+    ModelConfig config;
+    std::string path;
+    std::vector<float> data;
+    std::shared_ptr<const Vocabulary> vocab;
+    const float* embed = nullptr;
+    const float* output = nullptr;
+    const float* final_norm = nullptr;
+    std::vector<Layer> layers;
+  };
+  static std::shared_ptr<const Model> from_parts(Parts parts);
 
  private:
   Model() = default;
   ModelConfig config_;
   std::string path_;
   std::vector<float> data_;
+  std::shared_ptr<const Vocabulary> vocab_;
   const float* embed_ = nullptr;
+  const float* output_ = nullptr;
   const float* final_norm_ = nullptr;
   std::vector<Layer> layers_;
 };
@@ -157,13 +225,14 @@ class Decoder {
 
   // Feeds the next token (position = tokens fed so far) and returns the
   // logits for the token after it; valid until the next call. Throws
-  // InputError past the capacity (changing nothing), ContractError when a
+  // InputError past the capacity or for a token outside the vocabulary
+  // (changing nothing), ContractError when a
   // policy breaks the contract (a victim not held, or the budget not met),
   // and whatever a policy throws. A step that throws after it has begun
   // leaves the heads out of step (those before the failure have admitted the
   // token, and their policies cannot be rolled back), so every later step
   // throws ContractError, naming the failed one, until reset().
-  std::span<const float> step(std::uint8_t token);
+  std::span<const float> step(Token token);
 
   // Removes `positions` (each held, no repeats, any order) from cache `h`'s
   // keys and values at once: compression after a prefill. Only for a cache
@@ -204,7 +273,7 @@ class Decoder {
   const SequenceStore& kv() const noexcept;
 
  private:
-  std::span<const float> advance(std::uint8_t token);  // step()'s work, once checked
+  std::span<const float> advance(Token token);  // step()'s work, once checked
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -3,15 +3,21 @@
 // the full cache's; the attention proxies measured on the same model's real
 // attention; and that attention recorded as an .npy trace.
 //
-// A text is cut into consecutive windows of the model's context (the last one
-// may be shorter); each window starts from an empty cache and predicts its
-// bytes 1 ... n-1 from the ones before, so a text of B bytes in W windows
-// makes B - W predictions.
+// A text is read as the model's tokens (vocab.h: bytes for kvevict-tiny) and
+// cut into consecutive windows of the model's context (the last one may be
+// shorter); each window starts from an empty cache and predicts its tokens
+// 1 ... n-1 from the ones before, so a text of T tokens in W windows makes
+// T - W predictions. A model whose vocabulary adds BOS starts every window
+// with it (as llama.cpp's perplexity does), so each window holds BOS and
+// context - 1 text tokens and predicts every one of them. Perplexity is per
+// predicted token; bits per byte divide the same log-likelihood by the bytes
+// the predicted tokens stand for, which compares across tokenizers.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +31,26 @@
 
 namespace kvevict {
 
+// A text as the model reads it: its tokens (without BOS), the bytes each
+// stands for, and the BOS each window starts with (the vocabulary's, when
+// it adds one).
+struct TokenizedText {
+  std::vector<Token> tokens;
+  std::vector<std::uint32_t> bytes;  // per token
+  std::optional<Token> bos;
+  std::string tokenizer;  // Vocabulary::describe()
+};
+TokenizedText tokenize_text(const Model& model, std::span<const std::uint8_t> text);
+// The same as one sequence to feed: BOS first (when the vocabulary adds
+// one), then the text's tokens.
+std::vector<Token> sequence_tokens(const Model& model, std::span<const std::uint8_t> text);
+
+// The logits after each of `tokens` is fed ([n, vocab], row-major), with
+// the full cache (spec null) or `spec`'s policy on every cache. Throws
+// InputError for more tokens than the model's context or a token outside
+// its vocabulary.
+std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec = nullptr);
+
 // Reads a text file as bytes. Throws InputError for a missing or unreadable
 // file, or one with fewer than 2 bytes (nothing to predict).
 std::vector<std::uint8_t> read_text(const std::filesystem::path& file);
@@ -33,8 +59,8 @@ struct PerplexityRow {
   std::string policy;  // empty for the full cache
   std::int64_t budget = 0;  // 0 for the full cache
   ParamMap params;          // every effective parameter (layer-0 head's for pyramidkv)
-  double perplexity = 0.0;  // exp(mean negative log-likelihood, nats)
-  double bits_per_byte = 0.0;
+  double perplexity = 0.0;  // exp(mean negative log-likelihood per predicted token, nats)
+  double bits_per_byte = 0.0;  // the same log-likelihood over the bytes the predicted tokens stand for, in bits
   // What the policy costs beside the full cache on the same windows: its bits
   // per byte minus the full cache's, and the 95 % interval of that
   // difference paired by window (kvevict/eval/intervals.h: ratio_interval of
@@ -44,7 +70,9 @@ struct PerplexityRow {
   double extra_low = 0.0;
   double extra_high = 0.0;
   bool has_extra_interval = false;
-  std::uint64_t predictions = 0;
+  std::uint64_t predictions = 0;      // tokens predicted (scored)
+  std::uint64_t predicted_bytes = 0;  // the bytes they stand for
+  std::string tokenizer;              // Vocabulary::describe()
   std::uint64_t evicted = 0;  // positions removed, all heads and windows together
   // compare only: the attention proxies of the same policy and budget replayed
   // on the model's full-cache attention (mean over heads, then windows).
@@ -64,6 +92,9 @@ struct PerplexityRow {
   std::string kv_precision = "fp32";
   std::uint32_t kv_residual = 0;
   double bytes_per_position = 0.0;
+  // The same for the whole model: every layer's KV heads (layers x kv_heads
+  // x bytes_per_position).
+  double model_bytes_per_position = 0.0;
   std::uint64_t peak_cache_bytes = 0;
   // perplexity_at_memory: the bytes a cache its budget was chosen for (0: none).
   std::int64_t memory_bytes = 0;

@@ -109,6 +109,10 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
 // and kMaxTaskJobs, and (once every sample is generated) each prefill
 // moment's window against each layer's budget wherever a sample is longer
 // than the budget -- before any work; work runs on every core.
+// The positions a sample's prompt takes on `model`: its bytes for
+// kvevict-tiny, its tokens (BOS included) for a model with a tokenizer.
+std::uint32_t task_tokens(const Model& model, const TaskSample& sample);
+
 std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
                                const TaskRequest& request, const ModelRunOptions& options = {});
 

@@ -1,0 +1,44 @@
+// Writes tiny random Llama-family models in the files engines read -- a GGUF
+// file, or a Hugging Face folder (config.json, model.safetensors,
+// tokenizer.json) -- with a byte-level BPE tokenizer learned from a text.
+// For trying every model command without a download, and for the tests that
+// check kvevict's forward pass against an independent reference.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "kvevict/model/weight_types.h"
+
+namespace kvevict {
+
+struct RandomModelSpec {
+  std::string architecture = "llama";  // llama, qwen2 or mistral
+  std::string format = "gguf";         // gguf or safetensors
+  WeightType type = WeightType::kF32;  // the matrices' type (safetensors: F32, F16 or BF16)
+  std::uint32_t layers = 2;
+  std::uint32_t width = 256;
+  std::uint32_t heads = 4;
+  std::uint32_t kv_heads = 2;
+  std::uint32_t ff = 512;
+  std::uint32_t context = 256;
+  float rope_base = 10000.0F;
+  // Tied output embedding; unset: qwen2 ties (as Qwen2.5-0.5B), llama and mistral do not.
+  std::optional<bool> tied;
+  // Llama-3 rope scaling (factor 8, low 1, high 4, original context 64: small
+  // enough that a tiny model's positions reach every regime).
+  bool llama3_scaling = false;
+  std::uint32_t seed = 1;
+  std::string tokenizer_text;  // the text the BPE merges are learned from
+  std::uint32_t merges = 200;
+};
+
+// Checks the spec (ParameterError, one rule each: sizes, heads dividing,
+// rows a whole number of the type's blocks, safetensors types) and writes
+// `out` (a .gguf file, or a folder for safetensors). Refuses (InputError) to
+// replace an existing file or a non-empty folder unless `overwrite`.
+void write_random_model(const RandomModelSpec& spec, const std::filesystem::path& out, bool overwrite = false);
+
+}  // namespace kvevict

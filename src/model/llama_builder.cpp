@@ -1,0 +1,507 @@
+// The Llama family (llama, qwen2, mistral) from GGUF files and Hugging Face
+// safetensors folders: one builder, two sources of tensors and settings.
+//
+// Both sources are read into the same float32 layout the decoder runs
+// (model.h): q, k and v concatenated into one [(heads + 2 kv_heads) * d,
+// width] matrix per layer (rows q | k | v, as kvevict-tiny's), their biases
+// likewise, SwiGLU's gate and up, and the output matrix or the tied
+// embedding. Every tensor is checked against the shape the settings imply
+// before anything is allocated, so a config that contradicts the weights is
+// refused by name.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numbers>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/model/gguf.h"
+#include "kvevict/model/safetensors.h"
+#include "kvevict/model/weight_types.h"
+#include "model/model_builder.h"
+
+namespace kvevict {
+
+namespace {
+
+// Sizes past these are refused before anything is allocated: far beyond the
+// models this builder is for (135M ... 8B), small enough that a hostile
+// header cannot ask for terabytes.
+constexpr std::uint64_t kMaxLayers = 512;
+constexpr std::uint64_t kMaxWidth = 1U << 16;
+constexpr std::uint64_t kMaxFf = 1U << 18;
+constexpr std::uint64_t kMaxVocab = 1U << 22;
+constexpr std::uint64_t kMaxHeads = 1024;
+constexpr std::uint64_t kMaxContext = 1U << 24;
+// Float32 weights kvevict dequantizes into memory: 12 GiB (an 8B model's
+// float32 copy is 32 GB; a 3B model's fits).
+constexpr std::uint64_t kMaxWeights = 3ULL << 30;
+
+[[noreturn]] void fail(const std::string& file, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", file, what));
+}
+
+std::uint32_t checked(const std::string& file, const std::string& what, std::uint64_t value, std::uint64_t low,
+                      std::uint64_t high) {
+  if (value < low || value > high) fail(file, fmt::format("{} is {} (must be {} ... {})", what, value, low, high));
+  return static_cast<std::uint32_t>(value);
+}
+
+// Where a tensor comes from: its shape in PyTorch order ([out, in] for a
+// matrix) and its values as float32.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const std::string& file() const = 0;
+  // The tensor's name as the file spells it, for errors and lookups.
+  virtual std::string name_of(const std::string& role, std::uint32_t layer) const = 0;
+  virtual bool has(const std::string& name) const = 0;
+  virtual std::vector<std::uint64_t> shape(const std::string& name) const = 0;
+  // The type for the row's weight summary ("Q4_K", "BF16"); refuses (by name)
+  // a type kvevict does not read.
+  virtual std::string type_of(const std::string& name) const = 0;
+  virtual void read(const std::string& name, float* out) const = 0;
+};
+
+class GgufSource final : public TensorSource {
+ public:
+  explicit GgufSource(const GgufFile& gguf) : gguf_(gguf) {}
+  const std::string& file() const override { return gguf_.path(); }
+  std::string name_of(const std::string& role, std::uint32_t layer) const override {
+    static const std::map<std::string, std::string> kNames = {
+        {"embed", "token_embd.weight"},     {"output", "output.weight"},     {"final_norm", "output_norm.weight"},
+        {"attn_norm", "attn_norm.weight"}, {"q", "attn_q.weight"},          {"k", "attn_k.weight"},
+        {"v", "attn_v.weight"},             {"q_bias", "attn_q.bias"},       {"k_bias", "attn_k.bias"},
+        {"v_bias", "attn_v.bias"},          {"o", "attn_output.weight"},     {"mlp_norm", "ffn_norm.weight"},
+        {"gate", "ffn_gate.weight"},        {"up", "ffn_up.weight"},         {"down", "ffn_down.weight"},
+    };
+    const std::string& n = kNames.at(role);
+    if (role == "embed" || role == "output" || role == "final_norm") return n;
+    return fmt::format("blk.{}.{}", layer, n);
+  }
+  bool has(const std::string& name) const override { return gguf_.tensor(name) != nullptr; }
+  std::vector<std::uint64_t> shape(const std::string& name) const override {
+    std::vector<std::uint64_t> s = gguf_.tensor(name)->ne;
+    std::reverse(s.begin(), s.end());  // ggml's ne[0] is the fastest: PyTorch's last
+    return s;
+  }
+  std::string type_of(const std::string& name) const override {
+    const GgufTensor& t = *gguf_.tensor(name);
+    const WeightTypeInfo* info = weight_type_info(t.type);
+    if (info == nullptr) {
+      fail(file(), fmt::format("tensor '{}' has type {}, which kvevict does not read (it reads {})", name,
+                               ggml_type_name(t.type), supported_weight_types()));
+    }
+    return std::string(info->name);
+  }
+  void read(const std::string& name, float* out) const override {
+    const GgufTensor& t = *gguf_.tensor(name);
+    dequantize(weight_type_info(t.type)->type, t.data, out, t.elements);
+  }
+
+ private:
+  const GgufFile& gguf_;
+};
+
+class SafetensorsSource final : public TensorSource {
+ public:
+  SafetensorsSource(const Safetensors& st, std::string file) : st_(st), file_(std::move(file)) {}
+  const std::string& file() const override { return file_; }
+  std::string name_of(const std::string& role, std::uint32_t layer) const override {
+    static const std::map<std::string, std::string> kNames = {
+        {"attn_norm", "input_layernorm.weight"},
+        {"q", "self_attn.q_proj.weight"},
+        {"k", "self_attn.k_proj.weight"},
+        {"v", "self_attn.v_proj.weight"},
+        {"q_bias", "self_attn.q_proj.bias"},
+        {"k_bias", "self_attn.k_proj.bias"},
+        {"v_bias", "self_attn.v_proj.bias"},
+        {"o", "self_attn.o_proj.weight"},
+        {"mlp_norm", "post_attention_layernorm.weight"},
+        {"gate", "mlp.gate_proj.weight"},
+        {"up", "mlp.up_proj.weight"},
+        {"down", "mlp.down_proj.weight"},
+    };
+    if (role == "embed") return "model.embed_tokens.weight";
+    if (role == "output") return "lm_head.weight";
+    if (role == "final_norm") return "model.norm.weight";
+    return fmt::format("model.layers.{}.{}", layer, kNames.at(role));
+  }
+  bool has(const std::string& name) const override { return st_.tensor(name) != nullptr; }
+  std::vector<std::uint64_t> shape(const std::string& name) const override { return st_.tensor(name)->shape; }
+  std::string type_of(const std::string& name) const override {
+    const SafetensorsTensor& t = *st_.tensor(name);
+    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16") {
+      fail(t.file, fmt::format("tensor '{}' has dtype {}, which kvevict does not read (it reads F32, F16, BF16)",
+                               name, t.dtype));
+    }
+    return t.dtype;
+  }
+  void read(const std::string& name, float* out) const override { st_.to_floats(*st_.tensor(name), out); }
+
+ private:
+  const Safetensors& st_;
+  std::string file_;
+};
+
+// One tensor to place: where its values go in the weights and the shape
+// the settings imply.
+struct Planned {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t offset = 0;  // in floats
+};
+
+// Builds the model once the configuration is known: checks every tensor's
+// presence and shape, sizes the weights, reads them.
+std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, std::shared_ptr<const Vocabulary> vocab,
+                                      std::vector<float> rope_divisors, const std::string& path) {
+  const std::string& file = src.file();
+  const std::uint64_t d = c.head_dim();
+  const std::uint64_t w = c.width;
+  std::vector<Planned> plan;
+  std::uint64_t total = 0;
+  auto take = [&](const std::string& name, std::vector<std::uint64_t> shape) -> std::uint64_t {
+    if (!src.has(name)) fail(file, fmt::format("tensor '{}' is missing", name));
+    const std::vector<std::uint64_t> have = src.shape(name);
+    if (have != shape) {
+      fail(file, fmt::format("tensor '{}' has shape [{}]; the model's settings make it [{}]", name,
+                             fmt::join(have, ", "), fmt::join(shape, ", ")));
+    }
+    std::uint64_t n = 1;
+    for (const std::uint64_t s : shape) n *= s;  // each factor is capped: no overflow
+    const std::uint64_t at = total;
+    plan.push_back({name, std::move(shape), at});
+    total += n;
+    if (total > kMaxWeights) {
+      fail(file, fmt::format("the model has more than {} weights, over what kvevict holds in memory as float32 "
+                             "({} GiB)",
+                             kMaxWeights, kMaxWeights * 4 >> 30));
+    }
+    return at;
+  };
+  struct LayerAt {
+    std::uint64_t attn_norm, q, k, v, q_bias = 0, k_bias = 0, v_bias = 0, o, mlp_norm, gate, up, down;
+  };
+  const std::uint64_t embed_at = take(src.name_of("embed", 0), {c.vocab, w});
+  std::vector<LayerAt> at(c.layers);
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    LayerAt& a = at[l];
+    a.attn_norm = take(src.name_of("attn_norm", l), {w});
+    // q, k and v land next to each other: one fused matrix.
+    a.q = take(src.name_of("q", l), {c.heads * d, w});
+    a.k = take(src.name_of("k", l), {c.kv_heads * d, w});
+    a.v = take(src.name_of("v", l), {c.kv_heads * d, w});
+    if (c.qkv_bias) {
+      a.q_bias = take(src.name_of("q_bias", l), {c.heads * d});
+      a.k_bias = take(src.name_of("k_bias", l), {c.kv_heads * d});
+      a.v_bias = take(src.name_of("v_bias", l), {c.kv_heads * d});
+    }
+    a.o = take(src.name_of("o", l), {w, c.heads * d});
+    a.mlp_norm = take(src.name_of("mlp_norm", l), {w});
+    a.gate = take(src.name_of("gate", l), {c.ff, w});
+    a.up = take(src.name_of("up", l), {c.ff, w});
+    a.down = take(src.name_of("down", l), {w, c.ff});
+  }
+  const std::uint64_t norm_at = take(src.name_of("final_norm", 0), {w});
+  std::uint64_t output_at = embed_at;
+  if (!c.tied_output) output_at = take(src.name_of("output", 0), {c.vocab, w});
+
+  // The types, counted (and any type kvevict does not read refused by name)
+  // before the weights are allocated.
+  std::map<std::string, std::uint32_t> types;
+  for (const Planned& p : plan) ++types[src.type_of(p.name)];
+  std::vector<std::pair<std::string, std::uint32_t>> by_count(types.begin(), types.end());
+  std::stable_sort(by_count.begin(), by_count.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::string> parts;
+  for (const auto& [type, n] : by_count) parts.push_back(fmt::format("{} ({})", type, n));
+  c.weight_types = by_count.size() == 1 ? by_count.front().first : fmt::format("{}", fmt::join(parts, ", "));
+
+  Model::Parts m;
+  m.data.resize(total);
+  for (const Planned& p : plan) src.read(p.name, m.data.data() + p.offset);
+  for (std::size_t i = 0; i < m.data.size(); ++i) {
+    if (!std::isfinite(m.data[i])) {
+      const auto it = std::upper_bound(plan.begin(), plan.end(), i,
+                                       [](std::size_t v, const Planned& p) { return v < p.offset; });
+      const Planned& p = *(it - 1);
+      fail(file, fmt::format("tensor '{}' holds a non-finite weight at index {}", p.name, i - p.offset));
+    }
+  }
+  const float* base = m.data.data();
+  m.embed = base + embed_at;
+  m.output = base + output_at;
+  m.final_norm = base + norm_at;
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    const LayerAt& a = at[l];
+    Model::Layer layer;
+    layer.attn_norm = base + a.attn_norm;
+    layer.qkv = base + a.q;  // k and v follow q (planned in that order)
+    layer.qkv_bias = c.qkv_bias ? base + a.q_bias : nullptr;
+    layer.proj = base + a.o;
+    layer.mlp_norm = base + a.mlp_norm;
+    layer.gate = base + a.gate;
+    layer.up = base + a.up;
+    layer.down = base + a.down;
+    m.layers.push_back(layer);
+  }
+  c.rope_divisors = std::move(rope_divisors);
+  m.config = std::move(c);
+  m.path = path;
+  m.vocab = std::move(vocab);
+  return Model::from_parts(std::move(m));
+}
+
+void check_shape(const std::string& file, ModelConfig& c) {
+  checked(file, "the number of layers", c.layers, 1, kMaxLayers);
+  checked(file, "the embedding width", c.width, 2, kMaxWidth);
+  checked(file, "the feed-forward width", c.ff, 1, kMaxFf);
+  checked(file, "the number of attention heads", c.heads, 1, kMaxHeads);
+  checked(file, "the number of KV heads", c.kv_heads, 1, c.heads);
+  checked(file, "the vocabulary size", c.vocab, 2, kMaxVocab);
+  checked(file, "the context length", c.context, 2, kMaxContext);
+  if (c.heads % c.kv_heads != 0) {
+    fail(file, fmt::format("{} KV heads do not divide {} attention heads", c.kv_heads, c.heads));
+  }
+  if (c.head_size == 0 && c.width % c.heads != 0) {
+    fail(file, fmt::format("the width {} is not a whole number of heads ({})", c.width, c.heads));
+  }
+  const std::uint32_t d = c.head_dim();
+  if (d < 2 || d % 2 != 0 || d > 1024) fail(file, fmt::format("the head size {} is not an even number in 2 ... 1024", d));
+  if (!std::isfinite(c.rope_base) || c.rope_base <= 1.0F) fail(file, fmt::format("the rope base {} is not above 1", c.rope_base));
+  if (!std::isfinite(c.norm_eps) || c.norm_eps <= 0.0F) fail(file, fmt::format("the norm epsilon {} is not positive", c.norm_eps));
+}
+
+const char* kSupported = "llama, qwen2, mistral";
+
+void set_family(ModelConfig& c, const std::string& arch, const std::string& file, bool gguf) {
+  if (arch != "llama" && arch != "qwen2" && arch != "mistral") {
+    fail(file, fmt::format("architecture '{}' is not supported (kvevict runs {}; and its own .kvm files)", arch,
+                           kSupported));
+  }
+  c.architecture = arch;
+  c.mlp = MlpKind::kSwiGlu;
+  c.qkv_bias = arch == "qwen2";
+  // GGUF llama files hold Q/K rows permuted for adjacent-pair rotation;
+  // Qwen2's converter leaves them in HF's half-split order, as every
+  // safetensors file has them.
+  c.rope_mode = gguf && arch != "qwen2" ? RopeMode::kNormal : RopeMode::kNeox;
+}
+
+}  // namespace
+
+// Llama-3's rope scaling as divisors of each angle (HF's
+// _compute_llama3_parameters, Meta's apply_scaling; ggml's rope_freqs).
+std::vector<float> llama3_divisors(std::uint32_t head_dim, double base, double factor, double low, double high,
+                                   double original) {
+  std::vector<float> out(head_dim / 2);
+  const double low_wavelen = original / low;
+  const double high_wavelen = original / high;
+  for (std::uint32_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = std::pow(base, -2.0 * i / head_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double divisor = 1.0;
+    if (wavelen > low_wavelen) {
+      divisor = factor;
+    } else if (wavelen >= high_wavelen) {
+      const double s = (original / wavelen - low) / (high - low);
+      divisor = 1.0 / ((1.0 - s) / factor + s);
+    }
+    out[i] = static_cast<float>(divisor);
+  }
+  return out;
+}
+
+std::shared_ptr<const Model> build_gguf_model(const std::filesystem::path& path, const ModelOptions& options) {
+  const std::unique_ptr<GgufFile> gguf = GgufFile::open(path);
+  const std::string& file = gguf->path();
+  const std::optional<std::string> arch = gguf->get_string_if("general.architecture");
+  if (!arch) fail(file, "has no general.architecture: not a model (a vocabulary alone?)");
+  ModelConfig c;
+  c.format = "gguf";
+  set_family(c, *arch, file, true);
+  const std::string p = *arch + ".";
+  auto uint_key = [&](const std::string& key, std::uint64_t high) {
+    return checked(file, p + key, gguf->get_uint(p + key), 0, high);
+  };
+  c.layers = uint_key("block_count", kMaxLayers);
+  c.width = uint_key("embedding_length", kMaxWidth);
+  c.ff = uint_key("feed_forward_length", kMaxFf);
+  c.heads = uint_key("attention.head_count", kMaxHeads);
+  c.kv_heads = c.heads;
+  if (const GgufValue* v = gguf->find(p + "attention.head_count_kv"); v != nullptr) {
+    if (v->type == GgufType::kArray) fail(file, fmt::format("{}attention.head_count_kv differs by layer, which kvevict does not run", p));
+    c.kv_heads = uint_key("attention.head_count_kv", kMaxHeads);
+  }
+  c.context = uint_key("context_length", kMaxContext);
+  if (const auto key_length = gguf->get_uint_if(p + "attention.key_length")) {
+    c.head_size = checked(file, p + "attention.key_length", *key_length, 2, 1024);
+    if (const auto value_length = gguf->get_uint_if(p + "attention.value_length"); value_length && *value_length != *key_length) {
+      fail(file, fmt::format("key length {} and value length {} differ, which kvevict does not run", *key_length, *value_length));
+    }
+  }
+  c.rope_base = static_cast<float>(gguf->get_float_if(p + "rope.freq_base").value_or(10000.0));
+  c.norm_eps = static_cast<float>(gguf->get_float_if(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  const GgufTensor* embed = gguf->tensor("token_embd.weight");
+  if (embed == nullptr) fail(file, "tensor 'token_embd.weight' is missing");
+  if (embed->ne.size() != 2) fail(file, fmt::format("tensor 'token_embd.weight' has {} dimensions, not 2", embed->ne.size()));
+  c.vocab = checked(file, "the vocabulary size (token_embd.weight's rows)", embed->ne[1], 2, kMaxVocab);
+  c.tied_output = gguf->tensor("output.weight") == nullptr;
+  check_shape(file, c);
+  if (const auto rot = gguf->get_uint_if(p + "rope.dimension_count"); rot && *rot != c.head_dim()) {
+    fail(file, fmt::format("rope turns {} of each head's {} dimensions; kvevict runs rope over whole heads", *rot,
+                           c.head_dim()));
+  }
+  std::vector<float> divisors;
+  if (const GgufTensor* freqs = gguf->tensor("rope_freqs.weight")) {
+    if (freqs->ne.size() != 1 || freqs->ne[0] != c.head_dim() / 2 || freqs->type != 0) {
+      fail(file, fmt::format("tensor 'rope_freqs.weight' must be F32 of {} values (half the head size)", c.head_dim() / 2));
+    }
+    divisors.resize(c.head_dim() / 2);
+    dequantize(WeightType::kF32, freqs->data, divisors.data(), divisors.size());
+    for (const float f : divisors) {
+      if (!std::isfinite(f) || f <= 0.0F) fail(file, "tensor 'rope_freqs.weight' holds a divisor that is not positive");
+    }
+  }
+  if (const auto scaling = gguf->get_string_if(p + "rope.scaling.type"); scaling && *scaling != "none") {
+    if (*scaling != "linear") {
+      fail(file, fmt::format("rope scaling '{}' is not supported (kvevict runs none, linear and Llama-3's)", *scaling));
+    }
+    const double factor = gguf->get_float(p + "rope.scaling.factor");
+    if (!(factor >= 1.0)) fail(file, fmt::format("{}rope.scaling.factor {} is below 1", p, factor));
+    if (divisors.empty()) divisors.assign(c.head_dim() / 2, 1.0F);
+    for (float& f : divisors) f *= static_cast<float>(factor);
+  }
+  apply_context(c, options, file);
+  std::shared_ptr<const Vocabulary> vocab = Vocabulary::from_gguf(*gguf);
+  if (vocab->size() > c.vocab) {
+    fail(file, fmt::format("the tokenizer has {} tokens but token_embd.weight only {} rows", vocab->size(), c.vocab));
+  }
+  const GgufSource src(*gguf);
+  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), file);
+}
+
+namespace {
+
+nlohmann::json read_json(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) fail(file.string(), "cannot be opened (does it exist?)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    fail(file.string(), fmt::format("is not valid JSON ({})", what));
+  }
+}
+
+// A config.json number or integer, checked; `fallback` when absent or null.
+double json_number(const nlohmann::json& config, const std::string& file, const std::string& key,
+                   std::optional<double> fallback) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) {
+    if (!fallback) fail(file, fmt::format("has no \"{}\"", key));
+    return *fallback;
+  }
+  if (!it->is_number()) fail(file, fmt::format("\"{}\" is not a number", key));
+  return it->get<double>();
+}
+
+std::uint32_t json_count(const nlohmann::json& config, const std::string& file, const std::string& key,
+                         std::optional<double> fallback, std::uint64_t high) {
+  const double v = json_number(config, file, key, fallback);
+  if (v != std::floor(v) || v < 0 || v > static_cast<double>(high)) {
+    fail(file, fmt::format("\"{}\" is {} (must be a whole number 0 ... {})", key, v, high));
+  }
+  return static_cast<std::uint32_t>(v);
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path& path, const ModelOptions& options) {
+  std::error_code ec;
+  const std::filesystem::path folder = std::filesystem::is_directory(path, ec) ? path : path.parent_path();
+  const std::filesystem::path config_file = folder / "config.json";
+  if (!std::filesystem::exists(config_file, ec)) {
+    fail(path.string(), fmt::format("no config.json beside the weights (looked for {})", config_file.string()));
+  }
+  const std::string file = config_file.string();
+  const nlohmann::json config = read_json(config_file);
+  if (!config.is_object()) fail(file, "is not a JSON object");
+  std::string arch;
+  if (const auto it = config.find("model_type"); it != config.end() && it->is_string()) arch = it->get<std::string>();
+  if (arch.empty()) fail(file, fmt::format("has no \"model_type\" (kvevict runs {})", kSupported));
+  ModelConfig c;
+  c.format = "safetensors";
+  set_family(c, arch, file, false);
+  c.layers = json_count(config, file, "num_hidden_layers", std::nullopt, kMaxLayers);
+  c.width = json_count(config, file, "hidden_size", std::nullopt, kMaxWidth);
+  c.ff = json_count(config, file, "intermediate_size", std::nullopt, kMaxFf);
+  c.heads = json_count(config, file, "num_attention_heads", std::nullopt, kMaxHeads);
+  c.kv_heads = json_count(config, file, "num_key_value_heads", c.heads, kMaxHeads);
+  c.vocab = json_count(config, file, "vocab_size", std::nullopt, kMaxVocab);
+  c.context = json_count(config, file, "max_position_embeddings", std::nullopt, kMaxContext);
+  if (config.contains("head_dim") && !config["head_dim"].is_null()) {
+    c.head_size = json_count(config, file, "head_dim", std::nullopt, 1024);
+  }
+  c.rope_base = static_cast<float>(json_number(config, file, "rope_theta", 10000.0));
+  c.norm_eps = static_cast<float>(json_number(config, file, "rms_norm_eps", 1e-6));
+  bool tied = false;  // HF's default
+  if (const auto it = config.find("tie_word_embeddings"); it != config.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail(file, "\"tie_word_embeddings\" is not true or false");
+    tied = it->get<bool>();
+  }
+  c.tied_output = tied;
+  // Mistral's sliding window: past it the model attends over the window
+  // alone, which the decoder does not do -- run no further than it.
+  if (const auto it = config.find("sliding_window"); it != config.end() && !it->is_null()) {
+    const bool used = arch != "qwen2" || config.value("use_sliding_window", false);
+    const std::uint32_t window = json_count(config, file, "sliding_window", std::nullopt, kMaxContext);
+    if (used && window >= 2 && window < c.context) c.context = window;
+  }
+  check_shape(file, c);
+  std::vector<float> divisors;
+  if (const auto it = config.find("rope_scaling"); it != config.end() && !it->is_null()) {
+    if (!it->is_object()) fail(file, "\"rope_scaling\" is not an object");
+    std::string type = it->value("rope_type", it->value("type", std::string()));
+    const double factor = json_number(*it, file, "factor", std::nullopt);
+    if (!(factor >= 1.0)) fail(file, fmt::format("rope_scaling's factor {} is below 1", factor));
+    if (type == "llama3") {
+      const double low = json_number(*it, file, "low_freq_factor", std::nullopt);
+      const double high = json_number(*it, file, "high_freq_factor", std::nullopt);
+      const double original = json_number(*it, file, "original_max_position_embeddings", std::nullopt);
+      if (!(high > low) || !(low > 0) || !(original > 0)) {
+        fail(file, "rope_scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
+      }
+      divisors = llama3_divisors(c.head_dim(), c.rope_base, factor, low, high, original);
+    } else if (type == "linear") {
+      divisors.assign(c.head_dim() / 2, static_cast<float>(factor));
+    } else if (type != "default") {
+      fail(file, fmt::format("rope_scaling type '{}' is not supported (kvevict runs linear and llama3)", type));
+    }
+  }
+  apply_context(c, options, file);
+
+  const std::filesystem::path weights = std::filesystem::is_directory(path, ec) ? folder : path;
+  const std::unique_ptr<Safetensors> st = Safetensors::open(weights);
+  const std::filesystem::path tokenizer = folder / "tokenizer.json";
+  if (!std::filesystem::exists(tokenizer, ec)) {
+    fail(folder.string(), "has no tokenizer.json (kvevict tokenizes text with the model's own tokenizer)");
+  }
+  std::shared_ptr<const Vocabulary> vocab = Vocabulary::from_tokenizer_json(tokenizer);
+  if (vocab->size() > c.vocab) {
+    fail(file, fmt::format("vocab_size is {} but the tokenizer has {} tokens", c.vocab, vocab->size()));
+  }
+  // A tied model's file may still carry lm_head (equal to the embedding);
+  // the config decides.
+  const SafetensorsSource src(*st, weights.string());
+  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), folder.string());
+}
+
+}  // namespace kvevict

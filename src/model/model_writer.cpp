@@ -1,0 +1,213 @@
+#include "kvevict/model/model_writer.h"
+
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kvevict/core/errors.h"
+#include "kvevict/eval/rng.h"
+#include "kvevict/model/gguf.h"
+#include "kvevict/model/safetensors.h"
+#include "kvevict/model/vocab.h"
+#include "model/model_builder.h"
+
+namespace kvevict {
+
+namespace {
+
+constexpr double kLlama3Factor = 8.0, kLlama3Low = 1.0, kLlama3High = 4.0, kLlama3Original = 64.0;
+
+void check_spec(const RandomModelSpec& s) {
+  auto bad = [](const std::string& what) { throw ParameterError(fmt::format("random-model: {}", what)); };
+  if (s.architecture != "llama" && s.architecture != "qwen2" && s.architecture != "mistral") {
+    bad(fmt::format("--arch '{}' is not one of llama, qwen2, mistral", s.architecture));
+  }
+  if (s.format != "gguf" && s.format != "safetensors") bad(fmt::format("--format '{}' is not gguf or safetensors", s.format));
+  if (s.layers < 1 || s.layers > 64) bad(fmt::format("--layers ({}) must be 1 ... 64", s.layers));
+  if (s.heads < 1 || s.heads > 64) bad(fmt::format("--heads ({}) must be 1 ... 64", s.heads));
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) {
+    bad(fmt::format("--kv-heads ({}) must divide --heads ({})", s.kv_heads, s.heads));
+  }
+  if (s.width < 2 || s.width > 4096 || s.width % s.heads != 0 || (s.width / s.heads) % 2 != 0) {
+    bad(fmt::format("--width ({}) must be at most 4096 and an even head size times --heads ({})", s.width, s.heads));
+  }
+  if (s.ff < 1 || s.ff > 16384) bad(fmt::format("--ff ({}) must be 1 ... 16384", s.ff));
+  if (s.context < 2 || s.context > 65536) bad(fmt::format("--context ({}) must be 2 ... 65536", s.context));
+  if (s.merges > 4096) bad(fmt::format("--merges ({}) must be at most 4096", s.merges));
+  const WeightTypeInfo& info = weight_type_info(s.type);
+  if (s.format == "safetensors" && s.type != WeightType::kF32 && s.type != WeightType::kF16 &&
+      s.type != WeightType::kBF16) {
+    bad(fmt::format("--type {}: safetensors models hold F32, F16 or BF16", info.name));
+  }
+  // Every matrix's rows (ggml's ne[0]: the width, or ff for the down
+  // projection) must be whole blocks.
+  for (const auto& [what, n] : {std::pair<const char*, std::uint32_t>{"--width", s.width}, {"--ff", s.ff}}) {
+    if (n % info.block_elements != 0) {
+      bad(fmt::format("{} ({}) is not a whole number of {}'s {}-element blocks", what, n, info.name,
+                      info.block_elements));
+    }
+  }
+}
+
+// Uniform values with standard deviation `std` (and a mean `mean`).
+std::vector<float> random_values(Rng& rng, std::size_t n, double std, double mean = 0.0) {
+  std::vector<float> v(n);
+  const double half = std * std::sqrt(3.0);
+  for (float& x : v) x = static_cast<float>(mean + (2.0 * rng.next_float() - 1.0) * half);
+  return v;
+}
+
+struct Tensor {
+  std::string gguf_name, hf_name;
+  std::vector<std::uint64_t> shape;  // PyTorch order
+  std::vector<float> values;
+  bool matrix = false;  // stored in the spec's type (vectors stay F32)
+};
+
+std::vector<std::uint8_t> encode(WeightType type, const std::vector<float>& values) {
+  std::vector<std::uint8_t> out(weight_bytes(type, values.size()));
+  quantize(type, values.data(), out.data(), values.size());
+  return out;
+}
+
+void write_text(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw InputError(fmt::format("{}: cannot be written", file.string()));
+}
+
+}  // namespace
+
+void write_random_model(const RandomModelSpec& spec, const std::filesystem::path& out, bool overwrite) {
+  check_spec(spec);
+  std::error_code ec;
+  const bool gguf = spec.format == "gguf";
+  if (!gguf && std::filesystem::exists(out, ec)) {
+    if (!std::filesystem::is_directory(out, ec)) {
+      throw InputError(fmt::format("{}: exists and is not a folder (a safetensors model is a folder)", out.string()));
+    }
+    if (!overwrite && !std::filesystem::is_empty(out, ec)) {
+      throw InputError(fmt::format("{}: the folder is not empty (--force to write into it)", out.string()));
+    }
+  }
+  if (gguf && !overwrite && std::filesystem::exists(out, ec)) {
+    throw InputError(fmt::format("{}: exists (--force to replace it)", out.string()));
+  }
+  if (spec.tokenizer_text.size() < 2) throw ParameterError("random-model: the tokenizer's text is empty");
+  const std::shared_ptr<const Vocabulary> vocab =
+      Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, spec.architecture == "qwen2" ? "qwen2" : "llama-bpe");
+  const std::uint32_t n_vocab = vocab->size();
+  const bool tied = spec.tied.value_or(spec.architecture == "qwen2");
+  const std::uint64_t w = spec.width, d = spec.width / spec.heads, q = spec.heads * d, kv = spec.kv_heads * d;
+
+  Rng rng(spec.seed);
+  std::vector<Tensor> tensors;
+  auto add = [&](std::string gguf_name, std::string hf_name, std::vector<std::uint64_t> shape, double std,
+                 double mean, bool matrix) {
+    std::size_t n = 1;
+    for (const std::uint64_t s : shape) n *= s;
+    tensors.push_back({std::move(gguf_name), std::move(hf_name), std::move(shape), random_values(rng, n, std, mean), matrix});
+  };
+  const double in_w = 1.0 / std::sqrt(static_cast<double>(w));
+  // Logits of a tied model are embedding rows times a normalized state (each
+  // element about 1): rows of this size keep them about 1 too.
+  add("token_embd.weight", "model.embed_tokens.weight", {n_vocab, w}, in_w, 0.0, true);
+  for (std::uint32_t l = 0; l < spec.layers; ++l) {
+    const std::string g = fmt::format("blk.{}.", l), h = fmt::format("model.layers.{}.", l);
+    add(g + "attn_norm.weight", h + "input_layernorm.weight", {w}, 0.1, 1.0, false);
+    add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {q, w}, in_w, 0.0, true);
+    add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kv, w}, in_w, 0.0, true);
+    add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {kv, w}, in_w, 0.0, true);
+    if (spec.architecture == "qwen2") {
+      add(g + "attn_q.bias", h + "self_attn.q_proj.bias", {q}, 0.1, 0.0, false);
+      add(g + "attn_k.bias", h + "self_attn.k_proj.bias", {kv}, 0.1, 0.0, false);
+      add(g + "attn_v.bias", h + "self_attn.v_proj.bias", {kv}, 0.1, 0.0, false);
+    }
+    add(g + "attn_output.weight", h + "self_attn.o_proj.weight", {w, q}, 1.0 / std::sqrt(static_cast<double>(q)), 0.0, true);
+    add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", {w}, 0.1, 1.0, false);
+    add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {spec.ff, w}, in_w, 0.0, true);
+    add(g + "ffn_up.weight", h + "mlp.up_proj.weight", {spec.ff, w}, in_w, 0.0, true);
+    add(g + "ffn_down.weight", h + "mlp.down_proj.weight", {w, spec.ff}, 1.0 / std::sqrt(static_cast<double>(spec.ff)), 0.0, true);
+  }
+  add("output_norm.weight", "model.norm.weight", {w}, 0.1, 1.0, false);
+  if (!tied) add("output.weight", "lm_head.weight", {n_vocab, w}, in_w, 0.0, true);
+
+  const std::string arch = spec.architecture;
+  if (gguf) {
+    GgufWriter writer;
+    writer.set_string("general.architecture", arch);
+    writer.set_string("general.name", fmt::format("kvevict random {} ({})", arch, weight_type_info(spec.type).name));
+    writer.set_u32("general.alignment", 32);
+    writer.set_u32(arch + ".context_length", spec.context);
+    writer.set_u32(arch + ".embedding_length", spec.width);
+    writer.set_u32(arch + ".block_count", spec.layers);
+    writer.set_u32(arch + ".feed_forward_length", spec.ff);
+    writer.set_u32(arch + ".attention.head_count", spec.heads);
+    writer.set_u32(arch + ".attention.head_count_kv", spec.kv_heads);
+    writer.set_u32(arch + ".rope.dimension_count", static_cast<std::uint32_t>(d));
+    writer.set_f32(arch + ".rope.freq_base", spec.rope_base);
+    writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5F);
+    if (weight_type_info(spec.type).block_elements > 1) writer.set_u32("general.quantization_version", 2);
+    vocab->write_gguf(writer);
+    for (const Tensor& t : tensors) {
+      const std::vector<std::uint64_t> ne(t.shape.rbegin(), t.shape.rend());
+      const WeightType type = t.matrix ? spec.type : WeightType::kF32;
+      writer.add_tensor(t.gguf_name, ne, type, encode(type, t.values));
+    }
+    if (spec.llama3_scaling) {
+      const std::vector<float> divisors = llama3_divisors(static_cast<std::uint32_t>(d), spec.rope_base, kLlama3Factor,
+                                                          kLlama3Low, kLlama3High, kLlama3Original);
+      writer.add_tensor("rope_freqs.weight", {d / 2}, WeightType::kF32, encode(WeightType::kF32, divisors));
+    }
+    writer.write(out, overwrite);
+    return;
+  }
+
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot create the folder ({})", out.string(), ec.message()));
+  const std::string dtype(weight_type_info(spec.type).name);
+  std::vector<SafetensorsEntry> entries;
+  for (const Tensor& t : tensors) {
+    // Norms and biases in the matrices' dtype too, as HF checkpoints hold them.
+    entries.push_back({t.hf_name, dtype, t.shape, encode(spec.type, t.values)});
+  }
+  write_safetensors(out / "model.safetensors", entries, {{"format", "pt"}}, true);
+  nlohmann::ordered_json config = {
+      {"architectures", {arch == "qwen2" ? "Qwen2ForCausalLM" : arch == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", arch},
+      {"hidden_size", spec.width},
+      {"intermediate_size", spec.ff},
+      {"num_hidden_layers", spec.layers},
+      {"num_attention_heads", spec.heads},
+      {"num_key_value_heads", spec.kv_heads},
+      {"max_position_embeddings", spec.context},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", spec.rope_base},
+      {"tie_word_embeddings", tied},
+      {"vocab_size", n_vocab},
+      {"hidden_act", "silu"},
+      {"bos_token_id", *vocab->bos()},
+      {"eos_token_id", *vocab->eos()},
+      {"torch_dtype", spec.type == WeightType::kF32 ? "float32" : spec.type == WeightType::kF16 ? "float16" : "bfloat16"},
+  };
+  if (spec.llama3_scaling) {
+    config["rope_scaling"] = {{"rope_type", "llama3"},
+                              {"factor", kLlama3Factor},
+                              {"low_freq_factor", kLlama3Low},
+                              {"high_freq_factor", kLlama3High},
+                              {"original_max_position_embeddings", kLlama3Original}};
+  }
+  if (arch == "mistral") config["sliding_window"] = nullptr;
+  write_text(out / "config.json", config.dump(2) + "\n");
+  write_text(out / "tokenizer.json", vocab->tokenizer_json());
+  const nlohmann::ordered_json tokenizer_config = {
+      {"add_bos_token", vocab->adds_bos()},
+      {"bos_token", "<s>"},
+      {"eos_token", "</s>"},
+  };
+  write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+}
+
+}  // namespace kvevict
