@@ -419,22 +419,22 @@ bad "random type"      "q3_k" -- random-model --type q3_k --out "$tmp/x.gguf"
 ok  "inspect"          "tokenizer: gpt2" -- inspect --model "$tmp/tiny.gguf"
 ok  "inspect json"     '"llama.block_count": 2' -- inspect --model "$tmp/tiny.gguf" --json
 ok  "inspect st"       '"model_type": "qwen2"' -- inspect --model "$tmp/tiny-hf" --json
-ok  "tokenize"         '"tokens": [0,' -- tokenize --model "$tmp/tiny.gguf" --string "The pass key is 12345." --json
+ok  "tokenize"         '"tokens":[0,' -- tokenize --model "$tmp/tiny.gguf" --string "The pass key is 12345." --json
 ok  "tokenize st"      "0 " -- tokenize --model "$tmp/tiny-hf" --string "hello world"
 ok  "tokenize kvm"     "104 105" -- tokenize --model "$model" --string "hi"
 bad "tokenize none"    "give --text FILE or --string TEXT" -- tokenize --model "$tmp/tiny.gguf"
-ok  "ppl gguf"         "gpt2 BPE" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o,streaming-llm --budget 32 --format json
+ok  "ppl gguf"         "gpt2 BPE" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o,streaming-llm --budget 64 --format json
 ok  "ppl st"           "full cache" -- perplexity --model "$tmp/tiny-hf" --text "$tmp/text.txt" --policy tova --budget 32
 ok  "ppl context"      '"predictions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 64 --format json
 bad "ppl context big"  "--context 512 is over the 256 positions the model was trained on" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 512
-ok  "compare gguf"     "ranked by perplexity" -- compare --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --budgets 32,64 --policies h2o,tova
+ok  "compare gguf"     "ranked by perplexity" -- compare --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --budgets 64,96 --policies h2o,tova
 ok  "sweep gguf"       "recentWindow" -- sweep --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32
 ok  "tasks gguf"       "passkey" -- tasks --model "$tmp/tiny.gguf" --text "$heldout" --lengths 128 --depths 1 --samples 2 --policies h2o --budgets 64
 ok  "serve gguf"       '"peakBlocks"' -- serve-bench --model "$tmp/tiny.gguf" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 64 --format json
-ok  "serve st"         "tokens/s" -- serve-bench --model "$tmp/tiny-hf" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 64 --policy h2o --budget 32
+ok  "serve st"         "tokens/s" -- serve-bench --model "$tmp/tiny-hf" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 64 --policy h2o --budget 48
 ok  "record gguf"      "" -- record --model "$tmp/tiny.gguf" --text "$heldout" --out "$tmp/att.npy" --keys "$tmp/k.npy" --tokens 64
 if [[ -s "$tmp/att.npy" && -s "$tmp/k.npy" ]]; then pass; else fail "record gguf: no files"; fi
-ok  "bench gguf"       "tokens/s" -- bench --model "$tmp/tiny.gguf" --text "$heldout" --tokens 64 --rounds 1 --policies h2o --budgets 32
+ok  "bench gguf"       "tokens/s" -- bench --model "$tmp/tiny.gguf" --text "$heldout" --tokens 64 --rounds 1 --policies h2o --budgets 48
 ok  "logits"           "" -- logits --model "$tmp/tiny.gguf" --tokens 0,5,9,300 --out "$tmp/l.npy"
 if [[ -s "$tmp/l.npy" ]]; then pass; else fail "logits: no file"; fi
 bad "logits token"     "--tokens: 99999 is outside the model's vocabulary of 458" -- logits --model "$tmp/tiny.gguf" --tokens 1,99999 --out "$tmp/l2.npy"

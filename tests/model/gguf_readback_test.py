@@ -32,6 +32,7 @@ from reference import gguf_io as G  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 READ_MJS = os.path.join(HERE, "gguf_read.mjs")
+SAMPLE = os.path.join(HERE, "..", "..", "model", "heldout-sample.txt")
 R = harness.Runner()
 work = tempfile.TemporaryDirectory(prefix="kvevict-ggufrb-")
 NODE_PSEUDO_KEYS = {"version", "tensor_count", "kv_count"}
@@ -138,7 +139,7 @@ for arch, typ, extra in (("llama", "q4_k", []), ("qwen2", "q6_k", []), ("mistral
 
     def make(path=path, arch=arch, typ=typ, extra=extra):
         harness.run([TOOL, "random-model", "--arch", arch, "--format", "gguf", "--type", typ, "--out", path,
-                     "--seed", str(_seed[0]), "--force", *extra])
+                     "--seed", str(_seed[0]), "--tokenizer-text", SAMPLE, "--force", *extra])
         return True
     if R.check(f"random-model {arch} {typ} {' '.join(extra)}".strip(), make):
         ours = agree(path, f"{arch} {typ}: inspect, @huggingface/gguf and the reference reader agree")

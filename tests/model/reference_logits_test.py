@@ -43,6 +43,7 @@ torch.set_num_threads(1)
 # different summation order while catching any wrong layout, RoPE mode, scale,
 # mask or dequantizer, which shift logits by 1e-2 or more.
 TOL_REL = 1e-4
+SAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model", "heldout-sample.txt")
 N_TOKENS = 48
 N_TOKENS_EVICT = 64
 DEFAULTS = {"n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ctx": 256}
@@ -61,7 +62,8 @@ def make_model(fmt, arch, typ, extra=()):
     _seed[0] += 1
     name = f"{arch}-{typ}-{_seed[0]}"
     out = os.path.join(WORK.name, name + (".gguf" if fmt == "gguf" else ""))
-    tool("random-model", "--arch", arch, "--format", fmt, "--type", typ, "--out", out, "--seed", _seed[0], *extra)
+    tool("random-model", "--arch", arch, "--format", fmt, "--type", typ, "--out", out, "--seed", _seed[0],
+         "--tokenizer-text", SAMPLE, *extra)
     return out
 
 
