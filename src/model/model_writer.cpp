@@ -134,11 +134,14 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
   add("output_norm.weight", "model.norm.weight", {w}, 0.1, 1.0, false);
   if (!tied) add("output.weight", "lm_head.weight", {n_vocab, w}, in_w, 0.0, true);
 
-  const std::string arch = spec.architecture;
   if (gguf) {
+    // llama.cpp has no "mistral" architecture: its converter writes Mistral
+    // models as "llama" (kvevict reads both names).
+    const std::string arch = spec.architecture == "mistral" ? "llama" : spec.architecture;
     GgufWriter writer;
     writer.set_string("general.architecture", arch);
-    writer.set_string("general.name", fmt::format("kvevict random {} ({})", arch, weight_type_info(spec.type).name));
+    writer.set_string("general.name",
+                      fmt::format("kvevict random {} ({})", spec.architecture, weight_type_info(spec.type).name));
     writer.set_u32("general.alignment", 32);
     writer.set_u32(arch + ".context_length", spec.context);
     writer.set_u32(arch + ".embedding_length", spec.width);
@@ -165,6 +168,7 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
     return;
   }
 
+  const std::string arch = spec.architecture;
   std::filesystem::create_directories(out, ec);
   if (ec) throw InputError(fmt::format("{}: cannot create the folder ({})", out.string(), ec.message()));
   const std::string dtype(weight_type_info(spec.type).name);

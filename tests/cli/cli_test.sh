@@ -410,12 +410,12 @@ bad_rows "length 0"   "[{\"task\":\"passkey\",\"length\":0,\"depth\":0.5,\"corre
 
 # Llama-family models (docs/models.md): a tiny random one in GGUF and in a
 # safetensors folder through every model command, with its own tokenizer.
-ok  "random gguf"      "architecture: llama" -- random-model --arch llama --type q4_k --out "$tmp/tiny.gguf"
-ok  "random st"        "format: safetensors" -- random-model --arch qwen2 --format safetensors --type bf16 --out "$tmp/tiny-hf"
-bad "random exists"    "exists (--force to replace it)" -- random-model --out "$tmp/tiny.gguf"
-bad "random blocks"    "--width (96) is not a whole number of Q4_K's 256-element blocks" -- random-model --type q4_k --width 96 --heads 4 --out "$tmp/x.gguf"
-bad "random st type"   "--type Q8_0: safetensors models hold F32, F16 or BF16" -- random-model --format safetensors --type q8_0 --out "$tmp/x"
-bad "random type"      "q3_k" -- random-model --type q3_k --out "$tmp/x.gguf"
+ok  "random gguf"      "architecture: llama" -- random-model --arch llama --type q4_k --out "$tmp/tiny.gguf" --tokenizer-text "$heldout"
+ok  "random st"        "format: safetensors" -- random-model --arch qwen2 --format safetensors --type bf16 --out "$tmp/tiny-hf" --tokenizer-text "$heldout"
+bad "random exists"    "exists (--force to replace it)" -- random-model --out "$tmp/tiny.gguf" --tokenizer-text "$heldout"
+bad "random blocks"    "--width (96) is not a whole number of Q4_K's 256-element blocks" -- random-model --type q4_k --width 96 --heads 4 --out "$tmp/x.gguf" --tokenizer-text "$heldout"
+bad "random st type"   "--type Q8_0: safetensors models hold F32, F16 or BF16" -- random-model --format safetensors --type q8_0 --out "$tmp/x" --tokenizer-text "$heldout"
+bad "random type"      "q3_k" -- random-model --type q3_k --out "$tmp/x.gguf" --tokenizer-text "$heldout"
 ok  "inspect"          "tokenizer: gpt2" -- inspect --model "$tmp/tiny.gguf"
 ok  "inspect json"     '"llama.block_count": 2' -- inspect --model "$tmp/tiny.gguf" --json
 ok  "inspect st"       '"model_type": "qwen2"' -- inspect --model "$tmp/tiny-hf" --json
@@ -424,6 +424,10 @@ ok  "tokenize st"      "0 " -- tokenize --model "$tmp/tiny-hf" --string "hello w
 ok  "tokenize kvm"     "104 105" -- tokenize --model "$model" --string "hi"
 bad "tokenize none"    "give --text FILE or --string TEXT" -- tokenize --model "$tmp/tiny.gguf"
 ok  "ppl gguf"         "gpt2 BPE" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o,streaming-llm --budget 64 --format json
+ok  "ppl gguf paged"   '"peakBlocks"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --block-size 16 --format json
+ok  "ppl gguf layer"   '"peakPositions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --layer-budget --format json
+ok  "ppl gguf int8"    '"kvPrecision": "int8"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy snapkv --budget 64 --kv-precision int8 --format json
+ok  "ppl gguf memory"  '"kvMemory": 16384' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --kv-memory 16384 --kv-precision fp32,int4 --format json
 ok  "ppl st"           "full cache" -- perplexity --model "$tmp/tiny-hf" --text "$tmp/text.txt" --policy tova --budget 32
 ok  "ppl context"      '"predictions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 64 --format json
 bad "ppl context big"  "--context 512 is over the 256 positions the model was trained on" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --context 512

@@ -156,13 +156,16 @@ EVERY_TYPE = [
     ("t.u8", G.UINT8, 250), ("t.i8", G.INT8, -100), ("t.u16", G.UINT16, 65000), ("t.i16", G.INT16, -30000),
     ("t.u32", G.UINT32, 4000000000), ("t.i32", G.INT32, -2000000000), ("t.f32", G.FLOAT32, f32(0.1)),
     ("t.f32_small", G.FLOAT32, f32(1e-6)), ("t.bool_true", G.BOOL, True), ("t.bool_false", G.BOOL, False),
-    ("t.u64", G.UINT64, 2 ** 63 + 5), ("t.i64", G.INT64, -(2 ** 62) - 3), ("t.f64", G.FLOAT64, math.pi),
+    ("t.u64", G.UINT64, 2 ** 62 + 5), ("t.i64", G.INT64, -(2 ** 62) - 3), ("t.f64", G.FLOAT64, math.pi),
     ("t.arr_u8", (G.ARRAY, G.UINT8), [0, 1, 255]), ("t.arr_i32", (G.ARRAY, G.INT32), [1, -2, 3]),
     ("t.arr_f32", (G.ARRAY, G.FLOAT32), [f32(0.25), f32(-1.5), f32(1 / 3)]),
     ("t.arr_str", (G.ARRAY, G.STRING), ["a", "", "<0x0A>", "Ġthe", "▁é"]),
     ("t.arr_bool", (G.ARRAY, G.BOOL), [True, False]), ("t.arr_u64", (G.ARRAY, G.UINT64), [2 ** 40, 7]),
     ("t.arr_empty", (G.ARRAY, G.INT32), []),
 ]
+# Valid GGUF that a reader built on signed 64-bit integers loses: checked on its own.
+BIG_U64 = [("general.architecture", G.STRING, "llama"), ("t.u64_max", G.UINT64, 2 ** 64 - 1),
+           ("t.u64_over_i64", G.UINT64, 2 ** 63 + 5), ("t.arr_u64", (G.ARRAY, G.UINT64), [2 ** 63, 1])]
 NESTED = [("t.arr_nested", (G.ARRAY, (G.ARRAY, G.UINT16)), [[1, 2], [], [3]])]
 
 
@@ -178,18 +181,20 @@ def tensors_every_type():
 cases = [("every value type and tensor type, v3", EVERY_TYPE, tensors_every_type(), 3),
          ("v2 file", EVERY_TYPE[:6], tensors_every_type()[:3], 2),
          ("alignment 64", EVERY_TYPE[:4] + [("general.alignment", G.UINT32, 64)], tensors_every_type(), 3),
-         ("metadata only, no tensors", EVERY_TYPE, [], 3)]
+         ("metadata only, no tensors", EVERY_TYPE, [], 3),
+         ("u64 values above 2^63 - 1", BIG_U64, [], 3)]
 for label, kvs, tens, version in cases:
-    p = os.path.join(work.name, label.replace(" ", "_").replace(",", "") + ".gguf")
+    p = os.path.join(work.name, "".join(c if c.isalnum() else "_" for c in label) + ".gguf")
     G.write_gguf(p, kvs, tens, version=version)
     agree(p, f"reference-written: {label}")
 p = os.path.join(work.name, "nested.gguf")
-G.write_gguf(p, EVERY_TYPE[:2] + NESTED, [])
+G.write_gguf(p, EVERY_TYPE[:2] + NESTED + [("t.after", G.UINT32, 7)], [])
 
 
 def nested_inspect():
     kv = json.loads(harness.run([TOOL, "inspect", "--model", p, "--json"]).stdout)
-    assert kv["metadata"]["t.arr_nested"] == [[1, 2], [], [3]], kv["metadata"].get("t.arr_nested")
+    assert kv["metadata"].get("t.after") == 7, "the key after the nested array"
+    assert kv["metadata"]["t.arr_nested"] == [[1, 2], [], [3]], f"t.arr_nested: {kv['metadata'].get('t.arr_nested')}"
 
 
 R.check("reference-written: an array of arrays, through kvevict inspect", nested_inspect)
