@@ -152,7 +152,10 @@ kvevict_status kvevict_rope_neox(float* x, size_t head_dim, int64_t pos, double 
  * rotated to their position; each multiplied by `scale` before the dot
  * products, e.g. 1/sqrt(head_dim)), keys n x head_dim (row-major, as the cache
  * stores them). float32 dot products in index order, the row's maximum
- * subtracted, exp, the sum added in order. scratch needs n floats. For a
+ * subtracted, exp, the sum added in order: the decoder's steps, but not its
+ * bits -- it sums the dot products in another order, so the weights differ
+ * from those it writes by less than 1e-5 (docs/signals.md). scratch needs n
+ * floats. For a
  * decode step the keys are the held positions then the new token's own: an
  * attention policy's step reads the first n - 1 weights. */
 kvevict_status kvevict_attention_from_keys(const float* queries, size_t groups, const float* keys, size_t n,

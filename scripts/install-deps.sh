@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 (bookworm) packages kvevict needs, only those missing.
-# Run as root (or with sudo) on a fresh machine.
+# Run as root (or with sudo) on a fresh machine. When another apt is running
+# (unattended upgrades) it waits its turn, up to 10 minutes, saying so every
+# 30 s (KVEVICT_APT_LOCK_WAIT and KVEVICT_APT_LOCK_STEP, in seconds, change them).
 #
 #   install-deps.sh --run        what building and running the tool needs (make run)
 #   install-deps.sh              that, and everything the tests need (make test):
@@ -68,18 +70,48 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# apt_get ARGS...: apt-get as root, waiting its turn when another apt (an
+# unattended upgrade, a second install) holds the dpkg or package-list lock,
+# instead of failing: up to KVEVICT_APT_LOCK_WAIT seconds (default 600), a
+# line every KVEVICT_APT_LOCK_STEP seconds (default 30). apt itself waits on
+# the dpkg lock (DPkg::Lock::Timeout, apt >= 1.9); a lock it does not wait on
+# (the lists' lock apt-get update takes) is retried here after the rest of the
+# step.
+apt_get() {
+  local limit=${KVEVICT_APT_LOCK_WAIT:-600} step=${KVEVICT_APT_LOCK_STEP:-30}
+  local start=$SECONDS tried rc err
+  err=$(mktemp)
+  while true; do
+    tried=$SECONDS
+    rc=0
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$step" "$@" 2>"$err" || rc=$?
+    if [[ $rc -eq 0 ]] || ! grep -q -e "Could not get lock" -e "Unable to acquire" -e "Unable to lock" "$err"; then
+      cat "$err" >&2
+      rm -f "$err"
+      return "$rc"
+    fi
+    if (( SECONDS - start >= limit )); then
+      echo "kvevict: error: another apt still holds its lock after ${limit} s ($(grep -m1 -e "Could not get lock" -e "Unable to" "$err")); run this again once it has finished" >&2
+      rm -f "$err"
+      return "$rc"
+    fi
+    echo "kvevict: waiting for another apt to finish: its lock is held ($((SECONDS - start)) s of at most ${limit} s)" >&2
+    if (( SECONDS - tried < step )); then sleep $((step - (SECONDS - tried))); fi
+  done
+}
+
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "kvevict: installing missing Debian packages: ${missing[*]}"
+  as_root=()
   if [[ $(id -u) -ne 0 ]]; then
     if ! command -v sudo >/dev/null 2>&1; then
       echo "kvevict: error: missing packages ${missing[*]} and not running as root; run: apt-get install ${missing[*]}" >&2
       exit 1
     fi
-    sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
-  else
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    as_root=(sudo)
   fi
+  apt_get update -q
+  apt_get install -y -q "${missing[@]}"
 fi
 
 [[ $mode == --run || $mode == --corpus ]] && exit 0

@@ -275,7 +275,7 @@ TEST_P(GgufRoundTrip, WriterToReader) {
   fs::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Alignments, GgufRoundTrip, ::testing::Values(32U, 64U));
+INSTANTIATE_TEST_SUITE_P(GgufAlignments, GgufRoundTrip, ::testing::Values(32U, 64U));
 
 TEST(GgufWriter, RefusesToOverwrite) {
   const fs::path path = temp_folder() / "exists.gguf";

@@ -489,5 +489,76 @@ TEST(DecoderKv, ASharedPoolMustHoldTheDecodersPrecision) {
       "store: the pool holds fp32 rows; this sequence's are fp16");
 }
 
+// What a position really costs: a cache that never holds its residual
+// window's R rows keeps every row at fp32 (the window is quantized when its
+// R-th row arrives).
+TEST(KvPrecision, HeldBytesPerPositionIsFp32WhenTheWindowNeverFills) {
+  const KvFormat long_window{KvPrecision::kInt4, 1000};
+  EXPECT_EQ(held_bytes_per_position(long_window, 32, 400), 8.0 * 32);
+  EXPECT_EQ(held_bytes_per_position(long_window, 32, 999), 8.0 * 32);
+  EXPECT_EQ(held_bytes_per_position(long_window, 32, 1000), bytes_per_position(long_window, 32));
+  EXPECT_EQ(held_bytes_per_position({KvPrecision::kInt4}, 32, 33), bytes_per_position({KvPrecision::kInt4}, 32));
+  // No window (fp16, int8 at residual 0; fp32): every row is stored as it comes.
+  EXPECT_EQ(held_bytes_per_position({KvPrecision::kInt8, 0}, 32, 1), bytes_per_position({KvPrecision::kInt8}, 32));
+  EXPECT_EQ(held_bytes_per_position({}, 32, 1), 8.0 * 32);
+}
+
+// The audit's case: an int4 window of 1000 reserved 1000 fp32 rows, so a
+// memory that holds 390 fp32 positions held "no position". A budget B holds
+// B + 1 positions at most, so at most min(B + 1, R) rows are at fp32.
+TEST(KvPrecision, MemoryBudgetReservesOnlyTheRowsACacheCanHold) {
+  const std::uint32_t d = 32;
+  const double full = 8.0 * d;
+  EXPECT_EQ(budget_for_memory(static_cast<std::int64_t>(390 * full), {KvPrecision::kInt4, 1000}, d), 390);
+  EXPECT_EQ(budget_for_memory(static_cast<std::int64_t>(390 * full) - 1, {KvPrecision::kInt4, 1000}, d), 389);
+  // A window that fills: its R rows reserved at fp32 beside B stored ones, as before.
+  for (const KvFormat f : {KvFormat{KvPrecision::kInt4}, KvFormat{KvPrecision::kInt4, 8}, KvFormat{KvPrecision::kInt8, 0},
+                           KvFormat{KvPrecision::kFp16, 4}, KvFormat{}}) {
+    const double b = bytes_per_position(f, d);
+    const double reserve = f.residual_window() * (full - b);
+    EXPECT_EQ(budget_for_memory(16384, f, d), static_cast<std::int64_t>(std::floor((16384 - reserve) / b)))
+        << precision_name(f.precision);
+  }
+  // Just short of filling a window of 100: B + 1 stays below R, every row fp32.
+  const KvFormat hundred{KvPrecision::kInt4, 100};
+  EXPECT_EQ(budget_for_memory(static_cast<std::int64_t>(99 * full), hundred, d), 98);
+  // More memory never means fewer positions, and under the accounting above
+  // each budget fits: stored rows and R fp32 ones once the window fills, all
+  // fp32 before.
+  std::int64_t last = budget_for_memory(0, hundred, d);
+  for (std::int64_t memory = 0; memory <= 40000; memory += 7) {
+    const std::int64_t budget = budget_for_memory(memory, hundred, d);
+    EXPECT_GE(budget, last) << memory;
+    last = budget;
+    if (budget < 1) continue;
+    const double b = bytes_per_position(hundred, d);
+    const double cost = budget + 1 >= 100 ? budget * b + 100 * (full - b) : budget * full;
+    EXPECT_LE(cost, static_cast<double>(memory)) << memory;
+  }
+  EXPECT_LT(budget_for_memory(255, {KvPrecision::kInt4, 1000}, d), 1);  // not one fp32 position
+}
+
+// Through the decoder: the budget the memory allows runs, its rows stay at
+// fp32 (the window never fills), and the bytes measured are those.
+TEST(DecoderKv, MemoryWithALongWindowHoldsItsFp32Positions) {
+  const auto model = testing::committed_model();
+  const std::uint32_t d = model->config().head_dim();
+  const std::vector<std::uint8_t> all = read_text(testing::model_dir() / "heldout-sample.txt");
+  const std::vector<std::uint8_t> text(all.begin(), all.begin() + 200);
+  MemoryRequest request;
+  request.policies = {"sliding-window"};
+  request.memories = {std::int64_t{150} * 8 * d};
+  request.formats = {KvFormat{KvPrecision::kInt4, 1000}};
+  const std::vector<PerplexityRow> rows = perplexity_at_memory(*model, text, request);
+  ASSERT_EQ(rows.size(), 3U);  // fp32 full cache, int4 full cache, the policy
+  EXPECT_EQ(rows[1].bytes_per_position, 8.0 * d);  // 200 positions never fill a window of 1000
+  EXPECT_EQ(rows[2].budget, 150);
+  EXPECT_GT(rows[2].evicted, 0U);
+  EXPECT_EQ(rows[2].bytes_per_position, 8.0 * d);
+  EXPECT_EQ(rows[2].bits_per_byte, perplexity(*model, text, {RunSpec{"sliding-window", {}, 150}})[1].bits_per_byte);
+  // The budget's positions and the newest before eviction, at fp32.
+  EXPECT_EQ(rows[2].peak_cache_bytes, 151U * 8 * d);
+}
+
 }  // namespace
 }  // namespace kvevict

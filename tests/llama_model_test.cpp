@@ -208,6 +208,36 @@ TEST(LlamaModel, GgufNormalRopeEqualsSafetensorsNeox) {
   fs::remove_all(dir);
 }
 
+// kvevict's own model through the GGUF reader: the same float32 weights,
+// the same arithmetic, so the same logits to the bit; quantized, close.
+TEST(LlamaModel, TinyAsGgufDecodesToTheBit) {
+  const fs::path dir = scratch();
+  const auto kvm = testing::committed_model();
+  write_gguf_of(*kvm, dir / "tiny.gguf");
+  const auto gguf = Model::load(dir / "tiny.gguf");
+  EXPECT_EQ(gguf->config().architecture, "kvevict-tiny");
+  EXPECT_EQ(gguf->config().format, "gguf");
+  EXPECT_EQ(gguf->config().mlp, MlpKind::kGelu);
+  EXPECT_EQ(gguf->config().context, kvm->config().context);
+  EXPECT_EQ(gguf->vocabulary().kind(), Vocabulary::Kind::kBytes);
+  const std::vector<std::uint8_t> text = heldout_prefix(300);
+  const std::vector<Token> tokens(text.begin(), text.end());
+  const std::vector<float> a = logits_of(kvm, tokens), b = logits_of(gguf, tokens);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "logit " << i;
+  write_gguf_of(*kvm, dir / "tiny-q8.gguf", WeightType::kQ8_0);
+  const auto q8 = Model::load(dir / "tiny-q8.gguf");
+  EXPECT_EQ(q8->config().weight_types, "Q8_0 (17), F32 (9)");
+  const std::vector<float> c = logits_of(q8, tokens);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - c[i])));
+  EXPECT_GT(worst, 0.0);  // 8-bit weights are not the float32 ones
+  EXPECT_LT(worst, 0.5);  // but close: logits of the trained model span about 30
+  EXPECT_THROW(write_gguf_of(*kvm, dir / "tiny.gguf"), InputError);  // exists
+  EXPECT_THROW(write_gguf_of(*gguf, dir / "x.gguf", WeightType::kQ4_K), ParameterError);  // width 128 < 256
+  fs::remove_all(dir);
+}
+
 TEST(LlamaModel, TokensOutsideTheVocabularyAreRefused) {
   const fs::path dir = scratch();
   write_random_model(small("mistral", "gguf", WeightType::kF16), dir / "m.gguf");

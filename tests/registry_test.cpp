@@ -45,6 +45,34 @@ TEST(Registry, UnknownPolicyListsTheKnownOnes) {
             "snapkv, pyramidkv, knorm, keydiff, expected-attention)");
 }
 
+// A typo gets the nearest registered name, first, on the same one line; the
+// bindings reach find_policy too, so they say the same.
+TEST(Registry, MistypedPolicySuggestsTheNearest) {
+  EXPECT_EQ(error_of([] { make_policy("snapk"); }),
+            "unknown policy 'snapk': did you mean 'snapkv'? (known: scissorhands, h2o, streaming-llm, "
+            "sliding-window, tova, snapkv, pyramidkv, knorm, keydiff, expected-attention)");
+  EXPECT_NE(error_of([] { (void)parse_policy_list("h2o,scisorhands"); }).find("did you mean 'scissorhands'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { (void)find_policy("H2O"); }).find("did you mean 'h2o'?"), std::string::npos);
+  EXPECT_NE(error_of([] { (void)find_policy("streaming_llm"); }).find("did you mean 'streaming-llm'?"),
+            std::string::npos);
+}
+
+TEST(Registry, NearestNameIsATypoNotAnotherWord) {
+  const std::vector<std::string> commands{"list", "run", "compare", "sweep", "trace"};
+  EXPECT_EQ(nearest_name("lst", commands), "list");
+  EXPECT_EQ(nearest_name("lsit", commands), "list");  // a swap is one edit
+  EXPECT_EQ(nearest_name("comprae", commands), "compare");
+  EXPECT_EQ(nearest_name("rn", commands), "run");
+  EXPECT_EQ(nearest_name("xyz", commands), "");       // three edits from run: another word
+  EXPECT_EQ(nearest_name("report", commands), "");
+  EXPECT_EQ(nearest_name("", commands), "");
+  EXPECT_EQ(nearest_name("lst", {}), "");
+  // A tie goes to the first candidate.
+  const std::vector<std::string> both{"abcd", "abce"};
+  EXPECT_EQ(nearest_name("abcf", both), "abcd");
+}
+
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
             "H2O: unknown parameter 'recent' (known: budget, recentWindow, sinks, normalize)");

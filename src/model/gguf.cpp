@@ -208,10 +208,12 @@ class Reader {
       case GgufType::kI64: v.integer = read<std::int64_t>(key); break;
       case GgufType::kU64: {
         const auto u = read<std::uint64_t>(key);
-        if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-          fail(fmt::format("key '{}': u64 value {} is over 2^63 - 1", key, u));
-        }
-        v.integer = static_cast<std::int64_t>(u);
+        // A value past int64 (a hash, a seed) is kept whole; as a size it
+        // is refused where it is read (get_uint).
+        v.unsigned_integer = u;
+        v.integer = u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                        ? -1
+                        : static_cast<std::int64_t>(u);
         break;
       }
       case GgufType::kF32: v.number = static_cast<double>(read<float>(key)); break;
@@ -260,9 +262,11 @@ class Reader {
         if (keep) v.strings.push_back(std::move(s));
       }
     } else if (element == GgufType::kArray) {
-      for (std::uint64_t i = 0; i < count; ++i) {
+      for (std::uint64_t i = 0; i < count; ++i) {  // each at least 12 bytes: bounded by the file
         GgufValue inner;
-        read_array(inner, key, depth + 1, false);
+        inner.type = GgufType::kArray;
+        read_array(inner, key, depth + 1, keep);
+        if (keep) v.items.push_back(std::move(inner));
       }
     } else {
       if (keep) v.numbers.reserve(static_cast<std::size_t>(count));
@@ -273,7 +277,8 @@ class Reader {
         if (element == GgufType::kF32 || element == GgufType::kF64) {
           x = scalar.number;
         } else {
-          if (scalar.integer > kLargestExactInteger || scalar.integer < -kLargestExactInteger) {
+          if (scalar.integer > kLargestExactInteger || scalar.integer < -kLargestExactInteger ||
+              (element == GgufType::kU64 && scalar.unsigned_integer > static_cast<std::uint64_t>(kLargestExactInteger))) {
             fail(fmt::format("key '{}': element {} ({}) is beyond 2^53, not exact as a double", key, i, scalar.integer));
           }
           x = static_cast<double>(scalar.integer);
@@ -444,6 +449,12 @@ std::optional<std::uint64_t> GgufFile::get_uint_if(std::string_view key) const {
   if (v == nullptr) return std::nullopt;
   if (!v->is_integer()) {
     throw InputError(fmt::format("{}: key '{}' is {}, expected an integer", path_, key, type_name(v->type)));
+  }
+  if (v->type == GgufType::kU64) {
+    if (v->unsigned_integer > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw InputError(fmt::format("{}: key '{}' is {}, too large for a size", path_, key, v->unsigned_integer));
+    }
+    return v->unsigned_integer;
   }
   if (v->integer < 0) throw InputError(fmt::format("{}: key '{}' is negative ({})", path_, key, v->integer));
   return static_cast<std::uint64_t>(v->integer);

@@ -14,6 +14,7 @@ namespace kvevict {
 namespace {
 
 nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
+  if (v.type == GgufType::kU64) return v.unsigned_integer;
   auto number = [](GgufType type, double x) -> nlohmann::ordered_json {
     if (type == GgufType::kF32 || type == GgufType::kF64) return x;
     if (type == GgufType::kBool) return x != 0.0;
@@ -31,6 +32,8 @@ nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
       if (v.element == GgufType::kString) {
         for (const std::string& s : v.strings) out.push_back(s);
+      } else if (v.element == GgufType::kArray) {
+        for (const GgufValue& item : v.items) out.push_back(gguf_value_json(item));
       } else {
         for (const double x : v.numbers) out.push_back(number(v.element, x));
       }

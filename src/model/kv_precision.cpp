@@ -81,6 +81,13 @@ double bytes_per_position(const KvFormat& format, std::uint32_t head_dim) {
   return static_cast<double>(2 * d * sizeof(float));
 }
 
+double held_bytes_per_position(const KvFormat& format, std::uint32_t head_dim, std::uint64_t most_held) {
+  // The window is quantized when its R-th row arrives; a cache that never
+  // holds R positions keeps every row as it came, at fp32.
+  if (format.residual_window() > most_held) return 8.0 * head_dim;
+  return bytes_per_position(format, head_dim);
+}
+
 // ---- fp16 --------------------------------------------------------------------------
 
 std::uint16_t to_half(float x) noexcept {

@@ -30,6 +30,8 @@ namespace kvevict {
 
 namespace {
 
+constexpr const char* kTiny = "kvevict-tiny";
+
 // Sizes past these are refused before anything is allocated: far beyond the
 // models this builder is for (135M ... 8B), small enough that a hostile
 // header cannot ask for terabytes.
@@ -80,6 +82,7 @@ class GgufSource final : public TensorSource {
         {"v", "attn_v.weight"},             {"q_bias", "attn_q.bias"},       {"k_bias", "attn_k.bias"},
         {"v_bias", "attn_v.bias"},          {"o", "attn_output.weight"},     {"mlp_norm", "ffn_norm.weight"},
         {"gate", "ffn_gate.weight"},        {"up", "ffn_up.weight"},         {"down", "ffn_down.weight"},
+        {"qkv", "attn_qkv.weight"},
     };
     const std::string& n = kNames.at(role);
     if (role == "embed" || role == "output" || role == "final_norm") return n;
@@ -194,10 +197,15 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     LayerAt& a = at[l];
     a.attn_norm = take(src.name_of("attn_norm", l), {w});
-    // q, k and v land next to each other: one fused matrix.
-    a.q = take(src.name_of("q", l), {c.heads * d, w});
-    a.k = take(src.name_of("k", l), {c.kv_heads * d, w});
-    a.v = take(src.name_of("v", l), {c.kv_heads * d, w});
+    // q, k and v land next to each other: one fused matrix (kvevict-tiny's
+    // file holds it so already).
+    if (c.architecture == kTiny) {
+      a.q = take(src.name_of("qkv", l), {(c.heads + 2 * c.kv_heads) * d, w});
+    } else {
+      a.q = take(src.name_of("q", l), {c.heads * d, w});
+      a.k = take(src.name_of("k", l), {c.kv_heads * d, w});
+      a.v = take(src.name_of("v", l), {c.kv_heads * d, w});
+    }
     if (c.qkv_bias) {
       a.q_bias = take(src.name_of("q_bias", l), {c.heads * d});
       a.k_bias = take(src.name_of("k_bias", l), {c.kv_heads * d});
@@ -205,7 +213,7 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     }
     a.o = take(src.name_of("o", l), {w, c.heads * d});
     a.mlp_norm = take(src.name_of("mlp_norm", l), {w});
-    a.gate = take(src.name_of("gate", l), {c.ff, w});
+    if (c.mlp == MlpKind::kSwiGlu) a.gate = take(src.name_of("gate", l), {c.ff, w});
     a.up = take(src.name_of("up", l), {c.ff, w});
     a.down = take(src.name_of("down", l), {w, c.ff});
   }
@@ -246,7 +254,7 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     layer.qkv_bias = c.qkv_bias ? base + a.q_bias : nullptr;
     layer.proj = base + a.o;
     layer.mlp_norm = base + a.mlp_norm;
-    layer.gate = base + a.gate;
+    layer.gate = c.mlp == MlpKind::kSwiGlu ? base + a.gate : nullptr;
     layer.up = base + a.up;
     layer.down = base + a.down;
     m.layers.push_back(layer);
@@ -281,6 +289,14 @@ void check_shape(const std::string& file, ModelConfig& c) {
 const char* kSupported = "llama, qwen2, mistral";
 
 void set_family(ModelConfig& c, const std::string& arch, const std::string& file, bool gguf) {
+  if (gguf && arch == kTiny) {
+    // kvevict's own model as a GGUF (write_gguf_of): GELU, NEOX rope, tied
+    // output, one fused q|k|v matrix, the byte vocabulary.
+    c.architecture = arch;
+    c.mlp = MlpKind::kGelu;
+    c.rope_mode = RopeMode::kNeox;
+    return;
+  }
   if (arch != "llama" && arch != "qwen2" && arch != "mistral") {
     fail(file, fmt::format("architecture '{}' is not supported (kvevict runs {}; and its own .kvm files)", arch,
                            kSupported));
@@ -379,7 +395,7 @@ std::shared_ptr<const Model> build_gguf_model(const std::filesystem::path& path,
     for (float& f : divisors) f *= static_cast<float>(factor);
   }
   apply_context(c, options, file);
-  std::shared_ptr<const Vocabulary> vocab = Vocabulary::from_gguf(*gguf);
+  std::shared_ptr<const Vocabulary> vocab = c.architecture == kTiny ? Vocabulary::bytes() : Vocabulary::from_gguf(*gguf);
   if (vocab->size() > c.vocab) {
     fail(file, fmt::format("the tokenizer has {} tokens but token_embd.weight only {} rows", vocab->size(), c.vocab));
   }

@@ -9,6 +9,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/rng.h"
 #include "kvevict/model/gguf.h"
+#include "kvevict/model/model.h"
 #include "kvevict/model/safetensors.h"
 #include "kvevict/model/vocab.h"
 #include "model/model_builder.h"
@@ -212,6 +213,61 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
       {"eos_token", "</s>"},
   };
   write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+}
+
+void write_gguf_of(const Model& model, const std::filesystem::path& out, WeightType type, bool overwrite) {
+  const ModelConfig& c = model.config();
+  if (c.architecture != "kvevict-tiny") {
+    throw ParameterError(fmt::format("convert: {} is a {} model; kvevict converts its own (.kvm) models to GGUF",
+                                     model.path(), c.architecture));
+  }
+  const WeightTypeInfo& info = weight_type_info(type);
+  for (const auto& [what, n] : {std::pair<const char*, std::uint32_t>{"width", c.width}, {"ff", c.ff}}) {
+    if (n % info.block_elements != 0) {
+      throw ParameterError(fmt::format("convert: the model's {} ({}) is not a whole number of {}'s {}-element blocks",
+                                       what, n, info.name, info.block_elements));
+    }
+  }
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(out, ec)) {
+    throw InputError(fmt::format("{}: exists (--force to replace it)", out.string()));
+  }
+  const std::string arch = c.architecture;
+  GgufWriter writer;
+  writer.set_string("general.architecture", arch);
+  writer.set_string("general.name", fmt::format("{} ({})", std::filesystem::path(model.path()).filename().string(),
+                                                info.name));
+  writer.set_u32("general.alignment", 32);
+  writer.set_u32(arch + ".context_length", c.trained_context);
+  writer.set_u32(arch + ".embedding_length", c.width);
+  writer.set_u32(arch + ".block_count", c.layers);
+  writer.set_u32(arch + ".feed_forward_length", c.ff);
+  writer.set_u32(arch + ".attention.head_count", c.heads);
+  writer.set_u32(arch + ".attention.head_count_kv", c.kv_heads);
+  writer.set_u32(arch + ".rope.dimension_count", c.head_dim());
+  writer.set_f32(arch + ".rope.freq_base", c.rope_base);
+  writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  if (info.block_elements > 1) writer.set_u32("general.quantization_version", 2);
+  auto put = [&](const std::string& name, const float* data, std::uint64_t rows, std::uint64_t cols) {
+    const WeightType t = rows > 1 ? type : WeightType::kF32;  // vectors (norms) stay F32
+    const std::vector<float> values(data, data + rows * cols);
+    writer.add_tensor(name, rows > 1 ? std::vector<std::uint64_t>{cols, rows} : std::vector<std::uint64_t>{cols}, t,
+                      encode(t, values));
+  };
+  const std::uint32_t d = c.head_dim();
+  put("token_embd.weight", model.embed(), c.vocab, c.width);
+  for (std::uint32_t l = 0; l < c.layers; ++l) {
+    const Model::Layer& w = model.layer(l);
+    const std::string g = fmt::format("blk.{}.", l);
+    put(g + "attn_norm.weight", w.attn_norm, 1, c.width);
+    put(g + "attn_qkv.weight", w.qkv, (c.heads + 2 * c.kv_heads) * d, c.width);
+    put(g + "attn_output.weight", w.proj, c.width, c.q_width());
+    put(g + "ffn_norm.weight", w.mlp_norm, 1, c.width);
+    put(g + "ffn_up.weight", w.up, c.ff, c.width);
+    put(g + "ffn_down.weight", w.down, c.width, c.ff);
+  }
+  put("output_norm.weight", model.final_norm(), 1, c.width);
+  writer.write(out, overwrite);
 }
 
 }  // namespace kvevict

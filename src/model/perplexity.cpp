@@ -188,6 +188,9 @@ TokenizedText tokenize_text(const Model& model, std::span<const std::uint8_t> te
     }
     t.bytes.push_back(static_cast<std::uint32_t>(vocab.piece_bytes(tok).size()));
   }
+  if (t.tokens.size() + (t.bos ? 1 : 0) < 2 && vocab.kind() == Vocabulary::Kind::kBytes) {
+    throw InputError("the text has fewer than 2 bytes: nothing to predict");
+  }
   if (t.tokens.size() + (t.bos ? 1 : 0) < 2) {
     throw InputError(fmt::format("the text makes {} token{}: nothing to predict", t.tokens.size(),
                                  t.tokens.size() == 1 ? "" : "s"));
@@ -289,6 +292,8 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
     throw ParameterError("--window must be at least 1 (the attention rows the compression scores from)");
   }
   const std::vector<Window> windows = windows_of(text, cfg.context, options.max_windows);
+  std::uint64_t longest_window = 0;  // the most positions any cache holds
+  for (const Window& w : windows) longest_window = std::max<std::uint64_t>(longest_window, w.length);
   // Every request is checked before any work: what is left to predict, each
   // head's policy (built once), and a prefill's window against each layer's
   // budget.
@@ -379,7 +384,13 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
     rows.back().memory_bytes = runs_in[r].memory;
     rows.back().kv_precision = std::string(precision_name(kv.precision));
     rows.back().kv_residual = kv.residual_window();
-    rows.back().bytes_per_position = bytes_per_position(kv, cfg.head_dim());
+    // What a position really costs: a cache that never holds the residual
+    // window's R rows keeps them all at fp32.
+    const std::uint64_t most_held =
+        runs_in[r].spec == nullptr ? longest_window
+                                   : std::min<std::uint64_t>(static_cast<std::uint64_t>(runs_in[r].spec->budget) + 1,
+                                                             longest_window);
+    rows.back().bytes_per_position = held_bytes_per_position(kv, cfg.head_dim(), most_held);
     rows.back().model_bytes_per_position = rows.back().bytes_per_position * cfg.head_count();
     rows.back().tokenizer = text.tokenizer;
     rows.back().peak_cache_bytes = peak_cache_bytes;
@@ -412,12 +423,19 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
 }
 
 std::int64_t budget_for_memory(std::int64_t memory, const KvFormat& format, std::uint32_t head_dim) {
-  // The residual window's rows are held at fp32: reserve what they cost
-  // beyond a stored position.
   const double stored = bytes_per_position(format, head_dim);
   const double full = 8.0 * head_dim;
-  const double reserve = static_cast<double>(format.residual_window()) * (full - stored);
-  return static_cast<std::int64_t>(std::floor((static_cast<double>(memory) - reserve) / stored));
+  const auto window = static_cast<std::int64_t>(format.residual_window());
+  // A budget B holds B + 1 positions before it evicts, so its residual
+  // window fills -- and is quantized -- only when R <= B + 1. Then its R rows
+  // are reserved at fp32 beside the B stored positions.
+  const double reserve = static_cast<double>(window) * (full - stored);
+  const auto filled = static_cast<std::int64_t>(std::floor((static_cast<double>(memory) - reserve) / stored));
+  if (filled >= window - 1) return filled;
+  // A window longer than any cache that fits never fills: every row stays
+  // at fp32, and so at most min(B + 1, R) rows are.
+  const auto unfilled = static_cast<std::int64_t>(std::floor(static_cast<double>(memory) / full));
+  return std::min(unfilled, window - 2);
 }
 
 std::vector<PerplexityRow> perplexity_at_memory(const Model& model, std::span<const std::uint8_t> text,
@@ -441,8 +459,10 @@ std::vector<PerplexityRow> perplexity_at_memory(const Model& model, std::span<co
     for (const KvFormat& f : request.formats) {
       const std::int64_t budget = budget_for_memory(memory, f, cfg.head_dim());
       if (budget < 1) {
+        // What the first position would cost: a budget of 1 holds 2 at most.
         throw ParameterError(fmt::format("--kv-memory ({} bytes) holds no position at {} ({} bytes a position)",
-                                         memory, precision_name(f.precision), bytes_per_position(f, cfg.head_dim())));
+                                         memory, precision_name(f.precision),
+                                         held_bytes_per_position(f, cfg.head_dim(), 2)));
       }
       CompareRequest one;
       one.policies = request.policies;

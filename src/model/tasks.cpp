@@ -477,7 +477,13 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
       row.accuracy = static_cast<double>(row.correct) / row.samples;
       row.kv_precision = std::string(precision_name(options.kv.precision));
       row.kv_residual = options.kv.residual_window();
-      row.bytes_per_position = bytes_per_position(options.kv, model->config().head_dim());
+      // What a position really costs: a cache that never holds the residual
+      // window's R rows (a sample shorter than R, or a decode-time budget B
+      // holding B + 1 at most) keeps them all at fp32.
+      const std::uint64_t most_held =
+          row.moment == Moment::decode ? std::min<std::uint64_t>(static_cast<std::uint64_t>(row.budget) + 1, row.length)
+                                       : row.length;
+      row.bytes_per_position = held_bytes_per_position(options.kv, model->config().head_dim(), most_held);
       std::tie(row.low, row.high) = wilson_interval(row.correct, row.samples);
       rows.push_back(std::move(row));
     }

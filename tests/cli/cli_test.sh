@@ -7,6 +7,24 @@ src=$2
 # shellcheck source=../shell_checks.sh
 source "$(dirname "$0")/../shell_checks.sh"
 
+# usage NAME EXPECTED_SUBSTRING -- ARGS...: a usage error, as the README's "The
+# tool" documents it: exit 2 and stderr exactly one "kvevict: error: " line with
+# the text.
+usage() {
+  local name=$1 want=$2; shift 3
+  "$tool" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local err
+  err=$(cat "$tmp/err")
+  if [[ $rc -ne 2 ]]; then fail "$name: exit $rc, not 2 ($err)"; return; fi
+  if [[ $(wc -l <"$tmp/err") -ne 1 || "$err" != "kvevict: error: "* ]]; then
+    fail "$name: stderr is not one 'kvevict: error: ' line: $err"
+    return
+  fi
+  if [[ "$err" != *"$want"* ]]; then fail "$name: stderr '$err' lacks '$want'"; return; fi
+  pass
+}
+
 # ok NAME EXPECTED_SUBSTRING -- ARGS...: exit 0 and stdout contains the text.
 ok() {
   local name=$1 want=$2; shift 3
@@ -28,6 +46,10 @@ bad() {
   if [[ $rc -eq 0 ]]; then fail "$name: exit 0"; return; fi
   if [[ $rc -ge 128 ]]; then fail "$name: crashed (exit $rc)"; return; fi
   if [[ "$err" != *"$want"* ]]; then fail "$name: stderr '$err' lacks '$want'"; return; fi
+  if [[ $(wc -l <"$tmp/err") -ne 1 || "$err" != "kvevict: error: "* ]]; then
+    fail "$name: stderr is not one 'kvevict: error: ' line: $err"
+    return
+  fi
   pass
 }
 
@@ -91,9 +113,36 @@ bad "compare unknown"  "unknown policy 'nope'" -- compare --policies h2o,nope
 bad "compare set"      "--set tova.recentWindow: TOVA has no parameter 'recentWindow' (known: budget)" -- compare --policies tova,h2o --set tova.recentWindow=3 --steps 10
 bad "sweep values"     "value 3 of '16,32,z'" -- sweep --policy h2o --param recentWindow=16,32,z
 bad "sweep param"      "H2O: unknown parameter 'window'" -- sweep --policy h2o --param window=1,2
-bad "bad format"       "format" -- compare --format xml
-bad "no subcommand"    "subcommand" --
 bad "vectors missing"  "no such file or folder" -- vectors /no/such/file.json
+
+# Usage errors: whatever the argument parser finds, one prefixed line naming
+# the command's --help, exit 2 (not CLI11's two lines and 104-106); a mistyped
+# command or policy gets the nearest name (the policy's from the library).
+usage "bad format"       "--format: xml not in {table,json,csv,markdown} (kvevict compare --help)" -- compare --format xml
+usage "no subcommand"    "A subcommand is required (kvevict --help)" --
+usage "command typo"     "'lst' is not a kvevict command: did you mean 'list'? (kvevict --help lists them)" -- lst
+usage "command swap"     "did you mean 'compare'?" -- comapre --policies h2o
+usage "command unknown"  "'frobnicate' is not a kvevict command (kvevict --help lists them)" -- frobnicate
+usage "unknown flag"     "--bogus (kvevict run --help)" -- run --policy h2o --bogus
+usage "missing flag"     "--policy is required (kvevict run --help)" -- run
+usage "missing value"    "(kvevict run --help)" -- run --policy
+usage "not a number"     "(kvevict run --help)" -- run --policy h2o --budget lots
+usage "out of range"     "(kvevict bench --help)" -- bench --seconds 100
+usage "excluded pair"    "(kvevict perplexity --help)" -- perplexity --model m --text t --kv-memory 100 --budget 8
+usage "extra argument"   "stray (kvevict list --help)" -- list stray
+bad "policy typo run"    "unknown policy 'snapk': did you mean 'snapkv'? (known: scissorhands" -- run --policy snapk
+bad "policy typo list"   "unknown policy 'scisorhands': did you mean 'scissorhands'?" -- compare --policies h2o,scisorhands
+bad "policy typo bench"  "unknown policy 'h2oo': did you mean 'h2o'?" -- bench --policies h2oo --no-compare --bank-instances 0
+bad "policy far"         "unknown policy 'lru' (known: scissorhands" -- run --policy lru
+# A refusal after parsing is one line too, and exits 1.
+"$tool" run --policy snapk >/dev/null 2>"$tmp/err"
+policy_rc=$?
+if [[ $policy_rc -eq 1 && $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else fail "policy typo: exit $policy_rc, $(cat "$tmp/err")"; fi
+# --help says what the exit statuses mean; run's help names no --model (run
+# replays traces only); --kv-memory's help gives the residual window's reserve.
+ok  "help exit status"   "2 a usage error, the command line does not parse" -- --help
+if "$tool" run --help | grep -q -- "--model"; then fail "run --help mentions --model"; else pass; fi
+ok  "kv-memory help"     "floor((bytes - R x (8d - b)) / b)" -- perplexity --help
 
 # A malformed vector file: named, the run goes on, exit non-zero.
 printf '{"policy": "kv-cache/h2o", "version": 1, "cases": [{"name": "c", "steps": [{"call": "votesOf", "args": [0], "expect": 0}]}]}' >"$tmp/bad.vectors.json"
@@ -196,10 +245,11 @@ bad "model areas" "blockBudget (4) must be at least startBlocks + recentBlocks (
 # The store's precision (docs/paged.md "Fewer bits a position"). An int4
 # window longer than the text never fills: every position stays fp32, so the
 # full cache at int4 scores what the fp32 one does, and holds 399 positions of
-# 2 x 32 floats a cache. int8 holds 32 codes and a scale a row: 72 bytes.
+# 2 x 32 floats a cache -- which its bytes a position say (256, not int4's 44.3).
+# int8 holds 32 codes and a scale a row: 72 bytes.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 1000 --format csv >"$tmp/kv.csv" 2>/dev/null
 if [[ $(sed -n 2p "$tmp/kv.csv" | cut -d, -f3) == $(sed -n 3p "$tmp/kv.csv" | cut -d, -f3) \
-      && $(sed -n 3p "$tmp/kv.csv") == *",int4 (residual 1000),44.3,$((399 * 256))" && $(wc -l <"$tmp/kv.csv") -eq 3 ]]; then
+      && $(sed -n 3p "$tmp/kv.csv") == *",int4 (residual 1000),256.0,$((399 * 256))" && $(wc -l <"$tmp/kv.csv") -eq 3 ]]; then
   pass
 else
   fail "perplexity --kv-precision int4 --kv-residual 1000: $(cat "$tmp/kv.csv")"
@@ -215,6 +265,16 @@ if [[ $(grep -c "^16 KiB,sliding-window,64,.*,fp32,256.0," "$tmp/mem.csv") -eq 1
   pass
 else
   fail "perplexity --kv-memory 16384: $(cat "$tmp/mem.csv")"
+fi
+# A residual window longer than any cache the memory allows never fills: the
+# memory of 390 fp32 positions holds 390 (it was refused: 1000 rows reserved),
+# and the rows say a position costs fp32's 256 bytes, not int4's.
+"$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window --kv-memory $((390 * 256)) --kv-precision int4 --kv-residual 1000 --format csv >"$tmp/mem4.csv" 2>/dev/null
+if [[ $(grep -c ",sliding-window,390,.*,int4 (residual 1000),256.0," "$tmp/mem4.csv") -eq 1 \
+      && $(sed -n 3p "$tmp/mem4.csv") == "-,full cache,"*",int4 (residual 1000),256.0,"* ]]; then
+  pass
+else
+  fail "perplexity --kv-memory $((390 * 256)) --kv-residual 1000: $(cat "$tmp/mem4.csv")"
 fi
 # sweep --model: perplexity rows over value x budget, the value in its own column.
 "$tool" sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32,64 --format csv >"$tmp/sweep.csv" 2>/dev/null
@@ -374,6 +434,13 @@ alone "tasks grid"       "is more than the 100000 samples one run may make" -- t
 # bad request before any work.
 ok  "bench model"      "| h2o | 40 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --format markdown
 ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout" --tokens 8 --rounds 1 --policies tova --budgets 4 --format json
+# --policies narrows the bank benchmark too: of the five banks, h2o's alone.
+"$tool" bench --policies h2o,snapkv --budgets 64 --seconds 0.01 --no-compare --bank-instances 64 --bank-budget 33 --format json >"$tmp/bench.json" 2>/dev/null
+if [[ $(grep -c '"instances":' "$tmp/bench.json") -eq 1 && $(grep -B1 '"instances":' "$tmp/bench.json" | head -1) == *'"policy": "h2o",' ]]; then
+  pass
+else
+  fail "bench --policies h2o,snapkv: bank rows $(grep -c '"instances":' "$tmp/bench.json")"
+fi
 bad "bench text alone" "bench: --text, --tokens and --rounds need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
 bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4
 bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
@@ -443,6 +510,15 @@ ok  "logits"           "" -- logits --model "$tmp/tiny.gguf" --tokens 0,5,9,300 
 if [[ -s "$tmp/l.npy" ]]; then pass; else fail "logits: no file"; fi
 bad "logits token"     "--tokens: 99999 is outside the model's vocabulary of 458" -- logits --model "$tmp/tiny.gguf" --tokens 1,99999 --out "$tmp/l2.npy"
 bad "logits exists"    "l.npy" -- logits --model "$tmp/tiny.gguf" --tokens 1 --out "$tmp/l.npy"
+# kvevict's own model as a GGUF: the same rows, to the last digit.
+ok  "convert"          "architecture: kvevict-tiny" -- convert --model "$model" --out "$tmp/kvm.gguf"
+if [[ $("$tool" perplexity --model "$tmp/kvm.gguf" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | cut -d, -f1-8) \
+      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | cut -d, -f1-8) ]]; then
+  pass
+else
+  fail "convert: the GGUF's perplexity rows differ from the .kvm's"
+fi
+bad "convert llama"    "kvevict converts its own (.kvm) models to GGUF" -- convert --model "$tmp/tiny.gguf" --out "$tmp/again.gguf"
 head -c 100 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 bad "gguf truncated"   "cut.gguf" -- perplexity --model "$tmp/cut.gguf" --text "$tmp/text.txt"
 printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"

@@ -60,7 +60,9 @@ ProgressFn progress_for(const std::string& what) {
 
 // Progress for the model's work (minutes, not seconds): a live line on a
 // terminal, a line every tenth of the way otherwise (logs, CI).
-ProgressFn model_progress(const std::string& what, const std::string& unit = "windows") {
+// The default unit: the model runs each run (the full cache, each policy x
+// budget) over each window of the text, so it counts windows x runs.
+ProgressFn model_progress(const std::string& what, const std::string& unit = "window runs (windows x runs)") {
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto last = std::make_shared<std::uint32_t>(0);
   return [what, unit, tty, last](std::uint32_t done, std::uint32_t total) {
@@ -125,18 +127,21 @@ struct PagedFlags {
   std::int64_t head_floor = -1;
 };
 
-void add_paged_options(CLI::App* cmd, PagedFlags& f) {
+// `model`: the command runs a model (with --model, or always), so the help
+// says what the flags do to its decoder; run replays traces only.
+void add_paged_options(CLI::App* cmd, PagedFlags& f, bool model = true) {
   cmd->add_option("--block-size", f.block_size,
-                  "evict whole blocks of N positions (paged KV cache; with --model the decoder runs on a paged store of "
-                  "N-position blocks); the budget must be a whole number of blocks");
+                  std::string("evict whole blocks of N positions (paged KV cache") +
+                      (model ? "; with a model the decoder runs on a paged store of N-position blocks" : "") +
+                      "); the budget must be a whole number of blocks");
   cmd->add_option("--start-blocks", f.start_blocks, "with --block-size: the first N blocks are never evicted");
   cmd->add_option("--recent-blocks", f.recent_blocks,
                   "with --block-size: the last N full blocks are never evicted (the partial block never is)");
   cmd->add_option("--block-score", f.block_score, "with --block-size: a block's score from its positions' "
                                                   "scores: sum, mean, max or normsum (each over its steps held)");
   cmd->add_flag("--layer-budget", f.layer_budget,
-                "a layer's heads (a trace's heads; a model's KV heads per layer) share budget x heads positions; "
-                "the lowest-scoring across heads go");
+                std::string("a layer's heads (a trace's heads") + (model ? "; a model's KV heads per layer" : "") +
+                    ") share budget x heads positions; the lowest-scoring across heads go");
   cmd->add_option("--head-floor", f.head_floor,
                   "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
 }
@@ -254,6 +259,20 @@ PagedOptions paged_of(const PagedFlags& f) {
   return p;
 }
 
+// Exit status of a usage error: the command line does not parse (the
+// README's "The tool" and --help's footer say so). What the library refuses
+// after that exits 1.
+constexpr int kUsageExit = 2;
+
+// A usage error is one line on stderr, as every other refusal is, though the
+// argument parser's own messages may span lines.
+int usage_error(std::string message) {
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  std::cerr << "kvevict: error: " << message << '\n';
+  return kUsageExit;
+}
+
 int cmd_list(const std::string& format) {
   if (format == "json") {
     nlohmann::json out = nlohmann::json::array();
@@ -293,6 +312,11 @@ int main(int argc, char** argv) {
       "Retained attention mass and heavy-hitter recall are proxies for model quality."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvevict 0.1.0");
+  app.footer(
+      "Exit status: 0 done; 2 a usage error, the command line does not parse (an unknown command or flag, a "
+      "missing flag or value, a value not one a flag takes); 1 anything refused after that (an unknown policy or "
+      "trace, a parameter outside its rule, a file missing or malformed) or work that fails (a vector). Either "
+      "way the reason is one line on stderr: kvevict: error: ...");
 
   // list
   std::string list_format = "table";
@@ -315,7 +339,7 @@ int main(int argc, char** argv) {
   SignalFiles run_signals;
   add_signal_options(run_cmd, run_signals);
   PagedFlags run_paged;
-  add_paged_options(run_cmd, run_paged);
+  add_paged_options(run_cmd, run_paged, false);
   run_cmd->add_option("--format", run_format, "table, json or csv")
       ->check(CLI::IsMember({"table", "json", "csv"}))->capture_default_str();
 
@@ -329,8 +353,9 @@ int main(int argc, char** argv) {
   auto* cmp = app.add_subcommand(
       "compare", "Every chosen policy at every budget, ranked by retained mass at the middle budget");
   cmp->add_option("--policies", cmp_policies,
-                  "comma-separated names, or all (the policies the source can feed; with --model, the seven "
-                  "attention and positional ones: name knorm, keydiff or expected-attention to add them)")
+                  "comma-separated names, or all: the policies the source can feed (a trace: the seven attention "
+                  "and positional ones; with --keys, nine; with --values and --queries too, all ten); with --model, "
+                  "the seven: name knorm, keydiff or expected-attention to add them")
       ->capture_default_str();
   cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
@@ -370,7 +395,8 @@ int main(int argc, char** argv) {
   ppl->add_option("--model", ppl_model, kModelHelp)->required();
   ppl->add_option("--text", ppl_text, "the text to score (tokenized by the model's own tokenizer), e.g. model/heldout-sample.txt")->required();
   add_context_option(ppl, model_context);
-  ppl->add_option("--policy", ppl_policies, "policy names, comma-separated, or all (default: the full cache only)");
+  ppl->add_option("--policy", ppl_policies,
+                  "policy names, comma-separated, or all (all ten; default: the full cache only)");
   ppl->add_option("--budget", ppl_budgets, "budgets, comma-separated (default: each policy's)");
   ppl->add_option("--set", ppl_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   ppl->add_option("--max-windows", ppl_windows, "use only the first N context windows (0 = all)");
@@ -388,7 +414,10 @@ int main(int argc, char** argv) {
   std::string ppl_memory;
   ppl->add_option("--kv-memory", ppl_memory,
                   "bytes a cache may hold, comma-separated: each --policy runs at every --kv-precision (a list here) "
-                  "with the most positions that fit, floor(bytes / bytes a position), beside the fp32 full cache")
+                  "with the most positions that fit, beside the fp32 full cache: floor((bytes - R x (8d - b)) / b), "
+                  "b the bytes a stored position costs, d the head size, R the --kv-residual window's rows kept at "
+                  "fp32 (int4: 32); floor(bytes / 8d) when R is longer than that cache can hold, which keeps every "
+                  "row at fp32")
       ->excludes("--budget");
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
@@ -422,7 +451,7 @@ int main(int argc, char** argv) {
   sb->add_option("--shared-prefix", sb_prefix, "bytes every sequence starts with (the text's first ones)")
       ->capture_default_str();
   sb->add_option("--tokens", sb_tokens, "bytes each sequence reads, its capacity (0 = the model's context)");
-  sb->add_option("--policy", sb_policies, "policy names, comma-separated, all, or none (the full cache)")
+  sb->add_option("--policy", sb_policies, "policy names, comma-separated, all (all ten), or none (the full cache)")
       ->capture_default_str();
   sb->add_option("--budget", sb_budget, "positions each cache keeps")->capture_default_str();
   sb->add_option("--modes", sb_modes, "token, block or token,block: evict positions or whole blocks")
@@ -473,7 +502,8 @@ int main(int argc, char** argv) {
                         "sample lengths in positions (bytes for kvevict-tiny, tokens for a model with a tokenizer), "
                         "comma-separated (at most the model's context)")
       ->capture_default_str();
-  tasks_cmd->add_option("--policies", task_policies, "comma-separated names, all, or none (the full cache only)")
+  tasks_cmd->add_option("--policies", task_policies,
+                        "comma-separated names, all (all ten, the key-aware three too), or none (the full cache only)")
       ->capture_default_str();
   tasks_cmd->add_option("--budgets", task_budgets, "comma-separated budgets (positions per cache)")->capture_default_str();
   tasks_cmd->add_option("--moments", task_moments,
@@ -596,7 +626,10 @@ int main(int argc, char** argv) {
   bench->add_option("--format", bench_format, "table, json or markdown")
       ->check(CLI::IsMember({"table", "json", "markdown"}))->capture_default_str();
   bench->add_option("--budgets", bench_budgets, "comma-separated budgets")->capture_default_str();
-  bench->add_option("--policies", bench_policies, "comma-separated names, or all")->capture_default_str();
+  bench->add_option("--policies", bench_policies,
+                    "comma-separated names, or all (all ten); the bank benchmark times the banks among them (scissorhands, "
+                    "h2o, tova, sliding-window, streaming-llm)")
+      ->capture_default_str();
   bench->add_option("--seconds", bench_seconds, "timed seconds per policy and budget")
       ->check(CLI::Range(0.01, 60.0))->capture_default_str();
   bench->add_flag("--no-compare", bench_no_compare, "skip timing the canonical compare");
@@ -638,7 +671,8 @@ int main(int argc, char** argv) {
   auto* rep = app.add_subcommand(
       "report", "Write a self-contained HTML report: the metrics, retained mass over the decode, what "
                 "each policy holds at each step, and both metrics against the budget");
-  rep->add_option("--policies", rep_policies, "comma-separated names, or all")->capture_default_str();
+  rep->add_option("--policies", rep_policies, "comma-separated names, or all (the seven a trace feeds)")
+      ->capture_default_str();
   rep->add_option("--budgets", rep_budgets, "comma-separated budgets")->capture_default_str();
   rep->add_option("--set", rep_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   add_trace_options(rep, rep_trace, rep_steps);
@@ -703,6 +737,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"llama3"}));
   rm_cmd->add_flag("--force", rm_force, "replace an existing file (or write into a non-empty folder)");
 
+  // convert
+  std::string cv_model, cv_out, cv_type = "f32";
+  bool cv_force = false;
+  auto* cv = app.add_subcommand(
+      "convert", "Write kvevict's own model (.kvm) as a GGUF file (architecture kvevict-tiny): at f32 it decodes to "
+                 "the bit as the .kvm does");
+  cv->add_option("--model", cv_model, "the .kvm model, e.g. model/kvevict-tiny.kvm")->required();
+  cv->add_option("--out", cv_out, "the .gguf file to write")->required();
+  cv->add_option("--type", cv_type, "the matrices' type: f32, f16, bf16, q8_0, q4_0, q5_0 (the width and FF must be "
+                                    "whole blocks: q4_k and q6_k need 256)")
+      ->capture_default_str();
+  cv->add_flag("--force", cv_force, "replace an existing file");
+
   // logits
   std::string lg_model, lg_tokens, lg_out, lg_policy;
   std::int64_t lg_budget = 0;
@@ -747,10 +794,27 @@ int main(int argc, char** argv) {
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
   vec->add_option("paths", vec_paths, "files or folders")->required();
 
+  // A first word that names no command is refused here, with the nearest
+  // one, before the parser reports it as an unexpected argument.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      commands.push_back(sub->get_name());
+    }
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+      const std::string near = nearest_name(argv[1], commands);
+      return usage_error(fmt::format("'{}' is not a kvevict command{} (kvevict --help lists them)", argv[1],
+                                     near.empty() ? "" : fmt::format(": did you mean '{}'?", near)));
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end here too, with exit 0.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    const std::vector<CLI::App*> chosen = app.get_subcommands();
+    return usage_error(fmt::format("{} (kvevict {}--help)", e.what(),
+                                   chosen.empty() ? "" : chosen.front()->get_name() + " "));
   }
 
   try {
@@ -961,8 +1025,10 @@ int main(int argc, char** argv) {
       rec_files.overwrite = rec_force;
       const std::uint32_t n = record_signals(*model, text, rec_files, rec_tokens);
       const ModelConfig& c = model->config();
-      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} bytes of {})\n",
-                               rec_out, c.head_count(), n, n, c.layers, c.kv_heads, n, rec_text);
+      const bool bytes = model->vocabulary().kind() == Vocabulary::Kind::kBytes;
+      std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} {} of {})\n", rec_out,
+                               c.head_count(), n, n, c.layers, c.kv_heads, n,
+                               bytes ? "bytes" : "tokens (BOS included where the model adds it)", rec_text);
       const std::pair<const std::filesystem::path*, std::uint32_t> more[] = {
           {&rec_files.keys, c.head_dim()}, {&rec_files.values, c.head_dim()}, {&rec_files.queries, c.group() * c.head_dim()}};
       for (const auto& [file, width] : more) {
@@ -1162,11 +1228,24 @@ int main(int argc, char** argv) {
       if (rm_tied) rm.tied = true;
       if (rm_untied) rm.tied = false;
       rm.llama3_scaling = rm_scaling == "llama3";
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(rm_text, ec)) {
+        throw InputError(fmt::format("--tokenizer-text {}: not a readable file (the default is relative to the "
+                                     "repository root: run from there or give --tokenizer-text FILE)",
+                                     rm_text));
+      }
       const std::vector<std::uint8_t> text = read_text(rm_text);
       rm.tokenizer_text.assign(text.begin(), text.end());
       write_random_model(rm, rm_out, rm_force);
       const auto model = Model::load(rm_out);
       std::cout << "wrote " << rm_out << '\n' << describe_model(*model);
+      return 0;
+    }
+
+    if (cv->parsed()) {
+      const WeightType type = parse_weight_type(cv_type);
+      write_gguf_of(*Model::load(cv_model), cv_out, type, cv_force);
+      std::cout << "wrote " << cv_out << '\n' << describe_model(*Model::load(cv_out));
       return 0;
     }
 

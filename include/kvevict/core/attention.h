@@ -2,11 +2,14 @@
 // attention policy reads, computed from what a fused-attention engine always
 // has -- the step's queries and the cache's held keys -- so the engine never
 // writes the weights. One extra row per step (decode) or `w` rows (a SnapKV
-// window at prefill), with the model's own arithmetic: float32 dot products in
-// index order, the row's maximum subtracted, exp in float32, the sum added in
-// order, each weight divided by it; with several query heads per cache
-// (grouped-query attention) the mean of their rows, as the decoder gives a
-// policy.
+// window at prefill): float32 dot products in index order, the row's maximum
+// subtracted, exp in float32, the sum added in order, each weight divided by
+// it; with several query heads per cache (grouped-query attention) the mean
+// of their rows, as the decoder gives a policy. The same steps as the
+// decoder's, not the same bits: its dot products are summed in another order,
+// so the weights differ from the ones it writes by less than 1e-5 (on the
+// committed model the policies fed from either hold the same positions;
+// docs/signals.md, tests/signals_test.cpp).
 #pragma once
 
 #include <cstddef>

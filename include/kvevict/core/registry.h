@@ -50,8 +50,17 @@ struct PolicyInfo {
 // All registered policies, in catalogue order (the flagship first).
 std::span<const PolicyInfo* const> policies();
 
-// Throws ParameterError listing the known names when `name` is unknown.
+// Throws ParameterError listing the known names when `name` is unknown:
+// "unknown policy 'snapk': did you mean 'snapkv'? (known: ...)", the
+// suggestion when nearest_name finds one.
 const PolicyInfo& find_policy(std::string_view name);
+
+// The candidate `given` is most likely a typo of: the nearest by edit
+// distance (insertions, deletions, substitutions and adjacent swaps, case
+// ignored) when it is at most two edits away and those are fewer than half
+// the longer name's letters; the first such in `candidates` order on a tie.
+// Empty when none is that near. The tool's command names use it too.
+std::string nearest_name(std::string_view given, std::span<const std::string> candidates);
 
 std::unique_ptr<Policy> make_policy(std::string_view name, const ParamMap& params = {});
 

@@ -12,7 +12,10 @@ namespace kvevict {
 
 struct BenchOptions {
   std::vector<std::int64_t> budgets{512, 4096};
-  std::vector<std::string> policies;  // empty: every registered policy
+  // Empty: every registered policy. Also narrows the bank benchmark to the
+  // bank's policies among these (scissorhands, h2o, tova, sliding-window,
+  // streaming-llm); none of them: no bank rows.
+  std::vector<std::string> policies;
   double seconds_per_case = 0.25;     // timed time per (policy, budget)
   bool include_compare = true;        // time the canonical compare too
   std::int64_t bank_instances = 16384;  // 0 skips the bank

@@ -29,11 +29,12 @@ enum class GgufType : std::uint32_t {
 };
 
 // One metadata value. Scalars: integers in `integer` (signed types
-// sign-extended), floats in `number`, bools in `integer` (0/1), strings in
-// `text`. Arrays: `element`, `count`, and the elements in `strings` (string
-// arrays) or `numbers` (numeric and bool arrays; every u32/i32/f32 is exact
-// in a double; 64-bit integers over 2^53 are refused); nested arrays keep
-// their count only.
+// sign-extended; a u64 above 2^63 - 1 keeps its value in `unsigned_integer`
+// only, with `integer` -1), floats in `number`, bools in `integer` (0/1),
+// strings in `text`. Arrays: `element`, `count`, and the elements in
+// `strings` (string arrays), `numbers` (numeric and bool arrays; every
+// u32/i32/f32 is exact in a double; 64-bit integers over 2^53 are refused)
+// or `items` (arrays of arrays, each an array GgufValue).
 struct GgufValue {
   GgufType type = GgufType::kU32;
   std::int64_t integer = 0;
@@ -43,6 +44,8 @@ struct GgufValue {
   std::uint64_t count = 0;
   std::vector<std::string> strings;
   std::vector<double> numbers;
+  std::vector<GgufValue> items;
+  std::uint64_t unsigned_integer = 0;  // a u64 scalar's value, whatever its size
 
   bool is_integer() const noexcept;  // any of the eight integer types
 };

@@ -74,6 +74,12 @@ void check_format(const KvFormat& format, std::uint32_t head_dim);
 // A position in the residual window costs 8d.
 double bytes_per_position(const KvFormat& format, std::uint32_t head_dim);
 
+// What a position really costs in a cache that never holds more than
+// `most_held` positions at once (a budget B evicts down from B + 1):
+// bytes_per_position() once the residual window can fill (R <= most_held),
+// 8d when it never can -- every row then stays at fp32.
+double held_bytes_per_position(const KvFormat& format, std::uint32_t head_dim, std::uint64_t most_held);
+
 // ---- the quantizers ------------------------------------------------------------
 
 std::uint16_t to_half(float x) noexcept;    // fp16 as above

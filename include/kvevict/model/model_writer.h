@@ -41,4 +41,13 @@ struct RandomModelSpec {
 // replace an existing file or a non-empty folder unless `overwrite`.
 void write_random_model(const RandomModelSpec& spec, const std::filesystem::path& out, bool overwrite = false);
 
+class Model;
+// Writes kvevict's own model (a .kvm, loaded) as a GGUF file of architecture
+// "kvevict-tiny" -- its fused q|k|v matrices as blk.N.attn_qkv.weight, GELU's
+// up and down, the tied embedding, the byte vocabulary implied -- with its
+// matrices in `type` (norms F32). At F32 it decodes to the bit as the .kvm
+// does. Throws ParameterError for a model of another architecture.
+void write_gguf_of(const Model& model, const std::filesystem::path& out, WeightType type = WeightType::kF32,
+                   bool overwrite = false);
+
 }  // namespace kvevict

@@ -148,10 +148,12 @@ std::vector<PerplexityRow> perplexity(const Model& model, std::span<const std::u
 // positions a cache of `memory` bytes holds between steps at `format`'s
 // precision: floor((memory - R x (8 head_dim - b)) / b), b =
 // bytes_per_position(format, head_dim), R its residual window (whose rows
-// are at fp32). Not in it, and measured by the rows' peak_cache_bytes: the
-// newest position before eviction, and int4 key groups partly emptied by
-// eviction (each keeps its scales while any of its rows is held). Below 1
-// when nothing fits.
+// are at fp32), when that budget B can fill the window (R <= B + 1). A
+// window longer than that never fills and every row stays at fp32:
+// floor(memory / (8 head_dim)), at most R - 2 (so still unfilled). Not in
+// it, and measured by the rows' peak_cache_bytes: the newest position before
+// eviction, and int4 key groups partly emptied by eviction (each keeps its
+// scales while any of its rows is held). Below 1 when nothing fits.
 std::int64_t budget_for_memory(std::int64_t memory, const KvFormat& format, std::uint32_t head_dim);
 
 struct MemoryRequest {
