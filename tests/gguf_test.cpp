@@ -512,12 +512,14 @@ TEST(GgufBadFiles, BadValues) {
   Bytes bool_array;
   bool_array.header(0, 1).str("k").u32(9).u32(7).u64(2).u8(1).u8(7);
   expect_bad(bool_array, "key 'k': bool value 7 is neither 0 nor 1");
+  // 64-bit integers past 2^53 (a double's exact range) and past 2^63 are
+  // kept whole; as a size, a u64 past 2^63 - 1 is refused where it is read.
   Bytes big;
-  big.header(0, 1).str("k").u32(9).u32(10).u64(1).u64((1ULL << 53) + 1);
-  expect_bad(big, "key 'k': element 0 (9007199254740993) is beyond 2^53");
-  Bytes u64;
-  u64.header(0, 1).str("k").u32(10).u64(~0ULL);
-  expect_bad(u64, "key 'k': u64 value 18446744073709551615 is over 2^63 - 1");
+  big.header(0, 2).str("a").u32(9).u32(10).u64(2).u64((1ULL << 53) + 1).u64(~0ULL).str("k").u32(10).u64(~0ULL);
+  const auto file = GgufFile::parse(big.b, "big.gguf");
+  EXPECT_EQ(file->find("a")->bits64, (std::vector<std::uint64_t>{(1ULL << 53) + 1, ~0ULL}));
+  EXPECT_EQ(file->find("k")->unsigned_integer, ~0ULL);
+  expect_refused([&] { (void)file->get_uint("k"); }, "big.gguf", "key 'k' is 18446744073709551615, too large for a size");
   Bytes deep;
   deep.header(0, 1).str("k").u32(9);
   for (int i = 0; i < 12; ++i) deep.u32(9).u64(1);

@@ -40,7 +40,6 @@ constexpr int kMaxArrayNesting = 8;  // arrays of arrays: deeper is refused (kee
 // The fewest bytes one item can take, for checking counts against the file.
 constexpr std::uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, a 1-byte value
 constexpr std::uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, one dim, type, offset
-constexpr std::int64_t kLargestExactInteger = std::int64_t{1} << 53;  // beyond it a double skips integers
 
 std::string_view type_name(GgufType type) noexcept {
   switch (type) {
@@ -276,12 +275,12 @@ class Reader {
         double x = 0.0;
         if (element == GgufType::kF32 || element == GgufType::kF64) {
           x = scalar.number;
+        } else if (element == GgufType::kU64) {
+          x = static_cast<double>(scalar.unsigned_integer);
+          if (keep) v.bits64.push_back(scalar.unsigned_integer);
         } else {
-          if (scalar.integer > kLargestExactInteger || scalar.integer < -kLargestExactInteger ||
-              (element == GgufType::kU64 && scalar.unsigned_integer > static_cast<std::uint64_t>(kLargestExactInteger))) {
-            fail(fmt::format("key '{}': element {} ({}) is beyond 2^53, not exact as a double", key, i, scalar.integer));
-          }
           x = static_cast<double>(scalar.integer);
+          if (keep && element == GgufType::kI64) v.bits64.push_back(static_cast<std::uint64_t>(scalar.integer));
         }
         if (keep) v.numbers.push_back(x);
       }

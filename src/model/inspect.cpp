@@ -34,6 +34,10 @@ nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
         for (const std::string& s : v.strings) out.push_back(s);
       } else if (v.element == GgufType::kArray) {
         for (const GgufValue& item : v.items) out.push_back(gguf_value_json(item));
+      } else if (v.element == GgufType::kU64) {
+        for (const std::uint64_t x : v.bits64) out.push_back(x);
+      } else if (v.element == GgufType::kI64) {
+        for (const std::uint64_t x : v.bits64) out.push_back(static_cast<std::int64_t>(x));
       } else {
         for (const double x : v.numbers) out.push_back(number(v.element, x));
       }

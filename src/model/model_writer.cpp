@@ -73,6 +73,24 @@ std::vector<std::uint8_t> encode(WeightType type, const std::vector<float>& valu
   return out;
 }
 
+// The general.* and {arch}.* keys of a model's shape (llama.cpp's names).
+void set_model_keys(GgufWriter& writer, const ModelConfig& c, const std::string& name, WeightType type) {
+  const std::string& arch = c.architecture;
+  writer.set_string("general.architecture", arch);
+  writer.set_string("general.name", name);
+  writer.set_u32("general.alignment", 32);
+  writer.set_u32(arch + ".context_length", c.trained_context);
+  writer.set_u32(arch + ".embedding_length", c.width);
+  writer.set_u32(arch + ".block_count", c.layers);
+  writer.set_u32(arch + ".feed_forward_length", c.ff);
+  writer.set_u32(arch + ".attention.head_count", c.heads);
+  writer.set_u32(arch + ".attention.head_count_kv", c.kv_heads);
+  writer.set_u32(arch + ".rope.dimension_count", c.head_dim());
+  writer.set_f32(arch + ".rope.freq_base", c.rope_base);
+  writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  if (weight_type_info(type).block_elements > 1) writer.set_u32("general.quantization_version", 2);
+}
+
 void write_text(const std::filesystem::path& file, const std::string& text) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out << text;
@@ -139,21 +157,19 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
     // llama.cpp has no "mistral" architecture: its converter writes Mistral
     // models as "llama" (kvevict reads both names).
     const std::string arch = spec.architecture == "mistral" ? "llama" : spec.architecture;
+    ModelConfig shape;
+    shape.architecture = arch;
+    shape.layers = spec.layers;
+    shape.width = spec.width;
+    shape.ff = spec.ff;
+    shape.heads = spec.heads;
+    shape.kv_heads = spec.kv_heads;
+    shape.trained_context = spec.context;
+    shape.rope_base = spec.rope_base;
+    shape.norm_eps = 1e-5F;
     GgufWriter writer;
-    writer.set_string("general.architecture", arch);
-    writer.set_string("general.name",
-                      fmt::format("kvevict random {} ({})", spec.architecture, weight_type_info(spec.type).name));
-    writer.set_u32("general.alignment", 32);
-    writer.set_u32(arch + ".context_length", spec.context);
-    writer.set_u32(arch + ".embedding_length", spec.width);
-    writer.set_u32(arch + ".block_count", spec.layers);
-    writer.set_u32(arch + ".feed_forward_length", spec.ff);
-    writer.set_u32(arch + ".attention.head_count", spec.heads);
-    writer.set_u32(arch + ".attention.head_count_kv", spec.kv_heads);
-    writer.set_u32(arch + ".rope.dimension_count", static_cast<std::uint32_t>(d));
-    writer.set_f32(arch + ".rope.freq_base", spec.rope_base);
-    writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5F);
-    if (weight_type_info(spec.type).block_elements > 1) writer.set_u32("general.quantization_version", 2);
+    set_model_keys(writer, shape, fmt::format("kvevict random {} ({})", spec.architecture, weight_type_info(spec.type).name),
+                   spec.type);
     vocab->write_gguf(writer);
     for (const Tensor& t : tensors) {
       const std::vector<std::uint64_t> ne(t.shape.rbegin(), t.shape.rend());
@@ -232,22 +248,9 @@ void write_gguf_of(const Model& model, const std::filesystem::path& out, WeightT
   if (!overwrite && std::filesystem::exists(out, ec)) {
     throw InputError(fmt::format("{}: exists (--force to replace it)", out.string()));
   }
-  const std::string arch = c.architecture;
   GgufWriter writer;
-  writer.set_string("general.architecture", arch);
-  writer.set_string("general.name", fmt::format("{} ({})", std::filesystem::path(model.path()).filename().string(),
-                                                info.name));
-  writer.set_u32("general.alignment", 32);
-  writer.set_u32(arch + ".context_length", c.trained_context);
-  writer.set_u32(arch + ".embedding_length", c.width);
-  writer.set_u32(arch + ".block_count", c.layers);
-  writer.set_u32(arch + ".feed_forward_length", c.ff);
-  writer.set_u32(arch + ".attention.head_count", c.heads);
-  writer.set_u32(arch + ".attention.head_count_kv", c.kv_heads);
-  writer.set_u32(arch + ".rope.dimension_count", c.head_dim());
-  writer.set_f32(arch + ".rope.freq_base", c.rope_base);
-  writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
-  if (info.block_elements > 1) writer.set_u32("general.quantization_version", 2);
+  set_model_keys(writer, c, fmt::format("{} ({})", std::filesystem::path(model.path()).filename().string(), info.name),
+                 type);
   auto put = [&](const std::string& name, const float* data, std::uint64_t rows, std::uint64_t cols) {
     const WeightType t = rows > 1 ? type : WeightType::kF32;  // vectors (norms) stay F32
     const std::vector<float> values(data, data + rows * cols);

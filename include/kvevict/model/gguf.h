@@ -33,7 +33,8 @@ enum class GgufType : std::uint32_t {
 // only, with `integer` -1), floats in `number`, bools in `integer` (0/1),
 // strings in `text`. Arrays: `element`, `count`, and the elements in
 // `strings` (string arrays), `numbers` (numeric and bool arrays; every
-// u32/i32/f32 is exact in a double; 64-bit integers over 2^53 are refused)
+// u32/i32/f32 is exact in a double, a 64-bit integer past 2^53 rounded --
+// `bits64` holds those arrays' exact values, as their two's-complement bits)
 // or `items` (arrays of arrays, each an array GgufValue).
 struct GgufValue {
   GgufType type = GgufType::kU32;
@@ -45,6 +46,7 @@ struct GgufValue {
   std::vector<std::string> strings;
   std::vector<double> numbers;
   std::vector<GgufValue> items;
+  std::vector<std::uint64_t> bits64;  // u64 and i64 arrays: every element exactly
   std::uint64_t unsigned_integer = 0;  // a u64 scalar's value, whatever its size
 
   bool is_integer() const noexcept;  // any of the eight integer types
