@@ -510,6 +510,16 @@ ok  "logits"           "" -- logits --model "$tmp/tiny.gguf" --tokens 0,5,9,300 
 if [[ -s "$tmp/l.npy" ]]; then pass; else fail "logits: no file"; fi
 bad "logits token"     "--tokens: 99999 is outside the model's vocabulary of 458" -- logits --model "$tmp/tiny.gguf" --tokens 1,99999 --out "$tmp/l2.npy"
 bad "logits exists"    "l.npy" -- logits --model "$tmp/tiny.gguf" --tokens 1 --out "$tmp/l.npy"
+# Every weight type through the four model commands the README shows.
+for type in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k; do
+  m="$tmp/each-$type.gguf"
+  ok "each $type write"   "weights:" -- random-model --type "$type" --out "$m" --context 128 --tokenizer-text "$heldout"
+  ok "each $type ppl"     "sliding-window" -- perplexity --model "$m" --text "$tmp/text.txt" --policy sliding-window --budget 32 --max-windows 2
+  ok "each $type tasks"   "passkey" -- tasks --model "$m" --text "$heldout" --lengths 96 --depths 1 --samples 1 --policies sliding-window --budgets 48
+  ok "each $type serve"   '"peakBlocks"' -- serve-bench --model "$m" --text "$heldout" --sequences 2 --shared-prefix 16 --tokens 48 --format json
+  ok "each $type record"  "" -- record --model "$m" --text "$heldout" --tokens 32 --out "$tmp/each-$type.npy"
+done
+
 # kvevict's own model as a GGUF: the same rows, to the last digit.
 ok  "convert"          "architecture: kvevict-tiny" -- convert --model "$model" --out "$tmp/kvm.gguf"
 if [[ $("$tool" perplexity --model "$tmp/kvm.gguf" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | cut -d, -f1-8) \
