@@ -559,7 +559,14 @@ TEST_F(ReportFiles, WritesThePageAndEachChartAsAnSvgFile) {
   EXPECT_EQ(files(), (std::vector<std::string>{"mass-over-time.svg", "r.html", "recall-vs-budget.svg",
                                                "retained-mass-vs-budget.svg", "strip-h2o-48.svg",
                                                "strip-streaming-llm-48.svg", "svg"}));
-  EXPECT_EQ(read(dir_ / "r.html"), render_html(data));
+  // The page names the command that makes it, files and all.
+  ReportData made = data;
+  const std::size_t out = made.command.rfind(" --out report.html");
+  ASSERT_NE(out, std::string::npos) << made.command;
+  made.command = made.command.substr(0, out) + " --out " + (dir_ / "r.html").string() + " --svg " +
+                 (dir_ / "svg").string();
+  EXPECT_EQ(read(dir_ / "r.html"), render_html(made));
+  EXPECT_NE(read(dir_ / "r.html").find("Made by <code>" + made.command + "</code>"), std::string::npos);
   for (const auto& [file, bytes] : written) {
     const std::string text = read(file);
     EXPECT_EQ(text.size(), bytes);
@@ -591,7 +598,9 @@ TEST_F(ReportFiles, RefusesToReplaceWithoutOverwrite) {
   EXPECT_FALSE(fs::exists(dir_ / "new.html"));
   EXPECT_EQ(read(dir_ / "svg" / "strip-h2o-48.svg"), "keep me too");
   write_report(data, {dir_ / "r.html", dir_ / "svg", true});
-  EXPECT_EQ(read(dir_ / "r.html"), render_html(data));
+  const std::string page = read(dir_ / "r.html");
+  EXPECT_NE(page, "keep me");
+  EXPECT_NE(page.find(" --svg " + (dir_ / "svg").string() + " --force</code>"), std::string::npos);
   EXPECT_EQ(std::count_if(fs::directory_iterator(dir_ / "svg"), fs::directory_iterator{},
                           [](const fs::directory_entry& e) { return e.path().extension() == ".tmp"; }),
             0);

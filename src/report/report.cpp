@@ -1110,7 +1110,21 @@ namespace {
 std::vector<std::pair<std::filesystem::path, std::uintmax_t>> write_report(const ReportData& data,
                                                                            const ReportOutput& output) {
   std::vector<std::pair<std::filesystem::path, std::string>> files;
-  if (!output.html.empty()) files.emplace_back(output.html, render_html(data));
+  if (!output.html.empty()) {
+    // The page's "Made by" line is the command that makes this page: the
+    // request's flags, then the files it reads and writes.
+    ReportData made = data;
+    const std::string placeholder = " --out report.html";
+    if (made.command.size() >= placeholder.size() &&
+        made.command.compare(made.command.size() - placeholder.size(), placeholder.size(), placeholder) == 0) {
+      made.command.resize(made.command.size() - placeholder.size());
+      if (!data.tasks_source.empty()) made.command += " --tasks " + data.tasks_source;
+      made.command += " --out " + output.html.string();
+      if (output.svg_dir) made.command += " --svg " + output.svg_dir->string();
+      if (output.overwrite) made.command += " --force";
+    }
+    files.emplace_back(output.html, render_html(made));
+  }
   if (output.svg_dir) {
     const std::filesystem::path& dir = *output.svg_dir;
     std::error_code ec;
