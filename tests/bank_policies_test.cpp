@@ -140,6 +140,16 @@ TEST(BankPolicies, RulesAreCheckedAtConstruction) {
             std::string::npos);
   EXPECT_NE(message({"nope", 2, 8, 0}).find("(known: scissorhands, h2o, tova, sliding-window, streaming-llm)"),
             std::string::npos);
+  // The key-aware policies are refused for what they lack (a key row each
+  // step), not as if they had no bank for another reason.
+  for (const char* name : {"knorm", "keydiff", "expected-attention"}) {
+    const std::string m = message({name, 2, 8, 0});
+    EXPECT_NE(m.find(std::string("policy '") + name + "' needs the new token's key"), std::string::npos) << m;
+    EXPECT_NE(m.find("PolicyBank::step takes attention weights only"), std::string::npos) << m;
+    EXPECT_EQ(m.find("has no bank"), std::string::npos) << m;
+  }
+  EXPECT_NE(message({"expected-attention", 2, 8, 0}).find("the new token's key, value, queries each step"),
+            std::string::npos);
   EXPECT_NE(message({"tova", 2, 8, 3}).find("recentWindow (3) must be 0 for tova"), std::string::npos);
   EXPECT_NE(message({"streaming-llm", 2, 8, 0, 1, Aggregation::kSum, 0, 8}).find("sinks (8) must be smaller than budget (8)"),
             std::string::npos);

@@ -332,6 +332,16 @@ export interface RunOptions extends PagedOptions {
   trace?: string;
   /** Replay only the first N decode steps. */
   steps?: number;
+  /**
+   * With trace 'FILE.npy': the keys recorded beside it, [H, N, headDim]
+   * (kvevict record --keys), as the tool's run --keys: the key-aware policies
+   * (knorm, keydiff) replay; with values and queries too, expected-attention.
+   */
+  keys?: string | null;
+  /** The values recorded beside the trace, [H, N, headDim] (kvevict record --values). */
+  values?: string | null;
+  /** The queries (before RoPE) recorded beside the trace, [H, N, groups x headDim] (kvevict record --queries). */
+  queries?: string | null;
 }
 export function run(options: RunOptions): RunResult;
 
@@ -347,6 +357,10 @@ export interface CompareOptions extends PagedOptions {
   overrides?: { readonly [key: string]: number | Params | undefined };
   trace?: string;
   steps?: number;
+  /** As for run(); "all" is then every policy the files can feed. */
+  keys?: string | null;
+  values?: string | null;
+  queries?: string | null;
 }
 export function compare(options?: CompareOptions): CompareResult;
 
@@ -649,6 +663,12 @@ export class Batch {
   join(policy?: string | Policy | null, budget?: number | null, params?: Params | null, mode?: 'token' | 'block'): number;
   /** The sequence's next byte; its logits. A failed step removes the sequence (InputError); the others go on. */
   step(id: number, token: number): Float32Array;
+  /**
+   * One tick in one call: sequence ids[i] gets tokens[i], in order; one Float32Array of logits per listed
+   * sequence, each equal to step(ids[i], tokens[i])'s (views of one buffer). Every id and token is checked
+   * before any sequence steps.
+   */
+  stepAll(ids: readonly number[], tokens: readonly number[]): Float32Array[];
   leave(id: number): void;
   /** Positions cache `cache` (layer * kvHeads + KV head) of sequence `id` holds, ascending. */
   held(id: number, cache: number): number[];
@@ -738,13 +758,127 @@ export interface SweepModelOptions extends ModelRunOptions {
   budgets?: readonly number[];
   /** The policy's other parameters. */
   params?: Params;
+  /**
+   * Leave out the value x budget pairs the policy's rules refuse (a recentWindow
+   * of 96 at budget 64) instead of throwing at the first, as the tool's
+   * --skip-refused; they are listed in the result's `skipped`.
+   */
+  skipRefused?: boolean;
 }
+/** sweepModel()'s rows, with `skipped` (non-enumerable): the pairs skipRefused left out, one line each. */
+export type SweepRows = PerplexityRow[] & { readonly skipped: string[] };
 /**
  * `kvevict sweep --model`: perplexity rows, the full cache first, then each
  * value x budget (value-major), each with its paired interval and `params`
  * holding the value. Synchronous.
  */
-export function sweepModel(model: Model, text: Text, options: SweepModelOptions): PerplexityRow[];
+export function sweepModel(model: Model, text: Text, options: SweepModelOptions): SweepRows;
+
+export type TaskName = 'passkey' | 'multikey' | 'multivalue' | 'vartrack' | 'copy';
+export type Moment = 'decode' | 'prefill' | 'prefill-query';
+/** Options of tasks(), as `kvevict tasks` takes them. */
+export interface TasksOptions {
+  /** Names, "a,b" or "all" (default "passkey"). */
+  tasks?: readonly TaskName[] | string;
+  /** Sample lengths in positions, at most the model's context (default [1024]). */
+  lengths?: readonly number[];
+  /** Needle depths per length, (i + 0.5) / depths, 1 ... 100 (default 5). */
+  depths?: number;
+  /** Samples per task x length x depth, 1 ... 100000 (default 20). */
+  samples?: number;
+  /** Names, "a,b", "all" (all ten, the default), or null / "none" for the full cache only. */
+  policies?: readonly string[] | string | null;
+  /** Positions per cache (default [128]). */
+  budgets?: readonly number[];
+  /** When the cache is compressed (default "decode"). */
+  moments?: readonly Moment[] | string;
+  /** As for compare(). */
+  overrides?: { readonly [key: string]: number | Params | undefined };
+  /** Samples are reproducible from it (default 1). */
+  seed?: number;
+  /** Prefill moments: attention rows the compression scores from (default 32). */
+  window?: number;
+  /** Prefill moments: read the prompt in chunks of N, compressing after each (0, the default: once). */
+  chunk?: number;
+  kvPrecision?: 'fp32' | 'fp16' | 'int8' | 'int4';
+  kvResidual?: number;
+}
+/** A row of `kvevict tasks --format json`. */
+export interface TaskRow {
+  task: TaskName;
+  /** "full" for the full cache. */
+  policy: string;
+  /** 0 for the full cache. */
+  budget: number;
+  moment: 'full' | Moment;
+  length: number;
+  depth: number;
+  samples: number;
+  correct: number;
+  accuracy: number;
+  /** Wilson 95 % interval. */
+  accuracy_low: number;
+  accuracy_high: number;
+  evicted: number;
+  kvPrecision: string;
+  kvResidual: number;
+  bytesPerPosition: number;
+}
+/**
+ * `kvevict tasks`: retrieval tasks answered by the model with greedy decoding, needles hidden in `text`
+ * (docs/tasks.md): every task x length x depth, the full cache first, then each policy x budget x moment.
+ * Synchronous.
+ */
+export function tasks(model: Model, text: Text, options?: TasksOptions): TaskRow[];
+export function tasks(options: TasksOptions & { model: Model; text: Text }): TaskRow[];
+
+/** Options of benchModel(), as `kvevict bench --model` takes them. */
+export interface BenchModelOptions {
+  /** Tokens decoded a pass, from the text's start (default 1024; at most the text and the context). */
+  tokens?: number;
+  /** Passes a run, 1 ... 1000 (default 5): each timed, then profiled. */
+  rounds?: number;
+  /** Names, "a,b" or "all" (default h2o, scissorhands, snapkv, sliding-window). */
+  policies?: readonly string[] | string;
+  /** Default [128]. */
+  budgets?: readonly number[];
+}
+/** A row of `kvevict bench --model --format json`. */
+export interface DecodeBenchRow {
+  /** "full cache" first. */
+  policy: string;
+  /** 0 for the full cache. */
+  budget: number;
+  tokens: number;
+  /** The median round's, one thread's CPU time. */
+  tokensPerSecond: number;
+  tokensPerSecondSpread: { min: number; median: number; max: number };
+  /** Shares of a step's time (they sum to 1). */
+  shares: { projections: number; activation: number; attention: number; policies: number; other: number };
+}
+/**
+ * `kvevict bench --model`: decode speed and the decode profile. `text` omitted (or null):
+ * model/heldout-sample.txt from the working folder, the tool's default. Synchronous.
+ */
+export function benchModel(model: Model, text?: Text | null, options?: BenchModelOptions): DecodeBenchRow[];
+export function benchModel(options: BenchModelOptions & { model: Model; text?: Text | null }): DecodeBenchRow[];
+
+/**
+ * The softmax weights `queries` (groups x headDim floats, head-major, already rotated) pay to the keys
+ * (n x headDim floats, row-major, as the cache stores them), averaged over the query heads (docs/signals.md):
+ * a new Float32Array of n weights. scale: each query is multiplied by it first (default 1/sqrt(headDim)).
+ */
+export function attentionFromKeys(
+  queries: Float32Array | readonly number[],
+  keys: Float32Array | readonly number[],
+  headDim: number,
+  scale?: number,
+): Float32Array;
+/**
+ * RoPE in the GPT-NeoX layout (dimension i pairs with i + headDim/2): a new Float32Array, `x` (headDim
+ * floats, even) rotated to position `pos`; base: the model's RoPE base (default 10000, config.ropeBase).
+ */
+export function ropeNeox(x: Float32Array | readonly number[], pos: number, base?: number): Float32Array;
 
 /**
  * Attention as [heads, N, N] (or one head as [N, N]), row-major: row t holds

@@ -310,6 +310,46 @@ function sweepModel(model, text, options) {
   return native.sweepModel(model, text, options);
 }
 
+// tasks({model, text, ...options}) as well as tasks(model, text, options): a
+// lone plain object (not a Model) carries the model and the text with it.
+function spread(model, text, options) {
+  if (model !== null && typeof model === 'object' && !(model instanceof native.Model) &&
+      text === undefined && options === undefined) {
+    const { model: m, text: t, ...rest } = model;
+    return [m, t, rest];
+  }
+  return [model, text, options];
+}
+
+/**
+ * `kvevict tasks`: retrieval tasks answered by the model with greedy decoding (docs/tasks.md); the rows
+ * `kvevict tasks --format json` prints. tasks(model, text, options?) or tasks({model, text, ...options});
+ * synchronous.
+ */
+function tasks(model, text, options) {
+  return native.tasks(...spread(model, text, options));
+}
+
+/**
+ * `kvevict bench --model`: decode speed and the decode profile, the full cache then each policy x budget;
+ * the rows `kvevict bench --model --format json` prints. benchModel(model, text?, options?) or
+ * benchModel({model, text?, ...options}); text omitted: model/heldout-sample.txt from the working folder.
+ * Synchronous.
+ */
+function benchModel(model, text, options) {
+  return native.benchModel(...spread(model, text, options));
+}
+
+/** The weights query heads (groups x headDim floats) pay to n keys (n x headDim), averaged over the heads. */
+function attentionFromKeys(queries, keys, headDim, scale) {
+  return native.attentionFromKeys(queries, keys, headDim, scale);
+}
+
+/** RoPE in the GPT-NeoX layout: a new Float32Array, `x` rotated to position `pos`. */
+function ropeNeox(x, pos, base) {
+  return native.ropeNeox(x, pos, base);
+}
+
 /** `kvevict serve-bench`: sequences over one block pool, one row per run (docs/serving.md); synchronous. */
 function serveBench(model, text, options) {
   return native.serveBench(model, text, options);
@@ -354,6 +394,10 @@ module.exports = {
   compareModel,
   sweepModel,
   serveBench,
+  tasks,
+  benchModel,
+  attentionFromKeys,
+  ropeNeox,
   recordAttention,
   persistence,
   prefill,

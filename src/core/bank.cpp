@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kvevict/core/errors.h"
+#include "kvevict/core/registry.h"
 #include "policies/common.h"
 #include "bank_kernels.h"
 #include "policies/kernels.h"
@@ -40,6 +41,18 @@ PolicyBank::PolicyBank(const BankParams& p) : params_(p) {
         "slot-addressed bank does not keep (use one {} per instance)",
         kTitle, p.policy, p.policy == "snapkv" ? "SnapKV" : "PyramidKV"));
   } else {
+    // The key-aware policies (knorm, keydiff, expected-attention) read a row
+    // of their own each step -- the new token's key (value, queries) -- and
+    // a bank's step carries attention weights only: name what is missing.
+    const auto all = policies();
+    const auto it = std::find_if(all.begin(), all.end(), [&](const PolicyInfo* i) { return i->name == p.policy; });
+    if (it != all.end() && ((*it)->signals & ~kSignalAttention) != 0) {
+      const PolicyInfo& info = **it;
+      throw ParameterError(fmt::format(
+          "{}: policy '{}' needs the new token's {} each step, a row per instance that a bank's step does not "
+          "carry: PolicyBank::step takes attention weights only (use one {} per instance)",
+          kTitle, p.policy, signal_names(info.signals & ~kSignalAttention), info.title));
+    }
     throw ParameterError(fmt::format(
         "{}: policy '{}' has no bank (known: scissorhands, h2o, tova, sliding-window, streaming-llm)", kTitle,
         p.policy));

@@ -194,15 +194,21 @@ std::vector<RunSpec> sweep_specs(const SweepRequest& request, std::vector<std::s
     for (const std::int64_t b : request.budgets) {
       ParamMap params = request.params;
       set_param(params, request.param, v);
-      if (request.skip_refused) {
-        ParamMap built = params;
-        set_param(built, "budget", b);
-        try {
-          (void)make_policy(info.name, built);
-        } catch (const ParameterError& e) {
-          if (skipped != nullptr) skipped->push_back(fmt::format("{}={} at budget {}: {}", request.param, v, b, e.what()));
-          continue;
+      ParamMap built = params;
+      set_param(built, "budget", b);
+      try {
+        (void)make_policy(info.name, built);
+      } catch (const ParameterError& e) {
+        if (!request.skip_refused) {
+          // Say so before any run starts, with the way out: a grid over a
+          // window and budgets usually holds a few pairs no policy accepts.
+          throw ParameterError(fmt::format(
+              "sweep: {}={} at budget {}: {} (skip the pairs the rules refuse: --skip-refused, "
+              "skip_refused=True in Python, skipRefused: true in Node)",
+              request.param, v, b, e.what()));
         }
+        if (skipped != nullptr) skipped->push_back(fmt::format("{}={} at budget {}: {}", request.param, v, b, e.what()));
+        continue;
       }
       specs.push_back({info.name, params, b});
     }

@@ -388,7 +388,10 @@ struct Decoder::Impl {
   // The cache's new key and value as stored, copied: sealing a block may swap
   // it for an equal published one, so the policy reads its own copy.
   std::vector<float> step_key, step_value;
-  std::vector<float> cos_table, sin_table;  // [capacity, head_dim / 2]
+  std::unique_ptr<Rope> rope;  // angles for positions below the capacity tabled
+  PositionMode positions = PositionMode::kOriginal;
+  // kCache: one cache's held keys rotated at their indices, [capacity, head_dim].
+  std::vector<float> rotated_keys;
 
   void empty_store() noexcept {
     store->clear();
@@ -467,23 +470,12 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.logits.assign(m.cfg.vocab, 0.0F);
   m.scores.assign(capacity, 0.0F);
   m.query_weights.assign(capacity, 0.0F);
-  // RoPE angles as the trainer makes them: float64 angle, then float32
-  // cos/sin. Angle i turns the pair (i, i + head_dim/2) (NEOX) or (2i, 2i+1)
-  // (NORMAL); Llama-3 scaling divides it by rope_divisors[i], as ggml does.
-  const std::uint32_t half = d / 2;
-  m.cos_table.resize(std::size_t{capacity} * half);
-  m.sin_table.resize(std::size_t{capacity} * half);
-  const bool scaled = !m.cfg.rope_divisors.empty();
-  for (std::uint32_t p = 0; p < capacity; ++p) {
-    for (std::uint32_t i = 0; i < half; ++i) {
-      double inv = std::pow(static_cast<double>(m.cfg.rope_base),
-                            -static_cast<double>(i) * 2.0 / static_cast<double>(d));
-      if (scaled) inv /= static_cast<double>(m.cfg.rope_divisors[i]);
-      const double angle = static_cast<double>(p) * inv;
-      m.cos_table[std::size_t{p} * half + i] = static_cast<float>(std::cos(angle));
-      m.sin_table[std::size_t{p} * half + i] = static_cast<float>(std::sin(angle));
-    }
-  }
+  // RoPE angles as the trainer makes them (rope.h), tabled for the
+  // positions a cache can hold: every index, and the original positions
+  // until the sequence outgrows the capacity.
+  m.rope = std::make_unique<Rope>(m.cfg, capacity);
+  m.positions = options.positions;
+  if (m.positions == PositionMode::kCache) m.rotated_keys.assign(std::size_t{capacity} * d, 0.0F);
 }
 
 Decoder::~Decoder() = default;
@@ -595,9 +587,19 @@ std::span<const float> Decoder::step(Token token) {
                                                           : m.failed_what));
   }
   const std::uint32_t pos = fed_;
-  if (pos >= m.capacity) {  // before anything changes: the decoder stays usable
-    throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions", pos,
-                                 m.capacity));
+  // Before anything changes, so the decoder stays usable: a sequence runs on
+  // while its policies keep every cache below the capacity.
+  if (pos >= m.capacity) {
+    for (std::uint32_t h = 0; h < m.heads.size(); ++h) {
+      if (m.store->count(h) >= m.capacity) {
+        throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions (cache {} is full: "
+                                     "a cache without a policy, or with a budget of the capacity or more, ends there)",
+                                     pos, m.capacity, h));
+      }
+    }
+    if (pos == std::numeric_limits<Position>::max()) {
+      throw InputError(fmt::format("decoder: position {} is the last a position number holds", pos));
+    }
   }
   if (token >= m.cfg.vocab) {
     throw InputError(fmt::format("decoder: token {} at position {} is outside the model's vocabulary of {}", token,
@@ -630,28 +632,6 @@ std::span<const float> Decoder::step(Token token) {
   }
 }
 
-namespace {
-
-// Turns one head's vector by the position's angles: pairs (i, i + d/2)
-// (NEOX) or (2i, 2i + 1) (NORMAL), then scales it (1 for keys).
-void rotate(float* v, const float* cos_p, const float* sin_p, std::uint32_t half, RopeMode mode, float scale) {
-  if (mode == RopeMode::kNeox) {
-    for (std::uint32_t i = 0; i < half; ++i) {
-      const float a = v[i], b = v[i + half];
-      v[i] = (a * cos_p[i] - b * sin_p[i]) * scale;
-      v[i + half] = (a * sin_p[i] + b * cos_p[i]) * scale;
-    }
-  } else {
-    for (std::uint32_t i = 0; i < half; ++i) {
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = (a * cos_p[i] - b * sin_p[i]) * scale;
-      v[2 * i + 1] = (a * sin_p[i] + b * cos_p[i]) * scale;
-    }
-  }
-}
-
-}  // namespace
-
 std::span<const float> Decoder::advance(Token token) {
   Impl& m = *impl_;
   const ModelConfig& c = m.cfg;
@@ -659,10 +639,9 @@ std::span<const float> Decoder::advance(Token token) {
   const std::uint32_t pos = fed_;
   const std::uint32_t width = c.width;
   const std::uint32_t d = c.head_dim();
-  const std::uint32_t half = d / 2;
   const float scale = 1.0F / std::sqrt(static_cast<float>(d));
-  const float* cos_p = m.cos_table.data() + std::size_t{pos} * half;
-  const float* sin_p = m.sin_table.data() + std::size_t{pos} * half;
+  Rope& rope = *m.rope;
+  const bool by_index = m.positions == PositionMode::kCache;
 
   // Every token so far, chained: with the positions it names a block for
   // prefix sharing (kv_store.h), whose bytes are then compared anyway.
@@ -683,10 +662,10 @@ std::span<const float> Decoder::advance(Token token) {
     // The queries as projected, for policies that model them (expected
     // attention): they are rotated and scaled in place below.
     std::copy_n(m.qkv.data(), std::size_t{c.heads} * d, m.raw_queries.data());
-    for (std::uint32_t hd = 0; hd < c.heads; ++hd) {
+    for (std::uint32_t hd = 0; hd < c.heads && !by_index; ++hd) {
       // Rotate q at this token's true position, then scale it (the trainer
-      // scales q, not the scores).
-      rotate(m.qkv.data() + std::size_t{hd} * d, cos_p, sin_p, half, c.rope_mode, scale);
+      // scales q, not the scores). By index: per cache, below.
+      rope.rotate(m.qkv.data() + std::size_t{hd} * d, pos, scale);
     }
     const float* k_rows = m.qkv.data() + std::size_t{c.heads} * d;
     const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
@@ -696,13 +675,21 @@ std::span<const float> Decoder::advance(Token token) {
       Impl::HeadCache& hc = m.heads[cache];
       SequenceStore& store = *m.store;
       const std::uint32_t held = store.count(cache);  // positions held before this token
+      if (by_index) {  // the group's queries sit at the index after the held positions
+        for (std::uint32_t g = 0; g < group; ++g) rope.rotate(m.qkv.data() + std::size_t{kv * group + g} * d, held, scale);
+      }
       const auto [k, v] = store.append(cache, pos);
       std::copy_n(k_rows + std::size_t{kv} * d, d, k);
-      rotate(k, cos_p, sin_p, half, c.rope_mode, 1.0F);  // the key is rotated once, where it is stored
+      if (!by_index) rope.rotate(k, pos, 1.0F);  // the key is rotated once, where it is stored
       std::copy_n(v_rows + std::size_t{kv} * d, d, v);
       store.seal(cache, m.tokens);
       const std::uint32_t n = held + 1;
-      const auto [keys, values] = store.rows(cache);
+      auto [keys, values] = store.rows(cache);
+      if (by_index) {  // stored before rotation: each held key turned to its index now
+        std::copy_n(keys, std::size_t{n} * d, m.rotated_keys.data());
+        for (std::uint32_t i = 0; i < n; ++i) rope.rotate(m.rotated_keys.data() + std::size_t{i} * d, i, 1.0F);
+        keys = m.rotated_keys.data();
+      }
       // The policy reads the new key and value as stored (a quantized
       // store's read back), from its own copy.
       std::copy_n(keys + std::size_t{held} * d, d, m.step_key.data());

@@ -23,8 +23,12 @@
 #include "kvevict/eval/trace.h"
 #include "eval/parallel_jobs.h"
 #include "eval/ranking.h"
+#include "model/scoring.h"
 
 namespace kvevict {
+
+using detail::negative_log_likelihood;
+using detail::shared_view;
 
 namespace {
 
@@ -65,15 +69,6 @@ std::vector<Window> windows_of(const TokenizedText& t, std::uint32_t context, st
 
 bool names_param(const ParamMap& params, std::string_view key) {
   return std::any_of(params.begin(), params.end(), [&](const auto& kv) { return kv.first == key; });
-}
-
-// -log p(next) in nats from float32 logits, in float64.
-double negative_log_likelihood(std::span<const float> logits, Token next) {
-  double top = logits[0];
-  for (const float l : logits) top = std::max(top, static_cast<double>(l));
-  double sum = 0.0;
-  for (const float l : logits) sum += std::exp(static_cast<double>(l) - top);
-  return std::log(sum) + top - static_cast<double>(logits[next]);
 }
 
 ParamMap without_budget(ParamMap params) {
@@ -164,11 +159,6 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
     if (progress) progress(t + 1, w.length);
   }
   return heads;
-}
-
-std::shared_ptr<const Model> shared_view(const Model& model) {
-  // The decoders share the caller's model without owning it.
-  return std::shared_ptr<const Model>(std::shared_ptr<const Model>{}, &model);
 }
 
 }  // namespace

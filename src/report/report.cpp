@@ -812,6 +812,60 @@ std::vector<Chart> render_task_charts(const std::vector<TaskRow>& rows, bool sta
   return charts;
 }
 
+Chart render_line_chart(const LineChartRequest& request, bool standalone) {
+  constexpr double W = 1040;
+  constexpr double H = 440;
+  const Rect f{78, 58, 620, 320};
+  double x0 = 0, x1 = 1, lo = 0, hi = 1;
+  bool any = false;
+  for (const ChartSeries& s : request.series) {
+    for (const auto& [x, y] : s.points) {
+      if (!any) {
+        x1 = x;
+        lo = hi = y;
+        any = true;
+      }
+      x1 = std::max(x1, x);
+      lo = std::min(lo, y);
+      hi = std::max(hi, y);
+    }
+  }
+  if (request.marker_x) x1 = std::max(x1, *request.marker_x);
+  const double pad = hi > lo ? (hi - lo) * 0.05 : 0.5;
+  lo -= pad;
+  hi += pad;
+  auto xmap = [&](double v) { return f.x + (v - x0) / (x1 > x0 ? x1 - x0 : 1) * f.w; };
+  auto ymap = [&](double v) { return f.y + f.h - (v - lo) / (hi - lo) * f.h; };
+  std::vector<Line> lines;
+  for (const ChartSeries& s : request.series) {
+    Line l;
+    l.policy = s.key;
+    l.label = s.label;
+    l.dashed = s.dashed;
+    l.points = s.points;
+    lines.push_back(std::move(l));
+  }
+  Chart c;
+  c.name = request.name;
+  c.title = request.title;
+  c.svg = svg_open(c.name, "line-chart", W, H, standalone, c.title);
+  heading(c.svg, 14, 22, c.title, request.subtitle);
+  std::vector<Tick> yt = nice_ticks(lo, hi, 6);
+  std::erase_if(yt, [&](const Tick& t) { return t.value < lo || t.value > hi; });
+  axes(c.svg, f, nice_ticks(x0, x1, 8), yt, xmap, ymap, request.x_label, request.y_label, true);
+  if (request.marker_x) {
+    const double x = xmap(*request.marker_x);
+    c.svg += fmt::format(
+        "<g class=\"marker\"><line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#888\" "
+        "stroke-dasharray=\"4 3\"/><text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"#555\">{}</text></g>\n",
+        num(x), num(x), num(f.y), num(f.y + f.h), num(x + 4), num(f.y + 12), esc(request.marker_label));
+  }
+  draw_lines(c.svg, lines, xmap, ymap);
+  legend(c.svg, f.x + f.w + 24, f.y + 8, lines);
+  c.svg += "</svg>\n";
+  return c;
+}
+
 std::vector<Chart> render_charts(const ReportData& data, bool standalone) {
   std::vector<Chart> charts;
   charts.push_back(mass_chart(data, standalone));

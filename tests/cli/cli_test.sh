@@ -293,7 +293,7 @@ if [[ $(tail -n +3 "$tmp/skip.csv" | cut -d, -f1-3 | tr '\n' ' ') == "h2o,32,16 
 else
   fail "sweep --skip-refused: $(cat "$tmp/skip.csv" "$tmp/skip.err")"
 fi
-bad "sweep refused"     "H2O: recentWindow (48) must be smaller than budget (32)" -- sweep --policy h2o --param recentWindow=16,48 --budgets 32 --steps 50
+bad "sweep refused"     "sweep: recentWindow=48 at budget 32: H2O: recentWindow (48) must be smaller than budget (32): there would be nothing for the scores to choose between (skip the pairs the rules refuse: --skip-refused" -- sweep --policy h2o --param recentWindow=16,48 --budgets 32 --steps 50
 bad "sweep all refused" "sweep: the policy's rules refuse every recentWindow x budget pair" -- sweep --policy h2o --param recentWindow=48 --budgets 32 --skip-refused --steps 50
 ok  "sweep normalize"   "normalize" -- sweep --policy scissorhands --param normalize=0,1 --budgets 64 --steps 200
 bad "normalize rule"    "Scissorhands: historyWindow (8) must be 0 with normalize=1" -- run --policy scissorhands --set normalize=1 --set historyWindow=8 --budget 64 --steps 50
@@ -533,6 +533,22 @@ head -c 100 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 bad "gguf truncated"   "cut.gguf" -- perplexity --model "$tmp/cut.gguf" --text "$tmp/text.txt"
 printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"
 bad "gguf version"     "v1.gguf" -- inspect --model "$tmp/v1.gguf"
+
+# stream: one text past the context, rows by segment, the chart, the sink shares.
+ok  "stream"           "streaming-llm sinks=4  64      cache" -- stream --model "$model" --text "$heldout" --tokens 2500 --budget 64 --policy sliding-window,streaming-llm:sinks=4
+ok  "stream markdown"  "| 0–1024 | 1024–2048 | 2048–2500 |" -- stream --model "$model" --text "$heldout" --tokens 2500 --budget 64 --policy h2o --positions cache --format markdown
+ok  "stream json"      '"pastTrainedContext": true' -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions original --no-full-cache --format json
+ok  "stream csv"       "tova,64,cache,1024,2048,476,476," -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions cache --no-full-cache --format csv
+ok  "stream recompute" "recompute" -- stream --model "$model" --text "$heldout" --tokens 1500 --policy none --no-full-cache --recompute 32 --recompute-tokens 64
+ok  "stream sinks"     "first position" -- stream --model "$model" --text "$heldout" --sinks --tokens 256
+ok  "stream svg"       "" -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy h2o --svg "$tmp/stream.svg"
+if grep -q '<polyline' "$tmp/stream.svg" && grep -q 'context (1024)' "$tmp/stream.svg"; then pass; else fail "stream --svg: no chart in $tmp/stream.svg"; fi
+bad "stream svg kept"  "stream.svg: already exists" -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy h2o --svg "$tmp/stream.svg"
+bad "stream too long"  "the stream asks for 99999 tokens, but the text makes" -- stream --model "$model" --text "$heldout" --tokens 99999
+bad "stream budget"    "h2o: budget (1024) must be 1 ... 1023" -- stream --model "$model" --text "$heldout" --policy h2o --budget 1024
+bad "stream positions" "positions 'absolute': expected 'original'" -- stream --model "$model" --text "$heldout" --positions absolute
+bad "stream param"     "--policy h2o:sink=4: h2o has no parameter 'sink'" -- stream --model "$model" --text "$heldout" --policy h2o:sink=4
+bad "stream recompute alone" "--recompute needs --recompute-tokens N" -- stream --model "$model" --text "$heldout" --recompute 32
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

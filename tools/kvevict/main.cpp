@@ -32,6 +32,7 @@
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/tasks.h"
+#include "kvevict/model/stream.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/model/perplexity_rows.h"
@@ -420,6 +421,58 @@ int main(int argc, char** argv) {
                   "row at fp32")
       ->excludes("--budget");
   ppl->add_option("--format", ppl_format, "table, json, csv or markdown")
+      ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
+
+  // stream
+  std::string st_model;
+  std::string st_text;
+  std::string st_policies = "default";
+  std::string st_budgets = "256,512";
+  std::vector<std::string> st_sets;
+  std::string st_positions = "original,cache";
+  std::uint32_t st_tokens = 0;
+  std::uint32_t st_segment = 0;
+  bool st_no_full = false;
+  std::uint32_t st_recompute = 0;
+  std::uint32_t st_recompute_tokens = 0;
+  bool st_sinks = false;
+  std::string st_svg;
+  bool st_force = false;
+  std::string st_format = "table";
+  auto* st = app.add_subcommand(
+      "stream",
+      "A long text read as one sequence, past the model's context, with every cache held at its budget: bits per "
+      "byte by segment of the stream, for each policy with keys at their original positions or at their index in "
+      "the cache (docs/streaming.md)");
+  st->add_option("--model", st_model, kModelHelp)->required();
+  st->add_option("--text", st_text, "the text to stream, e.g. build/heldout-split.txt (make heldout)")->required();
+  add_context_option(st, model_context);
+  st->add_option("--policy", st_policies,
+                 "NAME or NAME:KEY=VALUE[:KEY=VALUE], comma-separated; default: sliding-window, "
+                 "streaming-llm:sinks=1, streaming-llm:sinks=4, h2o, tova, scissorhands, snapkv")
+      ->capture_default_str();
+  st->add_option("--budget", st_budgets, "positions a cache holds, comma-separated")->capture_default_str();
+  st->add_option("--set", st_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  st->add_option("--positions", st_positions,
+                 "where kept keys sit in rotary space, comma-separated: original (their tokens' positions) or "
+                 "cache (their index among the positions held)")
+      ->capture_default_str();
+  st->add_option("--tokens", st_tokens, "tokens of the stream, BOS included (0 = the whole text)");
+  st->add_option("--segment", st_segment, "tokens a segment of the report (0 = the model's context)");
+  st->add_flag("--no-full-cache", st_no_full, "leave out the full cache (which stops at the context)");
+  st->add_option("--recompute", st_recompute,
+                 "also StreamingLLM's baseline: each token predicted by a cache rebuilt over the N tokens before it "
+                 "(N steps a token)");
+  st->add_option("--recompute-tokens", st_recompute_tokens, "with --recompute: over the stream's first N tokens")
+      ->needs("--recompute");
+  st->add_flag("--sinks", st_sinks,
+               "print instead the share of attention the first position and the first four draw, by layer, on the "
+               "full cache over the first context of the text");
+  st->add_option("--svg", st_svg, "also write the chart of bits per byte along the stream to this SVG file");
+  st->add_flag("--force", st_force, "with --svg: replace the file if it exists");
+  KvFlags st_kv;
+  add_kv_options(st, st_kv);
+  st->add_option("--format", st_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
 
   // serve-bench
@@ -883,6 +936,48 @@ int main(int argc, char** argv) {
                 : fmt::format("Retained mass and recall: the same policy replayed on the model's full-cache "
                               "attention, mean over its {} caches.",
                               model->config().head_count()));
+      }
+      return 0;
+    }
+
+    if (st->parsed()) {
+      const auto model = open_model(st_model, model_context);
+      const std::vector<std::uint8_t> text = read_text(st_text);
+      if (st_sinks) {
+        cli::print_sinks(std::cout, sink_shares(*model, text, st_tokens), st_format);
+        return 0;
+      }
+      StreamRequest request;
+      const std::vector<std::int64_t> budgets = parse_integer_list(st_budgets, "--budget");
+      if (!st_policies.empty() && st_policies != "none") {
+        request.specs = stream_specs(st_policies, budgets, parse_sets(st_sets));
+      }
+      request.positions.clear();
+      for (const std::string& p : split_list(st_positions, "--positions")) {
+        request.positions.push_back(parse_position_mode(p));
+      }
+      request.full_cache = !st_no_full;
+      request.tokens = st_tokens;
+      request.segment = st_segment;
+      request.recompute_window = st_recompute;
+      request.recompute_tokens = st_recompute_tokens;
+      if (st_recompute > 0 && st_recompute_tokens == 0) {
+        throw ParameterError("--recompute needs --recompute-tokens N: it costs N x the window steps");
+      }
+      ModelRunOptions options;
+      options.kv = kv_of(st_kv);
+      options.progress = model_progress("stream", "runs");
+      if (!st_svg.empty()) check_output_file(st_svg, st_force);  // before the work, not after
+      const std::vector<StreamRow> rows = stream_perplexity(*model, text, request, options);
+      if (std::any_of(rows.begin(), rows.end(), [](const StreamRow& r) { return r.past_trained_context; })) {
+        std::fprintf(stderr,
+                     "stream: note: runs with original positions went past the %u positions the model was trained "
+                     "on, to rotary angles it never saw\n",
+                     model->config().trained_context);
+      }
+      cli::print_stream(std::cout, rows, st_format);
+      if (!st_svg.empty()) {
+        write_file_atomically(st_svg, cli::stream_chart_svg(rows, model->config().context, st_model), st_force);
       }
       return 0;
     }

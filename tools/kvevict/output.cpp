@@ -1,5 +1,7 @@
 #include "output.h"
 
+#include "kvevict/report/report.h"
+
 #include <algorithm>
 #include <ostream>
 
@@ -320,6 +322,101 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
     cells.push_back(std::move(line));
   }
   print_cells(out, cells, format, (ranked ? 2 : 1) + (memory ? 1 : 0));
+}
+
+void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const std::string& format) {
+  if (format == "json") {
+    out << stream_json(rows) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> cells;
+  if (format == "csv") {
+    cells.push_back({"policy", "budget", "positions", "segment begin", "segment end", "predictions", "bytes",
+                     "bits per byte"});
+    for (const StreamRow& r : rows) {
+      for (const StreamSegment& s : r.segments) {
+        cells.push_back({stream_label(r), r.budget == 0 ? "-" : std::to_string(r.budget),
+                         std::string(position_mode_name(r.positions)), std::to_string(s.begin), std::to_string(s.end),
+                         std::to_string(s.predictions), std::to_string(s.bytes), fmt::format("{:.4f}", s.bits_per_byte())});
+      }
+    }
+    print_cells(out, cells, format, 3);
+    return;
+  }
+  // Spans that double: segments [0,1), [1,2), [2,4), [4,8), ... of the longest run.
+  std::size_t segments = 0;
+  std::uint64_t length = 0, last = 0;
+  for (const StreamRow& r : rows) {
+    segments = std::max(segments, r.segments.size());
+    last = std::max(last, r.tokens);
+    if (!r.segments.empty()) length = r.segments.front().end - r.segments.front().begin;
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  for (std::size_t first = 0, size = 1; first < segments; first += size, size = first) {
+    spans.emplace_back(first, std::min(first + size, segments));
+  }
+  std::vector<std::string> header{"policy", "budget", "positions"};
+  for (const auto& [a, b] : spans) header.push_back(fmt::format("{}–{}", a * length, std::min(b * length, last)));
+  for (const char* h : {"whole run", "tokens", "peak held"}) header.push_back(h);
+  cells.push_back(header);
+  for (const StreamRow& r : rows) {
+    std::vector<std::string> line{stream_label(r), r.budget == 0 ? "-" : std::to_string(r.budget),
+                                  std::string(position_mode_name(r.positions))};
+    for (const auto& [a, b] : spans) {
+      const double bits = stream_span_bits_per_byte(r, a, b);
+      line.push_back(bits < 0 ? "-" : fmt::format("{:.3f}", bits));
+    }
+    line.push_back(fmt::format("{:.4f}", r.bits_per_byte));
+    line.push_back(std::to_string(r.tokens));
+    line.push_back(std::to_string(r.peak_positions));
+    cells.push_back(std::move(line));
+  }
+  print_cells(out, cells, format, 3);
+}
+
+std::string stream_chart_svg(const std::vector<StreamRow>& rows, std::uint32_t context, const std::string& model) {
+  LineChartRequest chart;
+  chart.name = "stream";
+  chart.title = "Bits per byte along the stream";
+  chart.subtitle = fmt::format("{} · each point one segment of {} tokens · dashed: original positions, solid: "
+                               "positions in the cache",
+                               model,
+                               rows.empty() || rows.front().segments.empty()
+                                   ? 0
+                                   : rows.front().segments.front().end - rows.front().segments.front().begin);
+  chart.x_label = "position in the stream (tokens)";
+  chart.y_label = "bits per byte";
+  chart.marker_x = context;
+  chart.marker_label = fmt::format("context ({})", context);
+  for (const StreamRow& r : rows) {
+    ChartSeries series;
+    const std::string label = stream_label(r);
+    series.key = r.policy.empty() ? "full" : label;
+    series.dashed = r.positions == PositionMode::kOriginal && !r.policy.empty();
+    series.label = r.policy.empty() || r.policy == "recompute"
+                       ? label
+                       : fmt::format("{} {} ({})", label, r.budget, position_mode_name(r.positions));
+    for (const StreamSegment& seg : r.segments) {
+      if (seg.predictions == 0) continue;
+      series.points.emplace_back(0.5 * static_cast<double>(seg.begin + seg.end), seg.bits_per_byte());
+    }
+    chart.series.push_back(std::move(series));
+  }
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + render_line_chart(chart, true).svg;
+}
+
+void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const std::string& format) {
+  if (format == "json") {
+    out << stream_json({}, shares) << '\n';
+    return;
+  }
+  std::vector<std::vector<std::string>> cells{{"layer", "first position", "spread evenly", "first four",
+                                               "spread evenly (four)"}};
+  for (const SinkShare& s : shares) {
+    cells.push_back({std::to_string(s.layer), fmt::format("{:.4f}", s.first), fmt::format("{:.4f}", s.even_first),
+                     fmt::format("{:.4f}", s.first_four), fmt::format("{:.4f}", s.even_first_four)});
+  }
+  print_cells(out, cells, format, 1);
 }
 
 void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format) {

@@ -12,6 +12,7 @@
 #include "kvevict/model/perplexity.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/model/serve_bench.h"
+#include "kvevict/model/stream.h"
 
 namespace kvevict::cli {
 
@@ -45,6 +46,17 @@ void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& row
 // serve-bench rows as a table, CSV, Markdown or JSON (the JSON from the
 // row's one description, kvevict/model/serve_bench.h).
 void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format);
+
+// Stream rows: a table or Markdown of bits per byte over spans of the stream
+// that double (the first segment, the second, the next two, four, ...), the
+// whole run, and the most positions a cache held; CSV one line per row and
+// segment; JSON every segment (stream_json).
+void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const std::string& format);
+// The stream's bits per byte by segment against the position, one line a row
+// (original positions dashed), the model's context marked: a standalone SVG.
+std::string stream_chart_svg(const std::vector<StreamRow>& rows, std::uint32_t context, const std::string& model);
+// The attention-sink shares by layer, the same formats.
+void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const std::string& format);
 
 // Plain aligned text table; the first row is the header.
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells);

@@ -31,14 +31,18 @@
 #include <utility>
 #include <vector>
 
+#include "kvevict/core/attention.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/npy.h"
 #include "kvevict/model/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/perplexity_rows.h"
 #include "kvevict/model/serve_bench.h"
 #include "kvevict/model/batch.h"
+#include "kvevict/model/decode_bench.h"
+#include "kvevict/model/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -875,7 +879,38 @@ kvevict::EvaluateOptions evaluate_options(const Napi::Object& options, const std
   const Napi::Value trace = options.Get("trace");
   if (!trace.IsUndefined()) out.trace = to_string(trace, what + ".trace");
   out.steps = optional_integer(options, "steps", what);
+  // keys, values, queries: the .npy files recorded beside an .npy trace
+  // (kvevict record --keys/--values/--queries), for the key-aware policies.
+  const auto file = [&](const char* key) {
+    const Napi::Value v = options.Get(key);
+    return absent(v) ? std::string() : to_string(v, what + "." + key);
+  };
+  out.signals.keys = file("keys");
+  out.signals.values = file("values");
+  out.signals.queries = file("queries");
+  if (!out.signals.empty() && !kvevict::is_npy_id(out.trace)) {
+    throw make_error(options.Env(), Kind::kParameter,
+                     what + ".keys, .values and .queries go with the attention recorded beside them: give trace: "
+                            "'FILE.npy' (kvevict record writes all four), not the generated trace '" + out.trace + "'");
+  }
   return out;
+}
+
+// Refuses a policy that reads a signal the replay does not supply, naming the
+// signal and the option that would supply it.
+void check_replay(Napi::Env env, const kvevict::PolicyInfo& info, const kvevict::SignalFiles& files,
+                  const std::string& what) {
+  const kvevict::Signals missing = info.signals & ~files.supplied();
+  if (missing == 0) return;
+  kvevict::Signals first = 1;
+  while ((missing & first) == 0) first <<= 1;
+  const std::string option = first == kvevict::kSignalKey ? "keys" : first == kvevict::kSignalValue ? "values" : "queries";
+  throw make_error(env, Kind::kParameter,
+                   what + ": " + info.name + " reads the new token's " +
+                       std::string(kvevict::signal_name(static_cast<kvevict::Signal>(first))) + " (" +
+                       kvevict::signal_names(info.signals) + "), which " + kvevict::replay_source(files) +
+                       " does not supply: give " + option + ": 'FILE.npy' recorded beside an .npy trace (kvevict "
+                       "record --" + option + " writes it)");
 }
 
 // Builds the object of a run row (or the compare document) from the row
@@ -948,6 +983,7 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
       budget = *b;
       call.negative = call.negative || budget < 0;
     }
+    check_replay(env, kvevict::find_policy(name), evaluate.signals, "run");
     const std::vector<kvevict::RunRow> rows = kvevict::evaluate({{name, params, budget}}, evaluate);
     return row_schema_object(env, rows.front());
   });
@@ -955,15 +991,57 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
 
 // {policies?, budgets?, overrides?} of compare() and compareModel(); `what`
 // names the function in messages.
-kvevict::CompareRequest compare_request(const Napi::Object& options, const std::string& what, Call& call) {
+// options.overrides: {"policy.param": n}, {param: n} (every policy that has
+// it) or {policy: {param: n}}.
+kvevict::ParamMap overrides_of(const Napi::Object& options, const std::string& what) {
+  kvevict::ParamMap out;
+  const Napi::Value overrides = options.Get("overrides");
+  if (!overrides.IsUndefined()) {
+    const Napi::Object object = to_object(overrides, what + ": options.overrides");
+    for (const std::string& key : own_keys(object)) {
+      const Napi::Value value = object.Get(key);
+      if (value.IsUndefined()) continue;
+      const std::string where = what + ": options.overrides." + key;
+      if (value.IsNumber()) {
+        kvevict::set_param(out, key, to_integer(value, where));
+        continue;
+      }
+      // {policy: {param: value}} means "policy.param".
+      const Napi::Object nested = to_object(value, where);
+      for (const std::string& param : own_keys(nested)) {
+        const Napi::Value v = nested.Get(param);
+        if (v.IsUndefined()) continue;
+        kvevict::set_param(out, key + "." + param, to_integer(v, where + "." + param));
+      }
+    }
+  }
+  return out;
+}
+
+// `files`: compare's keys (values, queries) recorded beside its trace: "all"
+// is every policy they can feed, a named one is checked against them.
+kvevict::CompareRequest compare_request(const Napi::Object& options, const std::string& what, Call& call,
+                                        const kvevict::SignalFiles* files = nullptr) {
   const Napi::Env env = options.Env();
   kvevict::CompareRequest request;
   const Napi::Value names = options.Get("policies");
+  const bool replay = files != nullptr && !files->empty();
   // A compare over a trace replays attention: "all" is what attention can
   // feed. compareModel's key-aware runs replay each window's full-cache keys
   // (kvevict::model_compare_policies): named ones run, "all" is the seven.
   const bool model = what == "compareModel";
-  if (names.IsString()) {
+  if (replay && names.IsString()) {
+    const std::string text = names.As<Napi::String>().Utf8Value();
+    if (text == "all") {
+      request.policies = kvevict::policy_names(files->supplied());
+    } else {
+      for (const std::string& item : kvevict::split_list(text, what + ": options.policies")) {
+        const kvevict::PolicyInfo& info = kvevict::find_policy(item);
+        check_replay(env, info, *files, what);
+        request.policies.push_back(info.name);
+      }
+    }
+  } else if (names.IsString()) {
     request.policies = model ? kvevict::model_compare_policies(names.As<Napi::String>().Utf8Value())
                              : kvevict::parse_policy_list(names.As<Napi::String>().Utf8Value(),
                                                           kvevict::kSignalAttention,
@@ -973,7 +1051,9 @@ kvevict::CompareRequest compare_request(const Napi::Object& options, const std::
     for (std::uint32_t i = 0; i < array.Length(); ++i) {
       const std::string name = to_string(array.Get(i), what + ": options.policies[" + std::to_string(i) + "]");
       const kvevict::PolicyInfo& info = kvevict::find_policy(name);
-      if (!model) {
+      if (replay) {
+        check_replay(env, info, *files, what);
+      } else if (!model) {
         kvevict::check_signals_available(info, kvevict::kSignalAttention, what + " (it replays attention weights only)");
       }
       request.policies.push_back(info.name);
@@ -997,26 +1077,7 @@ kvevict::CompareRequest compare_request(const Napi::Object& options, const std::
       request.budgets.push_back(b);
     }
   }
-  const Napi::Value overrides = options.Get("overrides");
-  if (!overrides.IsUndefined()) {
-    const Napi::Object object = to_object(overrides, what + ": options.overrides");
-    for (const std::string& key : own_keys(object)) {
-      const Napi::Value value = object.Get(key);
-      if (value.IsUndefined()) continue;
-      const std::string where = what + ": options.overrides." + key;
-      if (value.IsNumber()) {
-        kvevict::set_param(request.overrides, key, to_integer(value, where));
-        continue;
-      }
-      // {policy: {param: value}} means "policy.param".
-      const Napi::Object nested = to_object(value, where);
-      for (const std::string& param : own_keys(nested)) {
-        const Napi::Value v = nested.Get(param);
-        if (v.IsUndefined()) continue;
-        kvevict::set_param(request.overrides, key + "." + param, to_integer(v, where + "." + param));
-      }
-    }
-  }
+  request.overrides = overrides_of(options, what);
   return request;
 }
 
@@ -1026,8 +1087,8 @@ Napi::Value Compare(const Napi::CallbackInfo& info) {
   return guard(env, [&](Call& call) -> Napi::Value {
     const Napi::Object options =
         info[0].IsUndefined() ? Napi::Object::New(env) : to_object(info[0], "compare: options");
-    const kvevict::CompareRequest request = compare_request(options, "compare", call);
     const kvevict::EvaluateOptions evaluate = evaluate_options(options, "compare: options");
+    const kvevict::CompareRequest request = compare_request(options, "compare", call, &evaluate.signals);
     const std::vector<kvevict::RunRow> rows = kvevict::compare(request, evaluate);
     return row_schema_object(env, rows);
   });
@@ -1335,9 +1396,23 @@ Napi::Value SweepModel(const Napi::CallbackInfo& info) {
     request.values = list("values");
     request.budgets = options.Get("budgets").IsUndefined() ? std::vector<std::int64_t>{64, 128, 256} : list("budgets");
     request.params = to_params(options.Get("params"), "sweepModel: options.params", call);
-    const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request);
+    const Napi::Value skip = options.Get("skipRefused");
+    if (!skip.IsUndefined()) {
+      if (!skip.IsBoolean()) {
+        throw Napi::TypeError::New(env, "sweepModel: options.skipRefused must be a boolean, got " + type_name(skip));
+      }
+      request.skip_refused = skip.As<Napi::Boolean>().Value();
+    }
+    std::vector<std::string> skipped;
+    const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request, &skipped);
     const kvevict::ModelRunOptions run = model_options(options, "sweepModel");
-    return row_array(env, kvevict::perplexity(*model, text, specs, run));
+    Napi::Array rows = row_array(env, kvevict::perplexity(*model, text, specs, run));
+    // The pairs skipRefused left out, one line each, as a non-enumerable
+    // property: the rows stay a plain array to JSON and deepEqual.
+    Napi::Array lines = Napi::Array::New(env, skipped.size());
+    for (std::size_t i = 0; i < skipped.size(); ++i) lines.Set(static_cast<std::uint32_t>(i), skipped[i]);
+    rows.DefineProperty(Napi::PropertyDescriptor::Value("skipped", lines, napi_default));
+    return rows;
   });
 }
 
@@ -1426,6 +1501,169 @@ Napi::Value ServeBench(const Napi::CallbackInfo& info) {
     request.block_size = u32_or("blockSize", 16, "must be at least 1");
     request.pool_blocks = u32_or("poolBlocks", 0, "must be at least 0 (0 = every cache at capacity)");
     return row_array(env, kvevict::serve_bench(model, text, request));
+  });
+}
+
+// Refuses an option `options` has that is not in `known`, naming it (a
+// misspelt option would otherwise be ignored silently).
+void check_known_options(const Napi::Object& options, std::initializer_list<const char*> known, const std::string& what) {
+  for (const std::string& key : own_keys(options)) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
+      std::string names;
+      for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      throw Napi::TypeError::New(options.Env(), what + ": unknown option '" + key + "' (known: " + names + ")");
+    }
+  }
+}
+
+// The policies a model run names (its decoder feeds every signal), as the
+// tool's --policies: "all" is all ten; a string "a,b" or an array of names.
+std::vector<std::string> model_policy_names(const Napi::Value& v, const std::string& what) {
+  if (v.IsString()) return kvevict::parse_policy_list(v.As<Napi::String>().Utf8Value());
+  std::vector<std::string> names;
+  for (const std::string& name : string_items(v, what)) names.push_back(kvevict::find_policy(name).name);
+  return names;
+}
+
+std::vector<std::int64_t> integer_items(const Napi::Value& v, const std::string& what, Call& call) {
+  if (!v.IsArray()) throw Napi::TypeError::New(v.Env(), what + " must be an array of numbers, got " + type_name(v));
+  const auto array = v.As<Napi::Array>();
+  std::vector<std::int64_t> out;
+  for (std::uint32_t i = 0; i < array.Length(); ++i) {
+    out.push_back(to_integer(array.Get(i), what + "[" + std::to_string(i) + "]"));
+    call.negative = call.negative || out.back() < 0;
+  }
+  if (out.empty()) throw Napi::TypeError::New(v.Env(), what + " is empty");
+  return out;
+}
+
+// tasks(model, text, {tasks?, lengths?, depths?, samples?, policies?, budgets?, moments?, overrides?, seed?,
+// window?, chunk?, kvPrecision?, kvResidual?}?) -> the rows `kvevict tasks --format json` prints: the
+// library's tasks_json, parsed (kvevict/model/tasks.h).
+Napi::Value Tasks(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "tasks: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "tasks");
+    const Napi::Object o = options_object(info[2], "tasks");
+    check_known_options(o, {"tasks", "lengths", "depths", "samples", "policies", "budgets", "moments", "overrides",
+                            "seed", "window", "chunk", "kvPrecision", "kvResidual"},
+                        "tasks");
+    const std::string w = "tasks: options.";
+    kvevict::TaskRequest request;
+    if (!o.Get("tasks").IsUndefined()) {
+      const std::vector<std::string> names = string_items(o.Get("tasks"), w + "tasks");
+      request.tasks.clear();
+      if (names.size() == 1 && names.front() == "all") {
+        request.tasks = kvevict::task_names();
+      } else {
+        for (const std::string& t : names) request.tasks.push_back(kvevict::task_names()[kvevict::task_index(t)]);
+      }
+    }
+    if (!o.Get("lengths").IsUndefined()) {
+      request.lengths.clear();
+      for (const std::int64_t l : integer_items(o.Get("lengths"), w + "lengths", call)) {
+        if (l < 1 || l > std::int64_t{1} << 20) {
+          throw Napi::RangeError::New(env, w + "lengths: " + std::to_string(l) + " is not a length (1 ... 1048576 positions)");
+        }
+        request.lengths.push_back(static_cast<std::uint32_t>(l));
+      }
+    }
+    // The tool's ranges (kvevict tasks --depths, --samples, --window, --chunk).
+    const auto in_range = [&](const char* key, std::uint32_t fallback, std::int64_t low, std::int64_t high) {
+      const Napi::Value v = o.Get(key);
+      if (v.IsUndefined()) return fallback;
+      const std::int64_t n = to_integer(v, w + key);
+      if (n < low || n > high) {
+        throw Napi::RangeError::New(env, w + key + " (" + std::to_string(n) + ") must be in " + std::to_string(low) +
+                                             " ... " + std::to_string(high));
+      }
+      return static_cast<std::uint32_t>(n);
+    };
+    request.depths = in_range("depths", 5, 1, 100);
+    request.samples = in_range("samples", 20, 1, 100000);
+    request.seed = in_range("seed", 1, 0, std::numeric_limits<std::uint32_t>::max());
+    request.window = in_range("window", 32, 1, std::int64_t{1} << 20);
+    request.chunk = in_range("chunk", 0, 0, std::int64_t{1} << 20);
+    // policies null or 'none': the full cache only (budgets are then not read).
+    const Napi::Value policies = o.Get("policies");
+    if (policies.IsNull() || (policies.IsString() && policies.As<Napi::String>().Utf8Value() == "none")) {
+      request.budgets.clear();
+    } else {
+      request.policies = policies.IsUndefined() ? kvevict::policy_names() : model_policy_names(policies, w + "policies");
+      if (!o.Get("budgets").IsUndefined()) request.budgets = integer_items(o.Get("budgets"), w + "budgets", call);
+    }
+    if (!o.Get("moments").IsUndefined()) {
+      request.moments.clear();
+      for (const std::string& m : string_items(o.Get("moments"), w + "moments")) {
+        request.moments.push_back(kvevict::parse_moment(m));
+      }
+    }
+    request.overrides = overrides_of(o, "tasks");
+    const kvevict::ModelRunOptions run = model_options(o, "tasks");
+    const std::vector<kvevict::TaskRow> rows = kvevict::run_tasks(model, text, request, run);
+    const Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
+    return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, kvevict::tasks_json(rows))});
+  });
+}
+
+// benchModel(model, text?, {tokens?, rounds?, policies?, budgets?}?) -> the rows `kvevict bench --model
+// --format json` prints (tools/kvevict/output.cpp writes them; the library has no row description for them
+// yet). text undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
+Napi::Value BenchModel(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "benchModel: model");
+    const std::vector<std::uint8_t> text =
+        absent(info[1]) ? kvevict::read_text("model/heldout-sample.txt") : text_of(info[1], "benchModel");
+    const Napi::Object o = options_object(info[2], "benchModel");
+    check_known_options(o, {"tokens", "rounds", "policies", "budgets"}, "benchModel");
+    const std::string w = "benchModel: options.";
+    kvevict::DecodeBenchRequest request;
+    if (!o.Get("tokens").IsUndefined()) {
+      request.tokens = to_u32(o.Get("tokens"), w + "tokens", "must be at least 1 (tokens decoded a pass)");
+      if (request.tokens < 1) throw Napi::RangeError::New(env, w + "tokens (0) must be at least 1 (tokens decoded a pass)");
+    }
+    if (!o.Get("rounds").IsUndefined()) {
+      const std::int64_t rounds = to_integer(o.Get("rounds"), w + "rounds");
+      if (rounds < 1 || rounds > 1000) {
+        throw Napi::RangeError::New(env, w + "rounds (" + std::to_string(rounds) + ") must be in 1 ... 1000 (passes a run)");
+      }
+      request.rounds = static_cast<int>(rounds);
+    }
+    const std::vector<std::string> names = o.Get("policies").IsUndefined()
+                                               ? std::vector<std::string>{"h2o", "scissorhands", "snapkv", "sliding-window"}
+                                               : model_policy_names(o.Get("policies"), w + "policies");
+    const std::vector<std::int64_t> budgets =
+        o.Get("budgets").IsUndefined() ? std::vector<std::int64_t>{128} : integer_items(o.Get("budgets"), w + "budgets", call);
+    for (const std::string& name : names) {
+      for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
+    }
+    const std::vector<kvevict::DecodeBenchRow> rows = kvevict::bench_decoder(model, text, request);
+    Napi::Array out = Napi::Array::New(env, rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const kvevict::DecodeBenchRow& r = rows[i];
+      const auto number = [&](double x) { return Napi::Number::New(env, x); };
+      Napi::Object spread = Napi::Object::New(env);
+      spread.Set("min", number(r.tokens_per_second_min));
+      spread.Set("median", number(r.tokens_per_second));
+      spread.Set("max", number(r.tokens_per_second_max));
+      Napi::Object shares = Napi::Object::New(env);
+      shares.Set("projections", number(r.projections));
+      shares.Set("activation", number(r.activation));
+      shares.Set("attention", number(r.attention));
+      shares.Set("policies", number(r.policies));
+      shares.Set("other", number(r.other));
+      Napi::Object row = Napi::Object::New(env);
+      row.Set("policy", r.policy);
+      row.Set("budget", number(static_cast<double>(r.budget)));
+      row.Set("tokens", number(static_cast<double>(r.tokens)));
+      row.Set("tokensPerSecond", number(r.tokens_per_second));
+      row.Set("tokensPerSecondSpread", spread);
+      row.Set("shares", shares);
+      out.Set(static_cast<std::uint32_t>(i), row);
+    }
+    return out;
   });
 }
 
@@ -1608,7 +1846,8 @@ class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeBatch",
                        {InstanceMethod<&BatchWrap::Join>("join"), InstanceMethod<&BatchWrap::Step>("step"),
-                        InstanceMethod<&BatchWrap::Leave>("leave"), InstanceMethod<&BatchWrap::Held>("held"),
+                        InstanceMethod<&BatchWrap::StepAll>("stepAll"), InstanceMethod<&BatchWrap::Leave>("leave"),
+                        InstanceMethod<&BatchWrap::Held>("held"),
                         InstanceMethod<&BatchWrap::PoolStats>("poolStats"),
                         InstanceAccessor<&BatchWrap::Sequences>("sequences")});
   }
@@ -1677,6 +1916,63 @@ class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
                                                     std::to_string(top) + " (the model's vocabulary)");
       }
       return float_array(info.Env(), batch_->step(id, static_cast<kvevict::Token>(token)));
+    });
+  }
+
+  // stepAll(ids, tokens) -> one Float32Array of logits per listed sequence, each equal to what step(id,
+  // token) returns, all views of one buffer: a tick in one call. Every id and token is checked before
+  // any sequence steps; a step that fails throws as step() does, after the ones before it have stepped.
+  Napi::Value StepAll(const Napi::CallbackInfo& info) {
+    const Napi::Env env = info.Env();
+    return guard(env, [&](Call&) -> Napi::Value {
+      const auto items = [&](const Napi::Value& v, const std::string& what) {
+        if (!v.IsArray()) throw Napi::TypeError::New(env, "Batch.stepAll: " + what + " must be an array of numbers, got " + type_name(v));
+        const auto array = v.As<Napi::Array>();
+        std::vector<std::int64_t> out(array.Length());
+        for (std::uint32_t i = 0; i < array.Length(); ++i) {
+          out[i] = to_integer(array.Get(i), "Batch.stepAll: " + what + "[" + std::to_string(i) + "]");
+        }
+        return out;
+      };
+      const std::vector<std::int64_t> ids = items(info[0], "ids");
+      const std::vector<std::int64_t> tokens = items(info[1], "tokens");
+      if (ids.size() != tokens.size()) {
+        throw Napi::RangeError::New(env, "Batch.stepAll: ids has " + std::to_string(ids.size()) + " items and tokens " +
+                                             std::to_string(tokens.size()) + ": one token per listed sequence");
+      }
+      const std::int64_t top = std::int64_t{batch_->config().vocab} - 1;
+      std::vector<kvevict::SequenceId> seqs;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        std::string at = "[";  // built in steps: "[" + to_string(i) trips gcc 12's -Wrestrict
+        at += std::to_string(i);
+        at += ']';
+        if (ids[i] < 0) {
+          throw Napi::RangeError::New(env, "Batch.stepAll: ids" + at + " (" + std::to_string(ids[i]) + ") must be at least 0");
+        }
+        const auto id = static_cast<kvevict::SequenceId>(ids[i]);
+        if (std::find(seqs.begin(), seqs.end(), id) != seqs.end()) {
+          throw Napi::RangeError::New(env, "Batch.stepAll: ids: sequence " + std::to_string(id) +
+                                               " is listed twice (a call steps each once)");
+        }
+        (void)batch_->decoder(id);  // an id not in the batch: the library's error, before any step
+        if (tokens[i] < 0 || tokens[i] > top) {
+          throw Napi::RangeError::New(env, "Batch.stepAll: tokens" + at + " (" + std::to_string(tokens[i]) +
+                                               ") must be in 0 ... " + std::to_string(top) + " (the model's vocabulary)");
+        }
+        seqs.push_back(id);
+      }
+      const std::size_t vocab = batch_->config().vocab;
+      Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, seqs.size() * vocab * sizeof(float));
+      auto* data = static_cast<float*>(buffer.Data());
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        const std::span<const float> logits = batch_->step(seqs[i], static_cast<kvevict::Token>(tokens[i]));
+        std::copy(logits.begin(), logits.end(), data + i * vocab);
+      }
+      Napi::Array out = Napi::Array::New(env, seqs.size());
+      for (std::size_t i = 0; i < seqs.size(); ++i) {
+        out.Set(static_cast<std::uint32_t>(i), Napi::Float32Array::New(env, vocab, buffer, i * vocab * sizeof(float)));
+      }
+      return out;
     });
   }
 
@@ -1884,6 +2180,78 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
   std::shared_ptr<char> token_ = std::make_shared<char>('\0');  // marks the policies this decoder drives
 };
 
+// ---- signals (kvevict/core/attention.h) ---------------------------------------------
+
+// A Float32Array (read in place) or number[] (converted into `scratch`), not null.
+std::span<const float> floats_arg(Napi::Env env, const Napi::Value& v, std::vector<float>& scratch, const std::string& what) {
+  if (absent(v)) throw Napi::TypeError::New(env, what + " must be a Float32Array or an array of numbers, got " + type_name(v));
+  return *attention_arg(env, v, scratch, what);
+}
+
+// attentionFromKeys(queries, keys, headDim, scale?) -> Float32Array of n weights: queries groups x headDim
+// floats (head-major, rotated), keys n x headDim (row-major); scale undefined: 1/sqrt(headDim).
+Napi::Value AttentionFromKeys(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    std::vector<float> q_scratch;
+    std::vector<float> k_scratch;
+    const std::span<const float> queries = floats_arg(env, info[0], q_scratch, "attentionFromKeys: queries");
+    const std::span<const float> keys = floats_arg(env, info[1], k_scratch, "attentionFromKeys: keys");
+    const std::int64_t head_dim = to_integer(info[2], "attentionFromKeys: headDim");
+    if (head_dim < 1 || head_dim > 1 << 20) {
+      throw Napi::RangeError::New(env, "attentionFromKeys: headDim (" + std::to_string(head_dim) + ") must be in 1 ... 1048576");
+    }
+    const auto d = static_cast<std::size_t>(head_dim);
+    if (queries.empty() || queries.size() % d != 0) {
+      throw Napi::RangeError::New(env, "attentionFromKeys: queries has " + std::to_string(queries.size()) +
+                                           " floats, not a whole number (at least 1) of heads of headDim " + std::to_string(d));
+    }
+    if (keys.size() % d != 0) {
+      throw Napi::RangeError::New(env, "attentionFromKeys: keys has " + std::to_string(keys.size()) +
+                                           " floats, not a whole number of keys of headDim " + std::to_string(d));
+    }
+    float scale = 1.0F / std::sqrt(static_cast<float>(d));
+    if (!absent(info[3])) {
+      if (!info[3].IsNumber()) throw Napi::TypeError::New(env, "attentionFromKeys: scale must be a number, got " + type_name(info[3]));
+      const double s = info[3].As<Napi::Number>().DoubleValue();
+      if (!std::isfinite(s)) throw Napi::RangeError::New(env, "attentionFromKeys: scale must be finite, got " + info[3].ToString().Utf8Value());
+      scale = static_cast<float>(s);
+    }
+    const std::size_t n = keys.size() / d;
+    Napi::Float32Array out = Napi::Float32Array::New(env, n);
+    std::vector<float> scratch(n);
+    kvevict::attention_from_keys(queries, queries.size() / d, keys, n, d, scale, {out.Data(), n}, scratch);
+    return out;
+  });
+}
+
+// ropeNeox(x, pos, base = 10000) -> a new Float32Array: x (headDim floats, even) rotated to `pos`.
+Napi::Value RopeNeox(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    std::vector<float> scratch;
+    const std::span<const float> x = floats_arg(env, info[0], scratch, "ropeNeox: x");
+    if (x.size() % 2 != 0) {
+      throw Napi::RangeError::New(env, "ropeNeox: x has " + std::to_string(x.size()) +
+                                           " floats: headDim must be even (NeoX pairs i with i + headDim/2)");
+    }
+    const std::int64_t pos = to_integer(info[1], "ropeNeox: pos");
+    double base = 10000.0;
+    if (!info[2].IsUndefined()) {
+      if (!info[2].IsNumber()) throw Napi::TypeError::New(env, "ropeNeox: base must be a number, got " + type_name(info[2]));
+      base = info[2].As<Napi::Number>().DoubleValue();
+      if (!(base > 0.0) || !std::isfinite(base)) {
+        throw Napi::RangeError::New(env, "ropeNeox: base must be a positive finite number (the RoPE base), got " +
+                                             info[2].ToString().Utf8Value());
+      }
+    }
+    Napi::Float32Array out = Napi::Float32Array::New(env, x.size());
+    std::copy(x.begin(), x.end(), out.Data());
+    kvevict::rope_neox({out.Data(), x.size()}, pos, base);
+    return out;
+  });
+}
+
 // setErrorClasses({KvevictError, ParameterError, ContractError, InputError})
 Napi::Value SetErrorClasses(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -1916,6 +2284,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("serveBench", Napi::Function::New<ServeBench>(env, "serveBench"));
   exports.Set("compareModel", Napi::Function::New<CompareModel>(env, "compareModel"));
   exports.Set("sweepModel", Napi::Function::New<SweepModel>(env, "sweepModel"));
+  exports.Set("tasks", Napi::Function::New<Tasks>(env, "tasks"));
+  exports.Set("benchModel", Napi::Function::New<BenchModel>(env, "benchModel"));
+  exports.Set("attentionFromKeys", Napi::Function::New<AttentionFromKeys>(env, "attentionFromKeys"));
+  exports.Set("ropeNeox", Napi::Function::New<RopeNeox>(env, "ropeNeox"));
   exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));
   exports.Set("persistence", Napi::Function::New<Persistence>(env, "persistence"));
   exports.Set("prefill", Napi::Function::New<Prefill>(env, "prefill"));

@@ -107,3 +107,27 @@ const pagedRun: number = kv.run({ policy: 'h2o', budget: 64, blockSize: 16, bloc
 // @ts-expect-error: not a block score
 new kv.BlockEvictor('h2o', 4, { blockScore: 'median' });
 export const pagedUsed = [goneBlocks, bs, moved, wentN, lbVictims, pagedRun];
+
+// Parity with the tool: tasks, bench --model, replay with recorded signals, skipRefused, stepAll, signals.
+const taskRows: kv.TaskRow[] = kv.tasks(model, bytes, { lengths: [256], depths: 1, samples: 2, policies: 'h2o', budgets: [64],
+  moments: ['decode', 'prefill-query'], kvPrecision: 'int8' });
+const taskAccuracy: number = taskRows[0]!.accuracy + taskRows[0]!.accuracy_low;
+const taskRowsToo: kv.TaskRow[] = kv.tasks({ model, text: bytes, tasks: 'all', policies: null });
+// @ts-expect-error -- not a moment
+kv.tasks(model, bytes, { moments: ['later'] });
+const benchRows: kv.DecodeBenchRow[] = kv.benchModel(model, bytes, { tokens: 64, rounds: 1, policies: ['h2o'], budgets: [32] });
+const benchShare: number = benchRows[0]!.shares.attention + benchRows[0]!.tokensPerSecondSpread.median;
+const benchDefault: kv.DecodeBenchRow[] = kv.benchModel({ model, rounds: 1 });
+const replayed: kv.RunResult = kv.run({ policy: 'knorm', budget: 32, trace: 'a.npy', keys: 'k.npy' });
+const replayedAll: kv.CompareResult = kv.compare({ trace: 'a.npy', keys: 'k.npy', values: 'v.npy', queries: 'q.npy' });
+const sweptSkipping: kv.SweepRows = kv.sweepModel(model, bytes, { policy: 'h2o', param: 'recentWindow', values: [8, 96],
+  budgets: [64], skipRefused: true });
+const skippedLines: string[] = sweptSkipping.skipped;
+const batch = new kv.Batch(model, { poolBlocks: 64 });
+const tick: Float32Array[] = batch.stepAll([batch.join(), batch.join('h2o', 32)], [65, 66]);
+const weights: Float32Array = kv.attentionFromKeys(new Float32Array(8), [1, 2, 3, 4], 4, 0.5);
+const rotated: Float32Array = kv.ropeNeox([1, 2, 3, 4], 7, model.config.ropeBase);
+// @ts-expect-error -- stepAll takes the ids and the tokens
+batch.stepAll([0]);
+export const parityUsed = [taskAccuracy, taskRowsToo, benchShare, benchDefault, replayed, replayedAll, skippedLines, tick,
+  weights, rotated];

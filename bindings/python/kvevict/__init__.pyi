@@ -363,6 +363,9 @@ def run(
     trace: _Trace = "decode-4096",
     steps: Optional[int] = None,
     paged: Optional[PagedOptions] = None,
+    keys: Optional[_Path] = None,
+    values: Optional[_Path] = None,
+    queries: Optional[_Path] = None,
     **params: int,
 ) -> RunResult: ...
 def compare(
@@ -372,6 +375,9 @@ def compare(
     trace: _Trace = "decode-4096",
     steps: Optional[int] = None,
     paged: Optional[PagedOptions] = None,
+    keys: Optional[_Path] = None,
+    values: Optional[_Path] = None,
+    queries: Optional[_Path] = None,
 ) -> CompareResult: ...
 def row_schema() -> RowSchema: ...
 def run_vectors(paths: Union[_Path, Sequence[_Path]]) -> VectorReport: ...
@@ -431,6 +437,7 @@ class Batch:
         mode: str = "token",
     ) -> int: ...
     def step(self, id: int, token: int) -> npt.NDArray[np.float32]: ...
+    def step_all(self, ids: Sequence[int], tokens: Sequence[int]) -> npt.NDArray[np.float32]: ...
     def leave(self, id: int) -> None: ...
     @property
     def sequences(self) -> List[int]: ...
@@ -514,7 +521,81 @@ def sweep_model(
     max_windows: int = 0,
     kv_precision: str = "fp32",
     kv_residual: Optional[int] = None,
-) -> List[PerplexityRow]: ...
+    skip_refused: bool = False,
+) -> SweepRows: ...
+
+class SweepRows(List[PerplexityRow]):
+    """sweep_model()'s rows, with the value x budget pairs skip_refused left out."""
+
+    skipped: List[str]  # one line each: "recentWindow=96 at budget 64: <the rule>"
+
+class TaskRow(TypedDict):
+    task: str
+    policy: str  # "full" for the full cache
+    budget: int  # 0 for the full cache
+    moment: str  # "full", "decode", "prefill" or "prefill-query"
+    length: int
+    depth: float
+    samples: int
+    correct: int
+    accuracy: float
+    accuracy_low: float  # Wilson 95 % interval
+    accuracy_high: float
+    evicted: int
+    kvPrecision: str
+    kvResidual: int
+    bytesPerPosition: float
+
+def tasks(
+    model: Model,
+    text: _Text,
+    tasks: Union[str, Sequence[str]] = "passkey",
+    lengths: Sequence[int] = (1024,),
+    depths: int = 5,
+    samples: int = 20,
+    policies: Optional[Union[str, Sequence[str]]] = "all",
+    budgets: Sequence[int] = (128,),
+    moments: Union[str, Sequence[str]] = "decode",
+    overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+    seed: int = 1,
+    window: int = 32,
+    chunk: int = 0,
+    kv_precision: str = "fp32",
+    kv_residual: Optional[int] = None,
+) -> List[TaskRow]: ...
+
+class TokensPerSecondSpread(TypedDict):
+    min: float
+    median: float
+    max: float
+
+class DecodeShares(TypedDict):
+    projections: float
+    activation: float
+    attention: float
+    policies: float
+    other: float
+
+class DecodeBenchRow(TypedDict):
+    policy: str  # "full cache" first
+    budget: int  # 0 for the full cache
+    tokens: int
+    tokensPerSecond: float
+    tokensPerSecondSpread: TokensPerSecondSpread
+    shares: DecodeShares
+
+def bench_model(
+    model: Model,
+    text: Optional[_Text] = None,
+    tokens: int = 1024,
+    rounds: int = 5,
+    policies: Union[str, Sequence[str]] = ("h2o", "scissorhands", "snapkv", "sliding-window"),
+    budgets: Sequence[int] = (128,),
+) -> List[DecodeBenchRow]: ...
+def attention_from_keys(
+    queries: npt.ArrayLike, keys: npt.ArrayLike, scale: Optional[float] = None
+) -> npt.NDArray[np.float32]: ...
+def rope_neox(x: npt.ArrayLike, pos: int, base: float = 10000.0) -> npt.NDArray[np.float32]: ...
 def record_attention(model: Model, text: _Text, tokens: int = 0) -> npt.NDArray[np.float32]: ...
 def persistence(attention: npt.ArrayLike, lags: Sequence[int]) -> List[PersistenceRow]: ...
 def prefill(policy: str, window: npt.ArrayLike, budget: int, **params: int) -> List[int]: ...

@@ -36,15 +36,19 @@
 #include <utility>
 #include <vector>
 
+#include "kvevict/core/attention.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/npy.h"
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/model/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/perplexity_rows.h"
 #include "kvevict/model/batch.h"
+#include "kvevict/model/decode_bench.h"
 #include "kvevict/model/serve_bench.h"
+#include "kvevict/model/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -910,11 +914,55 @@ kvevict::RunSpec spec_of(py::handle policy, py::handle budget, const py::dict& p
   return spec;
 }
 
+std::string path_of(py::handle path, const std::string& what);
+
+// keys, values, queries: the .npy files recorded beside an .npy trace
+// (kvevict record --keys/--values/--queries), for the key-aware policies; None
+// is not given. Checked here against the trace id (files need an .npy trace),
+// by the library against the files' shapes.
+kvevict::SignalFiles signal_files_of(const kvevict::EvaluateOptions& options, py::handle keys, py::handle values,
+                                     py::handle queries) {
+  kvevict::SignalFiles files;
+  if (!keys.is_none()) files.keys = path_of(keys, "keys");
+  if (!values.is_none()) files.values = path_of(values, "values");
+  if (!queries.is_none()) files.queries = path_of(queries, "queries");
+  if (!files.empty() && !kvevict::is_npy_id(options.trace)) {
+    throw py::value_error("keys, values and queries go with the attention recorded beside them: give trace=FILE.npy "
+                          "(kvevict record writes all four), not the generated trace '" + options.trace + "'");
+  }
+  return files;
+}
+
+// The argument that supplies each signal a replay can be given.
+std::string signal_argument(kvevict::Signals missing) {
+  if ((missing & kvevict::kSignalKey) != 0) return "keys";
+  if ((missing & kvevict::kSignalValue) != 0) return "values";
+  return "queries";
+}
+
+// Refuses a policy that reads a signal the replay does not supply, naming the
+// signal and the argument that would supply it.
+void check_replay(const kvevict::PolicyInfo& info, const kvevict::SignalFiles& files) {
+  const kvevict::Signals missing = info.signals & ~files.supplied();
+  if (missing == 0) return;
+  const std::string arg = signal_argument(missing);
+  kvevict::Signals first = 1;
+  while ((missing & first) == 0) first <<= 1;
+  throw py::value_error(info.name + " reads the new token's " +
+                        std::string(kvevict::signal_name(static_cast<kvevict::Signal>(first))) + " (" +
+                        kvevict::signal_names(info.signals) + "), which " + kvevict::replay_source(files) +
+                        " does not supply: give " + arg + "=FILE.npy recorded beside an .npy trace (kvevict record --" +
+                        arg + " writes it)");
+}
+
 py::object run(const PolicyArg& policy_arg, const OptionalInt& budget_arg, const TraceId& trace,
-               const OptionalInt& steps, const py::object& paged, const py::kwargs& kwargs) {
+               const OptionalInt& steps, const py::object& paged, const py::object& keys, const py::object& values,
+               const py::object& queries, const py::kwargs& kwargs) {
   const kvevict::RunSpec spec = spec_of(policy_arg.obj, budget_arg.obj, kwargs);
   kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
   options.paged = paged_of(paged, "run");
+  options.signals = signal_files_of(options, keys, values, queries);
+  check_replay(kvevict::find_policy(spec.policy), options.signals);
   const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::evaluate({spec}, options); });
   return row_schema_dict(rows.front());
 }
@@ -926,7 +974,30 @@ constexpr const char* kAttentionSource = "a compare (it replays attention weight
 
 // `model`: compare_model, whose key-aware runs replay each window's
 // full-cache keys (kvevict::model_compare_policies): "all" is still the seven.
-std::vector<std::string> policy_names(py::handle policies, bool model = false) {
+// `files`: a replay given keys (values, queries) recorded beside its trace:
+// "all" is every policy they can feed, and a named one is checked against them.
+std::vector<std::string> policy_names(py::handle policies, bool model = false,
+                                      const kvevict::SignalFiles* files = nullptr) {
+  if (files != nullptr && !files->empty()) {
+    std::vector<std::string> names;
+    if (py::isinstance<py::str>(policies)) {
+      const std::string text = policies.cast<std::string>();
+      if (text == "all") return kvevict::policy_names(files->supplied());
+      names = kvevict::split_list(text, "policies");
+    } else if (py::isinstance<py::iterable>(policies)) {
+      for (const py::handle item : policies) names.push_back(to_str(item, "a policy name"));
+    } else {
+      throw py::type_error("policies must be \"all\", a comma-separated str or a list of names, got " +
+                           type_name(policies));
+    }
+    if (names.empty()) throw py::value_error("compare: no policies given (use \"all\" for every policy)");
+    for (std::string& name : names) {
+      const kvevict::PolicyInfo& info = kvevict::find_policy(name);
+      check_replay(info, *files);
+      name = info.name;
+    }
+    return names;
+  }
   if (py::isinstance<py::str>(policies)) {
     if (model) return kvevict::model_compare_policies(policies.cast<std::string>());
     return kvevict::parse_policy_list(policies.cast<std::string>(), kvevict::kSignalAttention, kAttentionSource);
@@ -1002,12 +1073,14 @@ py::list canonical_budgets() {
 }
 
 py::object compare(const PolicyList& policies, const IntList& budgets, const Overrides& overrides,
-                   const TraceId& trace, const OptionalInt& steps, const py::object& paged) {
+                   const TraceId& trace, const OptionalInt& steps, const py::object& paged, const py::object& keys,
+                   const py::object& values, const py::object& queries) {
+  kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
+  options.signals = signal_files_of(options, keys, values, queries);
   kvevict::CompareRequest request;
-  request.policies = policy_names(policies.obj);
+  request.policies = policy_names(policies.obj, false, &options.signals);
   request.budgets = budget_list(budgets.obj);
   request.overrides = overrides_of(overrides.obj);
-  kvevict::EvaluateOptions options = options_of(trace.obj, steps.obj);
   options.paged = paged_of(paged, "compare");
   const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::compare(request, options); });
   return row_schema_dict(rows);
@@ -1221,9 +1294,16 @@ py::list model_compare(const ModelArg& model_arg, const Text& text_arg, const Po
   return row_dicts(without_gil([&] { return kvevict::compare_model(*model, text, request, options); }));
 }
 
+// The list type sweep_model returns: a list of rows with `skipped`, the
+// value x budget pairs skip_refused left out (made once, in the module init).
+py::object& sweep_rows_type() {
+  static auto* type = new py::object();  // never destroyed: it outlives the interpreter
+  return *type;
+}
+
 py::list model_sweep(const ModelArg& model_arg, const Text& text_arg, py::handle policy, py::handle param,
                      py::handle values, py::handle budgets, const py::object& params, const Int& max_windows,
-                     const py::object& kv_precision, const py::object& kv_residual) {
+                     const py::object& kv_precision, const py::object& kv_residual, const py::object& skip_refused) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   const kvevict::PolicyInfo& info = kvevict::find_policy(to_str(policy, "policy"));
@@ -1239,10 +1319,231 @@ py::list model_sweep(const ModelArg& model_arg, const Text& text_arg, py::handle
     if (!py::isinstance<py::dict>(params)) throw py::type_error("params must be a dict, got " + type_name(params));
     request.params = params_of(info, params.cast<py::dict>());
   }
-  const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request);
+  if (!py::isinstance<py::bool_>(skip_refused)) {
+    throw py::type_error("skip_refused must be a bool, got " + type_name(skip_refused));
+  }
+  request.skip_refused = skip_refused.cast<bool>();
+  std::vector<std::string> skipped;
+  const std::vector<kvevict::RunSpec> specs = kvevict::sweep_specs(request, &skipped);
   kvevict::ModelRunOptions options = model_options(max_windows.obj, py::int_(0), py::int_(32));
   options.kv = kv_format_of(kv_precision, kv_residual, "sweep_model");
-  return row_dicts(without_gil([&] { return kvevict::perplexity(*model, text, specs, options); }));
+  py::list rows =
+      sweep_rows_type()(row_dicts(without_gil([&] { return kvevict::perplexity(*model, text, specs, options); })));
+  py::list lines;
+  for (const std::string& line : skipped) lines.append(line);
+  rows.attr("skipped") = lines;
+  return rows;
+}
+
+std::vector<std::string> str_items(py::handle value, const std::string& what);
+
+// The policies a model run names (its decoder feeds every signal), as the
+// tool's --policies: "all" is all ten, a name any registered policy.
+std::vector<std::string> model_policy_names(py::handle policies) {
+  if (py::isinstance<py::str>(policies)) return kvevict::parse_policy_list(policies.cast<std::string>());
+  if (!py::isinstance<py::iterable>(policies)) {
+    throw py::type_error("policies must be \"all\", a comma-separated str or a list of names, got " +
+                         type_name(policies));
+  }
+  std::vector<std::string> names;
+  for (const py::handle item : policies) names.push_back(kvevict::find_policy(to_str(item, "a policy name")).name);
+  if (names.empty()) throw py::value_error("policies is empty (use \"all\" for every policy)");
+  return names;
+}
+
+// A real number (int, float, numpy scalar) as a double; `what` names it.
+double to_real(py::handle value, const std::string& what) {
+  if (py::isinstance<py::bool_>(value) || py::isinstance<py::str>(value) || PyNumber_Check(value.ptr()) == 0 ||
+      PyComplex_Check(value.ptr()) != 0) {
+    throw py::type_error(what + " must be a real number, got " + type_name(value) + " (" + short_repr(value) + ")");
+  }
+  return py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+}
+
+// `kvevict tasks`: retrieval tasks answered by the model (kvevict/model/tasks.h).
+// The rows are the tool's own JSON (tasks_json), parsed: the same keys, order
+// and values as `kvevict tasks --format json`.
+py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const PolicyList& tasks_arg,
+                     const IntList& lengths_arg, const Int& depths_arg, const Int& samples_arg,
+                     const py::object& policies_arg, const IntList& budgets_arg, const PolicyList& moments_arg,
+                     const Overrides& overrides, const Int& seed_arg, const Int& window_arg, const Int& chunk_arg,
+                     const py::object& kv_precision, const py::object& kv_residual) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  kvevict::TaskRequest request;
+  request.tasks.clear();
+  const std::vector<std::string> tasks = str_items(tasks_arg.obj, "tasks");
+  if (tasks.size() == 1 && tasks.front() == "all") {
+    request.tasks = kvevict::task_names();
+  } else {
+    for (const std::string& t : tasks) {
+      try {
+        request.tasks.push_back(kvevict::task_names()[kvevict::task_index(t)]);
+      } catch (const kvevict::InputError& e) {
+        throw py::value_error(std::string("tasks: ") + e.what());
+      }
+    }
+  }
+  request.lengths.clear();
+  for (const std::int64_t l : budget_list(lengths_arg.obj)) {
+    if (l < 1 || l > std::int64_t{1} << 20) {
+      throw py::value_error("lengths: " + std::to_string(l) + " is not a length (1 ... 1048576 positions)");
+    }
+    request.lengths.push_back(static_cast<std::uint32_t>(l));
+  }
+  if (request.lengths.empty()) throw py::value_error("lengths is empty");
+  // The tool's ranges (kvevict tasks --depths, --samples, --window, --chunk).
+  const auto in_range = [](py::handle v, const std::string& what, std::int64_t low, std::int64_t high) {
+    const std::int64_t n = to_int(v, what);
+    if (n < low || n > high) {
+      throw py::value_error(what + " (" + std::to_string(n) + ") must be in " + std::to_string(low) + " ... " +
+                            std::to_string(high));
+    }
+    return static_cast<std::uint32_t>(n);
+  };
+  request.depths = in_range(depths_arg.obj, "depths", 1, 100);
+  request.samples = in_range(samples_arg.obj, "samples", 1, 100000);
+  request.seed = to_u32(seed_arg.obj, "seed", "must be in 0 ... 4294967295");
+  request.window = in_range(window_arg.obj, "window", 1, std::int64_t{1} << 20);
+  request.chunk = in_range(chunk_arg.obj, "chunk", 0, std::int64_t{1} << 20);
+  // policies None or "none": the full cache only (budgets are then not read).
+  if (policies_arg.is_none() || (py::isinstance<py::str>(policies_arg) && policies_arg.cast<std::string>() == "none")) {
+    request.budgets.clear();
+  } else {
+    request.policies = model_policy_names(policies_arg);
+    request.budgets = budget_list(budgets_arg.obj);
+    if (request.budgets.empty()) throw py::value_error("budgets is empty (give policies=None for the full cache only)");
+  }
+  request.moments.clear();
+  for (const std::string& m : str_items(moments_arg.obj, "moments")) {
+    try {
+      request.moments.push_back(kvevict::parse_moment(m));
+    } catch (const kvevict::InputError& e) {
+      throw py::value_error(std::string("moments: ") + e.what());
+    }
+  }
+  request.overrides = overrides_of(overrides.obj);
+  kvevict::ModelRunOptions options;
+  options.kv = kv_format_of(kv_precision, kv_residual, "tasks");
+  const std::vector<kvevict::TaskRow> rows =
+      without_gil([&] { return kvevict::run_tasks(model, text, request, options); });
+  return json_loads(kvevict::tasks_json(rows));
+}
+
+// `kvevict bench --model`: decode speed and where a step's time goes
+// (kvevict/model/decode_bench.h). The rows carry the keys, order and values of
+// `kvevict bench --model --format json` (tools/kvevict/output.cpp writes them;
+// the library has no row description for them yet).
+py::list model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
+                     const Int& rounds_arg, const PolicyList& policies_arg, const IntList& budgets_arg) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  // None: the tool's default text, model/heldout-sample.txt from the working folder.
+  const std::vector<std::uint8_t> text =
+      text_arg.is_none() ? text_of(py::module_::import("pathlib").attr("Path")("model/heldout-sample.txt"))
+                         : text_of(text_arg);
+  kvevict::DecodeBenchRequest request;
+  request.tokens = to_u32(tokens_arg.obj, "tokens", "must be at least 1 (tokens decoded a pass)");
+  if (request.tokens < 1) throw py::value_error("tokens (0) must be at least 1 (tokens decoded a pass)");
+  const std::int64_t rounds = to_int(rounds_arg.obj, "rounds");
+  if (rounds < 1 || rounds > 1000) {
+    throw py::value_error("rounds (" + std::to_string(rounds) + ") must be in 1 ... 1000 (passes a run)");
+  }
+  request.rounds = static_cast<int>(rounds);
+  const std::vector<std::string> names = model_policy_names(policies_arg.obj);
+  const std::vector<std::int64_t> budgets = budget_list(budgets_arg.obj);
+  if (budgets.empty()) throw py::value_error("budgets is empty");
+  for (const std::string& name : names) {
+    for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
+  }
+  const std::vector<kvevict::DecodeBenchRow> rows =
+      without_gil([&] { return kvevict::bench_decoder(model, text, request); });
+  py::list out;
+  for (const kvevict::DecodeBenchRow& r : rows) {
+    py::dict spread;
+    spread["min"] = r.tokens_per_second_min;
+    spread["median"] = r.tokens_per_second;
+    spread["max"] = r.tokens_per_second_max;
+    py::dict shares;
+    shares["projections"] = r.projections;
+    shares["activation"] = r.activation;
+    shares["attention"] = r.attention;
+    shares["policies"] = r.policies;
+    shares["other"] = r.other;
+    py::dict d;
+    d["policy"] = r.policy;
+    d["budget"] = r.budget;
+    d["tokens"] = r.tokens;
+    d["tokensPerSecond"] = r.tokens_per_second;
+    d["tokensPerSecondSpread"] = spread;
+    d["shares"] = shares;
+    out.append(d);
+  }
+  return out;
+}
+
+// A float32 C-contiguous copy of `obj` with `ndims` dimensions (a 1-D input
+// counts as one row where 2-D is wanted); `what` names the argument.
+py::array_t<float, py::array::c_style> float_matrix(py::handle obj, const std::string& what, const std::string& rule,
+                                                    bool one_d_ok) {
+  using Convert = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  const py::array arr = py::array::ensure(obj);
+  if (!arr || arr.ndim() == 0) {
+    throw py::type_error(what + " must be " + rule + ", got " + type_name(obj) + " (" + short_repr(obj) + ")");
+  }
+  check_numeric(arr, obj, what);
+  if (arr.ndim() > 2 || (arr.ndim() == 1 && !one_d_ok)) {
+    std::string shape = "(";
+    for (py::ssize_t d = 0; d < arr.ndim(); ++d) shape += (d == 0 ? "" : ", ") + std::to_string(arr.shape(d));
+    shape += arr.ndim() == 1 ? ",)" : ")";
+    throw py::value_error(what + " must be " + rule + ", got shape " + shape);
+  }
+  Convert out = Convert::ensure(arr);
+  if (!out) throw py::type_error(what + " could not be converted to float32");
+  return out;
+}
+
+// kvevict/core/attention.h: the weights the query heads pay to the keys.
+py::array_t<float> signals_attention(const AttentionStack& queries_arg, const AttentionStack& keys_arg,
+                                     const py::object& scale_arg) {
+  const auto queries = float_matrix(queries_arg.obj, "queries", "[groups, head_dim] (or [head_dim]) floats", true);
+  const auto keys = float_matrix(keys_arg.obj, "keys", "[n, head_dim] floats", false);
+  const auto head_dim = static_cast<std::size_t>(queries.shape(queries.ndim() - 1));
+  const auto groups = static_cast<std::size_t>(queries.ndim() == 2 ? queries.shape(0) : 1);
+  const auto n = static_cast<std::size_t>(keys.shape(0));
+  if (head_dim < 1 || groups < 1) throw py::value_error("queries is empty: it needs at least one head of one float");
+  if (static_cast<std::size_t>(keys.shape(1)) != head_dim) {
+    throw py::value_error("keys has " + std::to_string(keys.shape(1)) + " floats a row and queries " +
+                          std::to_string(head_dim) + " a head: both are head_dim");
+  }
+  float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
+  if (!scale_arg.is_none()) {
+    const double s = to_real(scale_arg, "scale");
+    if (!std::isfinite(s)) throw py::value_error("scale (" + short_repr(scale_arg) + ") must be finite");
+    scale = static_cast<float>(s);
+  }
+  py::array_t<float> out(static_cast<py::ssize_t>(n));
+  std::vector<float> scratch(n);
+  kvevict::attention_from_keys({queries.data(), groups * head_dim}, groups, {keys.data(), n * head_dim}, n, head_dim,
+                               scale, {out.mutable_data(), n}, scratch);
+  return out;
+}
+
+py::array_t<float> signals_rope(const AttentionStack& x_arg, const Int& pos_arg, const py::object& base_arg) {
+  const auto x = float_matrix(x_arg.obj, "x", "a 1-D array of head_dim floats (head_dim even)", true);
+  if (x.ndim() != 1) throw py::value_error("x must be 1-D (head_dim floats), got " + std::to_string(x.ndim()) + "-D");
+  if (x.shape(0) % 2 != 0) {
+    throw py::value_error("x has " + std::to_string(x.shape(0)) +
+                          " floats: head_dim must be even (NeoX pairs i with i + head_dim/2)");
+  }
+  const std::int64_t pos = to_int(pos_arg.obj, "pos");
+  const double base = to_real(base_arg, "base");
+  if (!(base > 0.0) || !std::isfinite(base)) {
+    throw py::value_error("base (" + short_repr(base_arg) + ") must be a positive finite number (the RoPE base)");
+  }
+  py::array_t<float> out(x.shape(0));
+  std::copy_n(x.data(), x.shape(0), out.mutable_data());
+  kvevict::rope_neox({out.mutable_data(), static_cast<std::size_t>(x.shape(0))}, pos, base);
+  return out;
 }
 
 // A str ("a,b", split as the tool splits it) or a sequence of str -> the items.
@@ -1335,6 +1636,51 @@ class PyBatch {
                             " (the model's vocabulary)");
     }
     return float_array(batch_.step(id_of(id), static_cast<kvevict::Token>(token)));
+  }
+  // Every listed sequence steps with its token, in order, in one call: the
+  // logits as rows of one [len(ids), vocab] array, each equal to what step()
+  // returns. Every id and token is checked before any sequence steps.
+  py::array_t<float> step_all(py::handle ids_arg, py::handle tokens_arg) {
+    const auto items = [](py::handle v, const std::string& what) {
+      if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v) || !py::isinstance<py::iterable>(v)) {
+        throw py::type_error(what + " must be a sequence of integers, got " + type_name(v) + " (" + short_repr(v) +
+                             ")");
+      }
+      std::vector<std::int64_t> out;
+      for (const py::handle x : v) out.push_back(to_int(x, "an item of " + what));
+      return out;
+    };
+    const std::vector<std::int64_t> ids = items(ids_arg, "ids");
+    const std::vector<std::int64_t> tokens = items(tokens_arg, "tokens");
+    if (ids.size() != tokens.size()) {
+      throw py::value_error("ids has " + std::to_string(ids.size()) + " items and tokens " +
+                            std::to_string(tokens.size()) + ": one token per listed sequence");
+    }
+    const std::int64_t top = std::int64_t{batch_.config().vocab} - 1;
+    std::vector<kvevict::SequenceId> seqs;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0) {
+        throw py::value_error("ids[" + std::to_string(i) + "] (" + std::to_string(ids[i]) + ") must be at least 0");
+      }
+      const auto id = static_cast<kvevict::SequenceId>(ids[i]);
+      if (std::find(seqs.begin(), seqs.end(), id) != seqs.end()) {
+        throw py::value_error("ids: sequence " + std::to_string(id) + " is listed twice (a call steps each once)");
+      }
+      (void)batch_.decoder(id);  // an id not in the batch: the library's error, before any step
+      if (tokens[i] < 0 || tokens[i] > top) {
+        throw py::value_error("tokens[" + std::to_string(i) + "] (" + std::to_string(tokens[i]) + ") must be in 0 ... " +
+                              std::to_string(top) + " (the model's vocabulary)");
+      }
+      seqs.push_back(id);
+    }
+    const auto vocab = static_cast<py::ssize_t>(batch_.config().vocab);
+    py::array_t<float> out({static_cast<py::ssize_t>(seqs.size()), vocab});
+    float* data = out.mutable_data();
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const std::span<const float> logits = batch_.step(seqs[i], static_cast<kvevict::Token>(tokens[i]));
+      std::copy(logits.begin(), logits.end(), data + static_cast<py::ssize_t>(i) * vocab);
+    }
+    return out;
   }
   void leave(py::handle id) { batch_.leave(id_of(id)); }
   py::list sequences() const {
@@ -1689,6 +2035,17 @@ PYBIND11_MODULE(_kvevict, m) {
       "through the C++ registry. Import `kvevict`, not this module.";
   m.attr("__version__") = KVEVICT_VERSION;
   bind_paged(m);
+  {
+    // sweep_model's result: a list of rows with the pairs skip_refused left out.
+    py::dict attrs;
+    attrs["__module__"] = "kvevict";
+    attrs["__doc__"] = "The rows of sweep_model(), a list, with `skipped`: the value x budget pairs "
+                       "skip_refused left out, one line each.";
+    sweep_rows_type() = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+        "SweepRows", py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type))),
+        attrs);
+    m.attr("SweepRows") = sweep_rows_type();
+  }
 
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
@@ -1985,7 +2342,8 @@ names) and "queries" (its introspection method names).
 
   m.def("run", &run, py::arg("policy"), py::arg("budget") = py::none(),
         py::arg("trace") = "decode-4096", py::arg("steps") = py::none(),
-        py::arg("paged") = py::none(), R"doc(
+        py::arg("paged") = py::none(), py::arg("keys") = py::none(), py::arg("values") = py::none(),
+        py::arg("queries") = py::none(), R"doc(
 Replays a trace through one policy at one budget; returns the dict the tool's
 `run --format json` prints: {"policy", "trace", "budget", "params", "steps",
 "metrics": {"retainedAttentionMass", "heavyHitterRecall", "evictionCalls"},
@@ -1998,13 +2356,20 @@ paged: None, or {"block_size", "start_blocks", "recent_blocks", "block_score"
     ("sum", "mean", "max", "normsum"), "layer_budget" (bool), "head_floor"}:
     block or shared-layer-budget eviction, as the tool's --block-size ...
     --head-floor (docs/paged.md).
+keys, values, queries: paths (str or os.PathLike) of the .npy files recorded
+    beside an .npy trace (`kvevict record --keys/--values/--queries`), as the
+    tool's run --trace FILE.npy --keys K.npy ...: with keys the key-aware
+    policies (knorm, keydiff) replay; with values and queries too,
+    expected-attention. None: not given. A policy that reads a signal not
+    given raises ValueError naming it and the argument.
 **params: policy parameters, snake_case or camelCase.
 )doc");
 
   m.def("compare", &compare, py::arg("policies") = "all",
         py::arg("budgets") = canonical_budgets(),
         py::arg("overrides") = py::none(), py::arg("trace") = "decode-4096",
-        py::arg("steps") = py::none(), py::arg("paged") = py::none(), R"doc(
+        py::arg("steps") = py::none(), py::arg("paged") = py::none(), py::arg("keys") = py::none(),
+        py::arg("values") = py::none(), py::arg("queries") = py::none(), R"doc(
 Every policy at every budget in one pass over the trace; returns the dict the
 tool's `compare --format json` prints: {"trace", "rows": [run dicts]}, ranked
 by retained mass at the middle budget, each policy's rows by budget.
@@ -2014,6 +2379,8 @@ budgets: a sequence of integers.
 overrides: {"policy.param": value} or {"param": value} (every compared policy
     that has it) or {"policy": {"param": value}}; snake_case or camelCase.
 paged: as for run().
+keys, values, queries: as for run(); "all" is then every policy the files
+    can feed (nine with keys, all ten with keys, values and queries).
 )doc");
 
   m.def("row_schema", [] { return json_loads(kvevict::result_schema_json(-1)); }, R"doc(
@@ -2185,6 +2552,14 @@ pool_blocks must give one sequence a block per cache (layers x kv_heads).
           "Feeds sequence `id` its next byte; returns a copy of the logits (float32, 256). A failed step "
           "(the pool exhausted) raises RuntimeError naming the sequence, which leaves the batch; the others go on.")
       .def(
+          "step_all",
+          [](PyBatch& self, const IntList& ids, const IntList& tokens) { return self.step_all(ids.obj, tokens.obj); },
+          py::arg("ids"), py::arg("tokens"),
+          "One tick in one call: each sequence in `ids` gets its token from `tokens`, in order; returns their "
+          "logits as a new float32 array [len(ids), vocab], row i equal to step(ids[i], tokens[i]). Every id "
+          "and token is checked first (ValueError, RuntimeError for an id not in the batch; nothing steps); a "
+          "step that fails raises as step() does, after the sequences before it have stepped.")
+      .def(
           "leave", [](PyBatch& self, const Int& id) { self.leave(id.obj); }, py::arg("id"),
           "Sequence `id` leaves; its block references go back to the pool.")
       .def_property_readonly(
@@ -2278,7 +2653,8 @@ max_windows, paged, prefill, prefill_window, kv_precision, kv_residual: as
 
   m.def("sweep_model", &model_sweep, py::arg("model"), py::arg("text"), py::arg("policy"), py::arg("param"),
         py::arg("values"), py::arg("budgets") = py::make_tuple(64, 128, 256), py::arg("params") = py::none(),
-        py::arg("max_windows") = 0, py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(), R"doc(
+        py::arg("max_windows") = 0, py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(),
+        py::arg("skip_refused") = false, R"doc(
 One policy's parameter swept on `model` over `text` (`kvevict sweep --model`):
 perplexity() rows, the full cache first, then each value x budget (value-major,
 budget-minor), each with its paired 95 % interval and "params" holding the
@@ -2286,6 +2662,79 @@ value. param: the parameter's name, camelCase or snake_case ("budget" sweeps
 the budget itself and ignores `budgets`). params: the policy's other
 parameters as a dict. max_windows, kv_precision, kv_residual: as for
 perplexity(). An unknown parameter raises ValueError before any work.
+skip_refused: leave out the value x budget pairs the policy's rules refuse
+(a recent_window of 96 at budget 64) instead of raising at the first, as the
+tool's --skip-refused; a sweep that leaves nothing to run still raises. The
+result is a list (kvevict.SweepRows) whose `skipped` attribute lists the
+pairs left out, one line each ("recentWindow=96 at budget 64: <the rule>"),
+the lines the tool writes to stderr; empty without skip_refused.
+)doc");
+
+  m.def("tasks", &model_tasks, py::arg("model"), py::arg("text"), py::arg("tasks") = "passkey",
+        py::arg("lengths") = py::make_tuple(1024), py::arg("depths") = 5, py::arg("samples") = 20,
+        py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(128), py::arg("moments") = "decode",
+        py::arg("overrides") = py::none(), py::arg("seed") = 1, py::arg("window") = 32, py::arg("chunk") = 0,
+        py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(), R"doc(
+`kvevict tasks`: retrieval tasks (passkey, multikey, multivalue, vartrack,
+copy) answered by `model` with greedy decoding, needles hidden in `text`
+(filler, e.g. model/heldout-sample.txt), scored by exact match (docs/tasks.md).
+Returns the rows `kvevict tasks --format json` prints, as dicts: {"task",
+"policy" ("full" for the full cache), "budget", "moment", "length", "depth",
+"samples", "correct", "accuracy", "accuracy_low", "accuracy_high", "evicted",
+"kvPrecision", "kvResidual", "bytesPerPosition"}: every task x length x depth,
+the full cache first, then each policy x budget x moment.
+
+tasks: "passkey", "a,b", a list of names, or "all".
+lengths: sample lengths in positions (at most the model's context).
+depths: needle depths per length, (i + 0.5) / depths (1 ... 100).
+samples: per task x length x depth (1 ... 100000).
+policies: "all" (all ten), "a,b", a list of names, or None / "none" (the full
+    cache only).
+budgets: positions per cache. moments: "decode", "prefill", "prefill-query",
+    comma-separated or a list. overrides: as for compare().
+seed: samples are reproducible from it. window, chunk: the prefill moments'
+    attention rows and chunk size (0: once). kv_precision, kv_residual: as
+    for perplexity().
+Runs on every core without the GIL.
+)doc");
+
+  m.def("bench_model", &model_bench, py::arg("model"), py::arg("text") = py::none(), py::arg("tokens") = 1024,
+        py::arg("rounds") = 5, py::arg("policies") = py::make_tuple("h2o", "scissorhands", "snapkv", "sliding-window"),
+        py::arg("budgets") = py::make_tuple(128), R"doc(
+`kvevict bench --model`: decode speed on `model` with the full cache and with
+each policy x budget, and where a step's time goes (the decode profile).
+Returns the rows `kvevict bench --model --format json` prints: {"policy"
+("full cache" first), "budget" (0 for it), "tokens", "tokensPerSecond" (the
+median round, one thread's CPU time), "tokensPerSecondSpread": {"min",
+"median", "max"}, "shares": {"projections", "activation", "attention",
+"policies", "other"} (they sum to 1)}.
+
+text: bytes or a pathlib.Path; None reads model/heldout-sample.txt from the
+    working folder, as the tool's default --text.
+tokens: decoded a pass, from the text's start (at most the text and the
+    context). rounds: passes a run (1 ... 1000); each is timed, then profiled.
+policies: "all", "a,b" or a list of names. budgets: a sequence of integers.
+)doc");
+
+  m.def("attention_from_keys", &signals_attention, py::arg("queries"), py::arg("keys"), py::arg("scale") = py::none(),
+        R"doc(
+The softmax weights query heads pay to keys (docs/signals.md), what an
+attention policy reads, from what a fused-attention engine has: a new float32
+array of n weights, averaged over the query heads.
+
+queries: [groups, head_dim] (or [head_dim] for one head), already rotated to
+    their position (rope_neox). keys: [n, head_dim], as the cache stores them.
+scale: each query is multiplied by it before the dot products (None:
+    1/sqrt(head_dim), as the model scales q).
+Inputs are converted to float32 C order when they are not already.
+)doc");
+
+  m.def("rope_neox", &signals_rope, py::arg("x"), py::arg("pos"), py::arg("base") = 10000.0, R"doc(
+RoPE in the GPT-NeoX layout (dimension i pairs with i + head_dim/2): `x`
+(head_dim floats, head_dim even) rotated to position `pos`, angle
+pos * base^(-2i/head_dim) in float64, cos and sin rounded to float32. Returns
+a new float32 array; `x` is not changed. base: the model's RoPE base
+(Model.config["rope_base"]).
 )doc");
 
   m.def("record_attention", &model_record, py::arg("model"), py::arg("text"), py::arg("tokens") = 0,

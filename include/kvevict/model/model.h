@@ -7,9 +7,9 @@
 // positions that cache still holds, ascending (with grouped-query attention,
 // the mean of its query heads' weights: one decision per cache, as an engine
 // must make it) -- and the positions it names are physically removed from
-// that cache's keys and values. Positions stay
-// absolute: a key is rotated (RoPE) at its token's true position when it is
-// stored and never moved again.
+// that cache's keys and values. Where a kept key sits in rotary space is
+// DecoderOptions::positions (rope.h): at its token's position (the default)
+// or at its index among the positions held.
 #pragma once
 
 #include <cstdint>
@@ -21,17 +21,13 @@
 
 #include "kvevict/core/policy.h"
 #include "kvevict/model/kv_store.h"
+#include "kvevict/model/rope.h"
 #include "kvevict/model/vocab.h"
 
 namespace kvevict {
 
 class LayerBudget;
 
-// Which pair of dimensions one rotary angle turns: NEOX pairs i with
-// i + head_dim/2 (HF's rotate_half, kvevict-tiny, Qwen2), NORMAL pairs 2i
-// with 2i+1 (llama.cpp's layout for GGUF llama files, whose Q/K rows the
-// converter permuted to match).
-enum class RopeMode : std::uint8_t { kNeox, kNormal };
 // The MLP: kvevict-tiny's GELU (erf form) of one up projection, or the
 // Llama family's SwiGLU, down(silu(gate x) * up x).
 enum class MlpKind : std::uint8_t { kGelu, kSwiGlu };
@@ -176,6 +172,9 @@ struct DecoderOptions {
   // default, is the store as it always was, to the bit. A shared pool must
   // hold the same precision; prefix sharing needs fp32.
   KvFormat kv{};
+  // Where kept keys and the query sit in rotary space (rope.h): their
+  // tokens' positions, or their indices among the positions held.
+  PositionMode positions = PositionMode::kOriginal;
 };
 
 // One sequence through the model. All buffers are sized at construction for
@@ -224,9 +223,12 @@ class Decoder {
   void set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::int64_t layer_budget);
 
   // Feeds the next token (position = tokens fed so far) and returns the
-  // logits for the token after it; valid until the next call. Throws
-  // InputError past the capacity or for a token outside the vocabulary
-  // (changing nothing), ContractError when a
+  // logits for the token after it; valid until the next call. Runs without
+  // end while every cache's policy holds it within the capacity (position
+  // is the token's index in the sequence, past the capacity and the trained
+  // context too; DecoderOptions::positions says which angles its key gets).
+  // Throws InputError when a cache without a policy (the full cache) is
+  // full or for a token outside the vocabulary (changing nothing), ContractError when a
   // policy breaks the contract (a victim not held, or the budget not met),
   // and whatever a policy throws. A step that throws after it has begun
   // leaves the heads out of step (those before the failure have admitted the

@@ -118,6 +118,29 @@ std::vector<Chart> render_charts(const ReportData& data, bool standalone);
 // lengths and depths; the full cache a dashed level). Empty without rows.
 std::vector<Chart> render_task_charts(const std::vector<TaskRow>& rows, bool standalone);
 
+// A line chart of numbers against numbers in the report's style, for
+// results the report page does not hold (the stream's bits per byte against
+// the position, docs/streaming.md): one line a series, coloured by its key as
+// the report colours a policy, dashed when asked, and a dashed vertical
+// marker at `marker_x` when given (the model's context).
+struct ChartSeries {
+  std::string key;    // picks the colour: a policy's name, or any text
+  std::string label;  // the legend's words
+  bool dashed = false;
+  std::vector<std::pair<double, double>> points;
+};
+struct LineChartRequest {
+  std::string name;  // file stem
+  std::string title;
+  std::string subtitle;
+  std::string x_label;
+  std::string y_label;
+  std::vector<ChartSeries> series;
+  std::optional<double> marker_x;
+  std::string marker_label;
+};
+Chart render_line_chart(const LineChartRequest& request, bool standalone);
+
 // The whole page.
 std::string render_html(const ReportData& data);
 

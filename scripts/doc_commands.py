@@ -1,0 +1,181 @@
+"""The commands README.md and docs/ show, found the same way by every script.
+
+Two kinds:
+  * a table's command: a line that names it in backticks and ends with a colon,
+    followed by one blank line and the markdown table it printed, e.g.
+
+        Measured with `build/kvevict compare --format markdown`:
+
+        | rank | policy | ...
+
+  * a command in a ```sh block (continued with a trailing backslash), or in a
+    block of `$ command` lines followed by what it printed.
+
+A command too slow to rerun on every build carries its measured time and a
+quick variant, in the table's line or as the command's trailing comment:
+
+    (takes 6 min 40 s on 2 cores; `--samples 1 --depths 1` for a quick look)
+    # takes 6 min 40 s on 2 cores; `--samples 1 --depths 1` for a quick look
+
+The quick variant's flags replace the command's own (or are added).
+"""
+import dataclasses
+import pathlib
+import re
+import shlex
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`[^`]*:\s*$")
+LONG_MARK = re.compile(r"takes ([0-9][^;)`]*?) on 2 cores(?:; `([^`]*)` for a quick look)?")
+# Command lines in code blocks: the tool, or Python with the built module.
+BLOCK_COMMAND = re.compile(r"^(\$ )?((\./)?build/kvevict\b|PYTHONPATH=\S+ python3 |python3 -m kvevict)")
+
+
+def documents() -> list:
+    """README.md and every page under docs/, in a fixed order."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+@dataclasses.dataclass
+class Command:
+    path: pathlib.Path
+    line: int                 # 1-based line of the command in the document
+    text: str                 # the command as written (continuations joined)
+    kind: str                 # "table", "block" or "session" ($ lines)
+    expected: list            # the table's lines, or the session's printed lines
+    took: str = ""            # the measured time a long command is marked with
+    quick: str = ""           # its quick variant's flags
+
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def _mark(cmd: Command, text: str) -> None:
+    m = LONG_MARK.search(text)
+    if m:
+        cmd.took, cmd.quick = m.group(1), m.group(2) or ""
+
+
+def _strip_comment(line: str) -> tuple:
+    """Splits `command  # comment` outside quotes; returns (command, comment)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
+
+
+def commands(path: pathlib.Path) -> list:
+    lines = path.read_text().split("\n")
+    found = []
+    i = 0
+    fence = None
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            i += 1
+            continue
+        if fence is None:
+            m = TABLE_COMMAND.search(line)
+            if m and i + 2 < len(lines) and lines[i + 1] == "" and lines[i + 2].startswith("|"):
+                j = i + 2
+                while j < len(lines) and lines[j].startswith("|"):
+                    j += 1
+                cmd = Command(path, i + 1, m.group(1), "table", lines[i + 2:j])
+                _mark(cmd, line)
+                found.append(cmd)
+                i = j
+                continue
+            i += 1
+            continue
+        if fence not in ("", "sh", "bash", "console") or not BLOCK_COMMAND.match(line):
+            i += 1
+            continue
+        start = i
+        text, comment = _strip_comment(line)
+        comments = [comment]
+        while text.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            more, comment = _strip_comment(lines[i])
+            text = text[:-1].rstrip() + " " + more.strip()
+            comments.append(comment)
+        i += 1
+        session = text.startswith("$ ")
+        expected = []
+        if session:
+            text = text[2:]
+            while i < len(lines) and not lines[i].startswith("$ ") and not lines[i].startswith("```"):
+                expected.append(lines[i])
+                i += 1
+        if text.startswith("./"):
+            text = text[2:]
+        cmd = Command(path, start + 1, text, "session" if session else "block", expected)
+        _mark(cmd, " ".join(comments))
+        found.append(cmd)
+    return found
+
+
+def with_flags(command: str, flags: str) -> str:
+    """The command with each `--flag value` of `flags` replacing its own."""
+    command, redirect, target = command.partition(" > ")
+    words = shlex.split(command)
+    extra = shlex.split(flags)
+    k = 0
+    while k < len(extra):
+        flag = extra[k]
+        value = extra[k + 1] if k + 1 < len(extra) and not extra[k + 1].startswith("--") else None
+        k += 2 if value is not None else 1
+        if flag in words:
+            at = words.index(flag)
+            if value is not None:
+                words[at + 1] = value
+        else:
+            words += [flag] + ([value] if value is not None else [])
+    return shlex.join(words) + redirect + target
+
+
+# A command this slow or slower is marked with its time and a quick variant.
+LONG_SECONDS = 30
+
+
+def quick_variant(command: str) -> str:
+    """The flags that make a long command quick, by what the command runs."""
+    words = shlex.split(command.partition(" > ")[0])
+    if len(words) < 2:
+        return ""
+    flags = []
+    if "build/heldout-split.txt" in words:
+        flags.append("--text model/heldout-sample.txt")
+    if words[1] == "tasks":
+        flags.append("--samples 1 --depths 1")
+    elif words[1] in ("perplexity", "compare", "sweep") and "--model" in words:
+        flags.append("--max-windows 1")
+    elif words[1] in ("compare", "sweep", "report", "run"):
+        flags.append("--steps 300")
+    elif words[1] == "serve-bench":
+        flags.append("--sequences 1 --tokens 256 --shared-prefix 64")
+    elif words[1] == "bench":
+        flags.append("--rounds 1 --tokens 128" if "--model" in words else "--budgets 512")
+    return " ".join(flags)
+
+
+def long_mark(seconds: float, command: str) -> str:
+    """The words a long command is marked with (LONG_MARK reads them back)."""
+    quick = quick_variant(command)
+    return f"takes {format_seconds(seconds)} on 2 cores" + (f"; `{quick}` for a quick look" if quick else "")
+
+
+def format_seconds(seconds: float) -> str:
+    """`4 min 10 s`, `1 h 2 min`, `38 s`: the time marks' wording."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    return f"{s} s"
