@@ -50,10 +50,11 @@ heldout:
 performance: build
 	python3 scripts/performance.py
 
-# Regenerate the committed charts in docs/images/ (embedded in README.md and
-# the policy pages) and the full report in build/report.html.
-charts: build
+# Regenerate the committed charts in docs/images/ (embedded in README.md,
+# the policy pages and docs/streaming.md) and the full report in build/report.html.
+charts: build heldout
 	./build/kvevict report --out build/report.html --svg docs/images --force
+	./build/kvevict stream --model model/kvevict-tiny.kvm --text build/heldout-split.txt --tokens 32768 --svg docs/images/stream.svg --force >/dev/null
 
 # Retrain the real model by the committed model's recipe (both stages, about
 # two hours on 2 cores; not part of CI) into build/model-retrain/ -- the

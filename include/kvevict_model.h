@@ -7,6 +7,7 @@
 #define KVEVICT_MODEL_H
 
 #include <kvevict.h>
+#include <kvevict_eval.h> /* kvevict_string_free */
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,45 @@ kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uin
                                            int64_t kv_residual, kvevict_perplexity_result* result,
                                            uint64_t* peak_cache_bytes);
 
+/* ---- streaming past the context (docs/streaming.md) ----------------------- */
+
+/* One long text read as a single sequence by decoders whose caches a policy
+ * holds at its budget, as `kvevict stream --format json` (the library's
+ * stream_json): writes {"rows": [...]} -- the full cache first (when
+ * full_cache is nonzero; it stops at the context), then each policy x budget
+ * at each position mode, then the recomputed window -- each row with its
+ * segments. The caller frees *json with kvevict_string_free.
+ *
+ * policies: "name" or "name:key=value[:key=value...]" items, comma-separated
+ *   ("streaming-llm:sinks=4"); NULL or "default" is the set the streaming
+ *   page measures; "none" runs no policy.
+ * budgets: positions a cache holds (NULL/0: 256, 512), each below the
+ *   model's context. overrides: "policy.key" or "key" -> value, under each
+ *   item's own parameters (as kvevict_compare_json).
+ * positions: "original", "cache" or "original,cache" (NULL: both).
+ * tokens: tokens of the stream, BOS included (0: the whole text).
+ * segment: tokens a segment of the report (0: the model's context).
+ * recompute, recompute_tokens: StreamingLLM's baseline, a cache rebuilt over
+ *   the `recompute` tokens before each token, over the stream's first
+ *   recompute_tokens tokens (recompute 0: not run).
+ * kv_precision, kv_residual: as for kvevict_model_perplexity_kv.
+ * KVEVICT_ERROR_PARAMETER for a bad policy, parameter, budget, position mode
+ * or precision (before any work); KVEVICT_ERROR_INPUT for more tokens than
+ * the text makes. */
+kvevict_status kvevict_model_stream(const kvevict_model* model, const uint8_t* text, size_t length,
+                                    const char* policies, const int64_t* budgets, size_t budget_count,
+                                    const kvevict_param* overrides, size_t override_count, const char* positions,
+                                    uint32_t tokens, uint32_t segment, int full_cache, uint32_t recompute,
+                                    uint32_t recompute_tokens, const char* kv_precision, int64_t kv_residual,
+                                    char** json);
+
+/* The attention sink on the full cache over the first `tokens` tokens (0 or
+ * more than the context: the context), as `kvevict stream --sinks --format
+ * json`: {"sinks": [{"layer", "first", "firstFour", "evenFirst",
+ * "evenFirstFour"}]}. Free *json with kvevict_string_free. */
+kvevict_status kvevict_model_sink_shares(const kvevict_model* model, const uint8_t* text, size_t length,
+                                         uint32_t tokens, char** json);
+
 /* ---- many sequences on one block pool (docs/serving.md) ------------------- */
 
 /* Sequences decoding together over one pool of KV blocks: each joins or
@@ -98,6 +138,15 @@ typedef struct kvevict_pool_stats {
  * keeps the model alive; destroy it with kvevict_batch_destroy. */
 kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
                                     kvevict_batch** out);
+/* kvevict_batch_create with every sequence's kept keys placed in rotary space
+ * by `positions` (docs/streaming.md): NULL or "original" (their tokens'
+ * positions: kvevict_batch_create), or "cache" (their index among the
+ * positions held, as StreamingLLM does; with nothing evicted the logits are
+ * the same to the bit). Anything else is KVEVICT_ERROR_PARAMETER naming it.
+ * Either way a sequence with a policy steps on past the capacity and the
+ * model's context, its caches held at the budget. */
+kvevict_status kvevict_batch_create_positions(const kvevict_model* model, const kvevict_batch_options* options,
+                                              const char* positions, kvevict_batch** out);
 kvevict_status kvevict_batch_destroy(kvevict_batch* batch);
 
 /* A new sequence: the full cache when `policy` is NULL (budget and params

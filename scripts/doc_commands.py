@@ -26,7 +26,7 @@ import shlex
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`[^`]*:\s*$")
-LONG_MARK = re.compile(r"takes ([0-9][^;)`]*?) on 2 cores(?:; `([^`]*)` for a quick look)?")
+LONG_MARK = re.compile(r"takes ((?:about )?[0-9][^;)`]*?) on 2 cores(?:; `([^`]*)` for a quick look)?")
 # Command lines in code blocks: the tool, or Python with the built module.
 BLOCK_COMMAND = re.compile(r"^(\$ )?((\./)?build/kvevict\b|PYTHONPATH=\S+ python3 |python3 -m kvevict)")
 
@@ -141,7 +141,7 @@ def with_flags(command: str, flags: str) -> str:
 
 
 # A command this slow or slower is marked with its time and a quick variant.
-LONG_SECONDS = 30
+LONG_SECONDS = 45
 
 
 def quick_variant(command: str) -> str:
@@ -152,7 +152,9 @@ def quick_variant(command: str) -> str:
     flags = []
     if "build/heldout-split.txt" in words:
         flags.append("--text model/heldout-sample.txt")
-    if words[1] == "tasks":
+    if words[1] == "stream":
+        flags.append("--tokens 3000 --budget 128" + (" --recompute-tokens 300" if "--recompute" in words else ""))
+    elif words[1] == "tasks":
         flags.append("--samples 1 --depths 1")
     elif words[1] in ("perplexity", "compare", "sweep") and "--model" in words:
         flags.append("--max-windows 1")

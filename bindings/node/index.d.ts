@@ -500,10 +500,29 @@ export class Model {
   readonly path: string;
 }
 
-/** One sequence through a Model, token by token, with a real KV cache per (layer, head). */
+/**
+ * Where kept keys sit in rotary space (docs/streaming.md): 'original' at their tokens' positions (the
+ * default), 'cache' at their index among the positions their cache holds (StreamingLLM); with nothing
+ * evicted the two give the same logits to the bit.
+ */
+export type PositionMode = 'original' | 'cache';
+
+export interface DecoderOptions {
+  /** Positions a cache holds (0 or omitted: the model's context). */
+  capacity?: number;
+  /** Default 'original'. */
+  positions?: PositionMode;
+}
+
+/**
+ * One sequence through a Model, token by token, with a real KV cache per (layer, head). With a policy on
+ * every cache it steps on past the capacity and the model's context; a cache without one stops at the
+ * capacity (InputError).
+ */
 export class Decoder {
-  /** Room for `capacity` tokens (0 or omitted: the model's context). */
-  constructor(model: Model, capacity?: number);
+  /** Room for `capacity` positions a cache (0 or omitted: the model's context). */
+  constructor(model: Model, capacity?: number, options?: { positions?: PositionMode });
+  constructor(model: Model, options: DecoderOptions);
   /** Feeds a byte; the next byte's logits, a new Float32Array of `vocab` values. */
   step(token: number): Float32Array;
   /**
@@ -643,6 +662,8 @@ export interface BatchOptions {
   blockSize?: number;
   /** Equal full blocks held once (default true). */
   sharePrefix?: boolean;
+  /** Where every sequence's kept keys sit in rotary space (default 'original'). */
+  positions?: PositionMode;
 }
 
 export interface PoolStats {
@@ -702,6 +723,8 @@ export interface ServeBenchOptions {
   blockSize?: number;
   /** Blocks in the pool (0: every cache of every sequence at capacity). */
   poolBlocks?: number;
+  /** Where kept keys sit in rotary space (default 'original'); tokens may then pass the context when every run evicts while decoding. */
+  positions?: PositionMode;
 }
 
 /** A row of `kvevict serve-bench --format json`. */
@@ -862,6 +885,88 @@ export interface DecodeBenchRow {
  */
 export function benchModel(model: Model, text?: Text | null, options?: BenchModelOptions): DecodeBenchRow[];
 export function benchModel(options: BenchModelOptions & { model: Model; text?: Text | null }): DecodeBenchRow[];
+
+/** Options of stream(), as `kvevict stream` takes them (docs/streaming.md). */
+export interface StreamOptions {
+  /**
+   * 'default' (sliding-window, streaming-llm:sinks=1, streaming-llm:sinks=4, h2o, tova, scissorhands, snapkv),
+   * 'none' or null (no policy), items 'name' / 'name:key=value[:key=value]', comma-separated or an array.
+   */
+  policies?: readonly string[] | string | null;
+  /** Positions a cache holds, each below the context (default [256, 512]). */
+  budgets?: readonly number[];
+  /** 'original', 'cache', 'original,cache' or an array (default both). */
+  positions?: readonly PositionMode[] | string;
+  /** Tokens of the stream, BOS included (0: the whole text). */
+  tokens?: number;
+  /** Tokens a segment of the report (0: the model's context). */
+  segment?: number;
+  /** The full cache too, as far as the context (default true). */
+  fullCache?: boolean;
+  /** StreamingLLM's sliding window with re-computation: the window (0: not run). */
+  recompute?: number;
+  /** With recompute: over the stream's first N tokens. */
+  recomputeTokens?: number;
+  /** As for perplexity(). */
+  kvPrecision?: 'fp32' | 'fp16' | 'int8' | 'int4';
+  kvResidual?: number;
+  /** As for compareModel(): under each item's own parameters. */
+  overrides?: { readonly [key: string]: number | Params | undefined };
+}
+/** A segment of a stream row: the predictions of the tokens at stream positions [begin, end). */
+export interface StreamSegment {
+  begin: number;
+  end: number;
+  predictions: number;
+  bytes: number;
+  bitsPerByte: number;
+  perplexity: number;
+}
+/** A row of `kvevict stream --format json`. */
+export interface StreamRow {
+  /** null for the full cache; 'recompute' for the recomputed window. */
+  policy: string | null;
+  /** 'full cache', 'recompute', 'streaming-llm sinks=4', ... */
+  label: string;
+  /** 0 for the full cache. */
+  budget: number;
+  params: Params;
+  positions: PositionMode;
+  tokens: number;
+  predictions: number;
+  bytes: number;
+  bitsPerByte: number;
+  /** Original positions past the context the model was trained on. */
+  pastTrainedContext: boolean;
+  peakPositions: number;
+  evicted: number;
+  kvPrecision: 'fp32' | 'fp16' | 'int8' | 'int4';
+  tokenizer: string;
+  seconds: number;
+  segments: StreamSegment[];
+}
+export interface StreamResult {
+  rows: StreamRow[];
+}
+/**
+ * `kvevict stream`: the full cache first (it stops at the context), then each policy x budget at each
+ * position mode, then the recomputed window. Every policy and budget is checked before any work
+ * (ParameterError). Synchronous.
+ */
+export function stream(model: Model, text: Text, options?: StreamOptions): StreamResult;
+export function stream(options: StreamOptions & { model: Model; text: Text }): StreamResult;
+
+/** The attention sink of one layer (`kvevict stream --sinks`). */
+export interface SinkShare {
+  layer: number;
+  first: number;
+  firstFour: number;
+  evenFirst: number;
+  evenFirstFour: number;
+}
+/** Per layer, on the full cache over the first `tokens` tokens (0: the context); synchronous. */
+export function sinkShares(model: Model, text: Text, options?: { tokens?: number }): SinkShare[];
+export function sinkShares(options: { model: Model; text: Text; tokens?: number }): SinkShare[];
 
 /**
  * The softmax weights `queries` (groups x headDim floats, head-major, already rotated) pay to the keys

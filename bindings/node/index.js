@@ -221,10 +221,14 @@ Object.defineProperty(Model.prototype, Symbol.for('nodejs.util.inspect.custom'),
 /**
  * One sequence through a Model, token by token, with a real KV cache per
  * (layer, head); a head given a policy evicts what the policy names.
+ * new Decoder(model, capacity = 0, {positions = 'original'}?) or
+ * new Decoder(model, {capacity, positions}): positions 'cache' places kept
+ * keys at their index among the positions held (docs/streaming.md). With a
+ * policy on every cache it steps on past the capacity and the context.
  */
 class Decoder extends native.Decoder {
-  constructor(model, capacity) {
-    super(model, capacity);
+  constructor(model, capacity, options) {
+    super(model, capacity, options);
   }
 }
 Object.defineProperty(Decoder.prototype, Symbol.for('nodejs.util.inspect.custom'), {
@@ -236,7 +240,7 @@ Object.defineProperty(Decoder.prototype, Symbol.for('nodejs.util.inspect.custom'
 
 /**
  * Sequences decoding together over one block pool (docs/serving.md):
- * new Batch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true}).
+ * new Batch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true, positions = 'original'}).
  * join(policy = null, budget?, params?, mode = 'token') -> id; step(id, byte)
  * -> logits (Float32Array); leave(id); held(id, cache); poolStats();
  * sequences. Every sequence's logits equal its solo run's to the bit; a
@@ -340,6 +344,24 @@ function benchModel(model, text, options) {
   return native.benchModel(...spread(model, text, options));
 }
 
+/**
+ * `kvevict stream` (docs/streaming.md): one long text read as a single sequence past the model's context,
+ * every cache held at its budget; what `kvevict stream --format json` prints, {rows: [...]} with segments.
+ * stream(model, text, options?) or stream({model, text, ...options}); synchronous.
+ */
+function stream(model, text, options) {
+  return native.stream(...spread(model, text, options));
+}
+
+/**
+ * The attention sink (`kvevict stream --sinks`): per layer, the share of attention the first position and
+ * the first four draw on the full cache. sinkShares(model, text, {tokens}?) or sinkShares({model, text,
+ * tokens}); synchronous.
+ */
+function sinkShares(model, text, options) {
+  return native.sinkShares(...spread(model, text, options));
+}
+
 /** The weights query heads (groups x headDim floats) pay to n keys (n x headDim), averaged over the heads. */
 function attentionFromKeys(queries, keys, headDim, scale) {
   return native.attentionFromKeys(queries, keys, headDim, scale);
@@ -396,6 +418,8 @@ module.exports = {
   serveBench,
   tasks,
   benchModel,
+  stream,
+  sinkShares,
   attentionFromKeys,
   ropeNeox,
   recordAttention,

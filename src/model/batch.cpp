@@ -11,6 +11,7 @@ Batch::Batch(std::shared_ptr<const Model> model, const BatchOptions& options)
   if (!model_) throw ContractError("batch: no model");
   const ModelConfig& c = model_->config();
   capacity_ = options.capacity == 0 ? c.context : options.capacity;
+  positions_ = options.positions;
   if (capacity_ > c.context) {
     throw InputError(fmt::format("batch: capacity {} is over the model's context of {} positions", capacity_,
                                  c.context));
@@ -41,6 +42,7 @@ SequenceId Batch::join(const RunSpec* spec, const PagedOptions& paged) {
   options.capacity = capacity_;
   options.pool = pool_;
   options.share_prefix = share_;
+  options.positions = positions_;
   m.decoder = std::make_unique<Decoder>(model_, options);
   m.policies.attach(*m.decoder);
   const SequenceId id = next_id_++;

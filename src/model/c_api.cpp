@@ -4,14 +4,20 @@
 #include "kvevict_model.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/c_api_internal.h"
 #include "kvevict/model/batch.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/perplexity.h"
+#include "kvevict/model/rope.h"
+#include "kvevict/model/stream.h"
 
 struct kvevict_model {
   std::shared_ptr<const kvevict::Model> impl;
@@ -59,6 +65,28 @@ kvevict_status kvevict_model_get_config(const kvevict_model* model, kvevict_mode
 
 namespace {
 
+// A string the caller frees with kvevict_string_free (std::free).
+char* copy_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out == nullptr) throw std::bad_alloc();
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+// "original", "cache" or a comma-separated list of them; a bad item is a
+// ParameterError naming `who` and the item.
+std::vector<kvevict::PositionMode> position_modes(const char* text, const char* who) {
+  std::vector<kvevict::PositionMode> out;
+  for (const std::string& item : kvevict::split_list(text, std::string(who) + ": positions")) {
+    try {
+      out.push_back(kvevict::parse_position_mode(item));
+    } catch (const kvevict::InputError& e) {
+      throw kvevict::ParameterError(std::string(who) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
 // Both perplexity entry points: `who` names the function in errors; a null
 // precision is fp32.
 kvevict_status model_perplexity(const char* who, const kvevict_model* model, const uint8_t* text, size_t length,
@@ -105,23 +133,88 @@ kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uin
                           max_windows, kv_precision, kv_residual, result, peak_cache_bytes);
 }
 
-kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
-                                    kvevict_batch** out) {
+kvevict_status kvevict_model_stream(const kvevict_model* model, const uint8_t* text, size_t length,
+                                    const char* policies, const int64_t* budgets, size_t budget_count,
+                                    const kvevict_param* overrides, size_t override_count, const char* positions,
+                                    uint32_t tokens, uint32_t segment, int full_cache, uint32_t recompute,
+                                    uint32_t recompute_tokens, const char* kv_precision, int64_t kv_residual,
+                                    char** json) {
+  const char* const who = "kvevict_model_stream";
   return guard([&] {
-    need(out, "kvevict_batch_create", "out");
+    need(json, who, "json");
+    *json = nullptr;
+    check_live(model, who);
+    if (length > 0) need(text, who, "text");
+    const std::string names = policies == nullptr ? "default" : policies;
+    std::vector<std::int64_t> budget_list{256, 512};
+    if (budget_count > 0) {
+      need(budgets, who, "budgets");
+      budget_list.assign(budgets, budgets + budget_count);
+    }
+    kvevict::StreamRequest request;
+    const kvevict::ParamMap sets = param_map(overrides, override_count, who);
+    if (names != "none") request.specs = kvevict::stream_specs(names, budget_list, sets);
+    if (positions != nullptr) request.positions = position_modes(positions, who);
+    request.full_cache = full_cache != 0;
+    request.tokens = tokens;
+    request.segment = segment;
+    request.recompute_window = recompute;
+    request.recompute_tokens = recompute_tokens;
+    kvevict::ModelRunOptions options;
+    if (kv_precision != nullptr) {
+      options.kv.precision = kvevict::parse_precision(kv_precision, std::string(who) + ": kv_precision");
+    }
+    options.kv.residual = kv_residual;
+    const auto rows =
+        kvevict::stream_perplexity(*model->impl, std::span<const std::uint8_t>(text, length), request, options);
+    *json = copy_string(kvevict::stream_json(rows));
+  });
+}
+
+kvevict_status kvevict_model_sink_shares(const kvevict_model* model, const uint8_t* text, size_t length,
+                                         uint32_t tokens, char** json) {
+  const char* const who = "kvevict_model_sink_shares";
+  return guard([&] {
+    need(json, who, "json");
+    *json = nullptr;
+    check_live(model, who);
+    if (length > 0) need(text, who, "text");
+    const auto shares = kvevict::sink_shares(*model->impl, std::span<const std::uint8_t>(text, length), tokens);
+    *json = copy_string(kvevict::stream_json({}, shares));
+  });
+}
+
+kvevict_status kvevict_batch_create_positions(const kvevict_model* model, const kvevict_batch_options* options,
+                                              const char* positions, kvevict_batch** out) {
+  const char* const who = positions == nullptr ? "kvevict_batch_create" : "kvevict_batch_create_positions";
+  return guard([&] {
+    need(out, who, "out");
     *out = nullptr;
-    check_live(model, "kvevict_batch_create");
-    need(options, "kvevict_batch_create", "options");
+    check_live(model, who);
+    need(options, who, "options");
     kvevict::BatchOptions o;
     o.capacity = options->capacity;
     o.block_size = options->block_size;
     o.pool_blocks = options->pool_blocks;
     o.share_prefix = options->share_prefix != 0;
+    if (positions != nullptr) {
+      const std::vector<kvevict::PositionMode> modes = position_modes(positions, who);
+      if (modes.size() != 1) {
+        throw kvevict::ParameterError(std::string(who) + ": positions '" + positions +
+                                      "': give one mode, 'original' or 'cache'");
+      }
+      o.positions = modes.front();
+    }
     auto handle = std::make_unique<kvevict_batch>();
     handle->impl = std::make_unique<kvevict::Batch>(model->impl, o);
     remember(handle.get());
     *out = handle.release();
   });
+}
+
+kvevict_status kvevict_batch_create(const kvevict_model* model, const kvevict_batch_options* options,
+                                    kvevict_batch** out) {
+  return kvevict_batch_create_positions(model, options, nullptr, out);
 }
 
 kvevict_status kvevict_batch_destroy(kvevict_batch* batch) {

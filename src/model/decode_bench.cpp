@@ -4,6 +4,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
@@ -83,6 +84,19 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
     rows.push_back(row);
   }
   return rows;
+}
+
+std::string decode_bench_json(const std::vector<DecodeBenchRow>& rows) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+  for (const DecodeBenchRow& r : rows) {
+    doc.push_back({{"policy", r.policy}, {"budget", r.budget}, {"tokens", r.tokens},
+                   {"tokensPerSecond", r.tokens_per_second},
+                   {"tokensPerSecondSpread", {{"min", r.tokens_per_second_min}, {"median", r.tokens_per_second},
+                                              {"max", r.tokens_per_second_max}}},
+                   {"shares", {{"projections", r.projections}, {"activation", r.activation},
+                               {"attention", r.attention}, {"policies", r.policies}, {"other", r.other}}}});
+  }
+  return doc.dump(2);
 }
 
 }  // namespace kvevict

@@ -90,6 +90,11 @@ std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& req
   if (run.sequences < 1) throw ParameterError("serve-bench: a run needs at least 1 sequence");
   if (run.policy.empty()) {
     if (run.chunk != 0) throw ParameterError("serve-bench: --chunk compresses a prompt and needs a policy");
+    if (sizes.tokens > cfg.context) {
+      throw ParameterError(fmt::format("serve-bench: --tokens {} is over the model's context of {} positions: the "
+                                       "full cache (policy none) stops there; only runs that evict go past it",
+                                       sizes.tokens, cfg.context));
+    }
     return std::nullopt;
   }
   CompareRequest one;
@@ -97,6 +102,11 @@ std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& req
   one.budgets = {run.budget};
   one.overrides = request.overrides;
   RunSpec spec = compare_specs(one).front();
+  if (sizes.tokens > cfg.context && run.chunk != 0) {
+    throw ParameterError(fmt::format("serve-bench: --tokens {} is over the model's context of {} positions: a "
+                                     "chunked run's prompt is read whole before it is compressed",
+                                     sizes.tokens, cfg.context));
+  }
   if (run.chunk > sizes.tokens) {
     throw ParameterError(fmt::format("serve-bench: a chunk of {} positions is larger than the capacity of {} (the "
                                      "bytes each sequence reads)",
@@ -123,9 +133,10 @@ ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const Toke
   const ModelConfig& cfg = model->config();
   const std::uint32_t bs = request.block_size;
   BatchOptions options;
-  options.capacity = sizes.tokens;
+  options.capacity = std::min(sizes.tokens, cfg.context);
   options.block_size = bs;
-  options.pool_blocks = pool_blocks_of(request, run, cfg, sizes.tokens);
+  options.pool_blocks = pool_blocks_of(request, run, cfg, options.capacity);
+  options.positions = request.positions;
   options.share_prefix = run.share_prefix;
   Batch batch(model, options);
   PagedOptions paged;
@@ -189,10 +200,6 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
   if (request.block_size < 1) throw ParameterError("serve-bench: --block-size (0) must be at least 1");
   Checked sizes;
   sizes.tokens = request.tokens == 0 ? cfg.context : request.tokens;
-  if (sizes.tokens > cfg.context) {
-    throw ParameterError(fmt::format("serve-bench: --tokens {} is over the model's context of {} positions",
-                                     sizes.tokens, cfg.context));
-  }
   sizes.prefix = request.shared_prefix;
   if (sizes.prefix > sizes.tokens) {
     throw ParameterError(fmt::format("serve-bench: --shared-prefix {} is longer than the {} bytes each sequence reads",
@@ -212,7 +219,7 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
     most = std::max(most, run.sequences);
     ticks += sizes.tokens;
     const std::uint32_t bs = request.block_size;
-    const std::uint64_t pool = pool_blocks_of(request, run, cfg, sizes.tokens);
+    const std::uint64_t pool = pool_blocks_of(request, run, cfg, std::min(sizes.tokens, cfg.context));
     if (pool < cfg.head_count()) {
       throw ParameterError(fmt::format("serve-bench: a pool of {} blocks cannot hold one sequence, which needs {} (one "
                                        "per cache)",

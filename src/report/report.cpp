@@ -1180,7 +1180,9 @@ std::vector<std::pair<std::filesystem::path, std::uintmax_t>> write_report(const
     files.emplace_back(output.html, render_html(made));
   }
   if (output.svg_dir) {
-    const std::filesystem::path& dir = *output.svg_dir;
+    // "charts/" and "charts" name one folder: compare parents without the trailing separator.
+    std::filesystem::path dir = *output.svg_dir;
+    if (!dir.has_filename() && dir.has_parent_path()) dir = dir.parent_path();
     std::error_code ec;
     if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
       refuse(dir, "is not a folder (--svg names the folder for the SVG files)");

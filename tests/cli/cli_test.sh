@@ -550,5 +550,22 @@ bad "stream positions" "positions 'absolute': expected 'original'" -- stream --m
 bad "stream param"     "--policy h2o:sink=4: h2o has no parameter 'sink'" -- stream --model "$model" --text "$heldout" --policy h2o:sink=4
 bad "stream recompute alone" "--recompute needs --recompute-tokens N" -- stream --model "$model" --text "$heldout" --recompute 32
 
+# serve-bench past the context: a policy holds every cache, so the pool's peak stays where it was at the context.
+peak_at() {
+  "$tool" serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 64 --tokens "$1" --policy h2o \
+    --budget 64 --positions cache --format csv 2>/dev/null | tail -1 | cut -d, -f6,10
+}
+if [[ -n $(peak_at 1024) && $(peak_at 1024) == $(peak_at 3000) && $(peak_at 3000) == *",65" ]]; then
+  pass
+else
+  fail "serve-bench past the context: peak blocks, peak per cache at 1024 tokens $(peak_at 1024), at 3000 $(peak_at 3000)"
+fi
+bad "serve full past"  "the full cache (policy none) stops there" -- serve-bench --model "$model" --text "$heldout" --sequences 2 --tokens 3000 --policy none
+bad "serve positions"  "positions 'far': expected 'original'" -- serve-bench --model "$model" --text "$heldout" --positions far
+
+# report --svg DIR/ (a trailing slash) creates the folder, as --svg DIR does.
+ok  "report svg slash"  "" -- report --steps 100 --budgets 64 --policies tova --out "$tmp/slash.html" --svg "$tmp/slash-charts/"
+if [[ -f "$tmp/slash-charts/mass-over-time.svg" ]]; then pass; else fail "report --svg DIR/: no $tmp/slash-charts/mass-over-time.svg"; fi
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

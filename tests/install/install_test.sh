@@ -52,7 +52,13 @@ if [[ -d "$conformance" ]]; then
 else
   echo "(../shared/conformance is absent: peer vectors skipped)"
 fi
-KVEVICT_MODEL_FILE="$src/model/kvevict-tiny.kvm" LD_LIBRARY_PATH=$libdir "$tmp/c_api_test" "${vectors[@]}"
+# The stream the C test runs, as the tool prints it: kvevict_model_stream's
+# JSON must be the same but for the run times.
+"$build/kvevict" stream --model "$src/model/kvevict-tiny.kvm" --text "$src/model/heldout-sample.txt" \
+  --policy sliding-window,streaming-llm:sinks=4 --budget 64 --tokens 1200 --segment 500 --format json \
+  >"$tmp/stream.json" 2>/dev/null || fail "kvevict stream (the C test's expected JSON) failed"
+KVEVICT_MODEL_FILE="$src/model/kvevict-tiny.kvm" KVEVICT_STREAM_JSON="$tmp/stream.json" LD_LIBRARY_PATH=$libdir \
+  "$tmp/c_api_test" "${vectors[@]}"
 
 cmake -S "$src/tests/install/consumer-all" -B "$tmp/consumer-all" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/consumer-all" >/dev/null

@@ -503,7 +503,14 @@ int main(int argc, char** argv) {
   sb->add_option("--sequences", sb_sequences, "sequence counts, comma-separated (one run each)")->capture_default_str();
   sb->add_option("--shared-prefix", sb_prefix, "bytes every sequence starts with (the text's first ones)")
       ->capture_default_str();
-  sb->add_option("--tokens", sb_tokens, "bytes each sequence reads, its capacity (0 = the model's context)");
+  sb->add_option("--tokens", sb_tokens,
+                 "tokens each sequence reads, its capacity (0 = the model's context); past the context when every "
+                 "run evicts while decoding (the pool then sized for the context)");
+  std::string sb_positions = "original";
+  sb->add_option("--positions", sb_positions,
+                 "where kept keys sit in rotary space: original (their tokens' positions) or cache (their index "
+                 "among the positions held)")
+      ->capture_default_str();
   sb->add_option("--policy", sb_policies, "policy names, comma-separated, all (all ten), or none (the full cache)")
       ->capture_default_str();
   sb->add_option("--budget", sb_budget, "positions each cache keeps")->capture_default_str();
@@ -1060,6 +1067,7 @@ int main(int argc, char** argv) {
       request.runs = serve_runs(sequences, policies, sb_budget, split_list(sb_modes, "--modes"), sharing, chunks);
       request.shared_prefix = sb_prefix;
       request.tokens = sb_tokens;
+      request.positions = parse_position_mode(sb_positions);
       request.prompt = sb_prompt;
       request.window = sb_window;
       request.block_size = static_cast<std::uint32_t>(sb_block_size);

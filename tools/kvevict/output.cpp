@@ -221,16 +221,7 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 
 void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format) {
   if (format == "json") {
-    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
-    for (const DecodeBenchRow& r : rows) {
-      doc.push_back({{"policy", r.policy}, {"budget", r.budget}, {"tokens", r.tokens},
-                     {"tokensPerSecond", r.tokens_per_second},
-                     {"tokensPerSecondSpread", {{"min", r.tokens_per_second_min}, {"median", r.tokens_per_second},
-                                                {"max", r.tokens_per_second_max}}},
-                     {"shares", {{"projections", r.projections}, {"activation", r.activation},
-                                 {"attention", r.attention}, {"policies", r.policies}, {"other", r.other}}}});
-    }
-    out << doc.dump(2) << '\n';
+    out << decode_bench_json(rows) << '\n';
     return;
   }
   const auto pct = [](double x) { return fmt::format("{:.1f}%", 100.0 * x); };

@@ -39,7 +39,9 @@
 #include "kvevict/core/params.h"
 #include "kvevict/model/perplexity.h"
 #include "kvevict/model/perplexity_rows.h"
+#include "kvevict/model/rope.h"
 #include "kvevict/model/serve_bench.h"
+#include "kvevict/model/stream.h"
 #include "kvevict/model/batch.h"
 #include "kvevict/model/decode_bench.h"
 #include "kvevict/model/tasks.h"
@@ -1234,6 +1236,25 @@ std::uint32_t to_u32(const Napi::Value& v, const std::string& what, const std::s
   return static_cast<std::uint32_t>(n);
 }
 
+// One position mode (rope.h): 'original' or 'cache'; TypeError for a
+// non-string, ParameterError naming `what` and the text otherwise.
+kvevict::PositionMode position_mode_of(const Napi::Value& v, const std::string& what) {
+  if (!v.IsString()) {
+    throw Napi::TypeError::New(v.Env(), what + " must be 'original' or 'cache', got " + type_name(v));
+  }
+  try {
+    return kvevict::parse_position_mode(v.As<Napi::String>().Utf8Value());
+  } catch (const kvevict::InputError& e) {
+    throw kvevict::ParameterError(what + ": " + e.what());
+  }
+}
+
+// JSON.parse(text): the library's one description of its rows, as an object.
+Napi::Value parse_json(Napi::Env env, const std::string& text) {
+  const Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
+  return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, text)});
+}
+
 // A policy (a name or a Policy instance, whose given parameters are the base),
 // a budget (absent: params.budget, else the policy's own) and more parameters.
 kvevict::RunSpec spec_of(const Napi::Value& policy, const Napi::Value& budget, const Napi::Value& params,
@@ -1443,7 +1464,7 @@ std::vector<std::uint32_t> u32_items(const Napi::Value& v, const std::string& wh
 }
 
 // serveBench(model, text, {sequences?, policies?, budget?, modes?, sharing?, chunks?, sharedPrefix?, tokens?,
-// prompt?, window?, blockSize?, poolBlocks?}?) -> rows as `kvevict serve-bench --format json` prints them.
+// prompt?, window?, blockSize?, poolBlocks?, positions?}?) -> rows as `kvevict serve-bench --format json` prints them.
 Napi::Value ServeBench(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call&) -> Napi::Value {
@@ -1500,6 +1521,7 @@ Napi::Value ServeBench(const Napi::CallbackInfo& info) {
     request.window = u32_or("window", 32, "must be at least 1");
     request.block_size = u32_or("blockSize", 16, "must be at least 1");
     request.pool_blocks = u32_or("poolBlocks", 0, "must be at least 0 (0 = every cache at capacity)");
+    if (!o.Get("positions").IsUndefined()) request.positions = position_mode_of(o.Get("positions"), w + "positions");
     return row_array(env, kvevict::serve_bench(model, text, request));
   });
 }
@@ -1608,8 +1630,8 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
 }
 
 // benchModel(model, text?, {tokens?, rounds?, policies?, budgets?}?) -> the rows `kvevict bench --model
-// --format json` prints (tools/kvevict/output.cpp writes them; the library has no row description for them
-// yet). text undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
+// --format json` prints: the library's decode_bench_json, parsed (kvevict/model/decode_bench.h). text
+// undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
 Napi::Value BenchModel(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
@@ -1639,31 +1661,90 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
     for (const std::string& name : names) {
       for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
     }
-    const std::vector<kvevict::DecodeBenchRow> rows = kvevict::bench_decoder(model, text, request);
-    Napi::Array out = Napi::Array::New(env, rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const kvevict::DecodeBenchRow& r = rows[i];
-      const auto number = [&](double x) { return Napi::Number::New(env, x); };
-      Napi::Object spread = Napi::Object::New(env);
-      spread.Set("min", number(r.tokens_per_second_min));
-      spread.Set("median", number(r.tokens_per_second));
-      spread.Set("max", number(r.tokens_per_second_max));
-      Napi::Object shares = Napi::Object::New(env);
-      shares.Set("projections", number(r.projections));
-      shares.Set("activation", number(r.activation));
-      shares.Set("attention", number(r.attention));
-      shares.Set("policies", number(r.policies));
-      shares.Set("other", number(r.other));
-      Napi::Object row = Napi::Object::New(env);
-      row.Set("policy", r.policy);
-      row.Set("budget", number(static_cast<double>(r.budget)));
-      row.Set("tokens", number(static_cast<double>(r.tokens)));
-      row.Set("tokensPerSecond", number(r.tokens_per_second));
-      row.Set("tokensPerSecondSpread", spread);
-      row.Set("shares", shares);
-      out.Set(static_cast<std::uint32_t>(i), row);
+    return parse_json(env, kvevict::decode_bench_json(kvevict::bench_decoder(model, text, request)));
+  });
+}
+
+// stream(model, text, {policies?, budgets?, positions?, tokens?, segment?, fullCache?, recompute?,
+// recomputeTokens?, kvPrecision?, kvResidual?, overrides?}?) -> what `kvevict stream --format json` prints:
+// the library's stream_json, parsed (kvevict/model/stream.h).
+Napi::Value Stream(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "stream: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "stream");
+    const Napi::Object o = options_object(info[2], "stream");
+    check_known_options(o, {"policies", "budgets", "positions", "tokens", "segment", "fullCache", "recompute",
+                            "recomputeTokens", "kvPrecision", "kvResidual", "overrides"},
+                        "stream");
+    const std::string w = "stream: options.";
+    // policies: 'default' (the default), 'none' or null (no policy), 'a,b:key=value' or an array of items.
+    std::string policies = "default";
+    const Napi::Value p = o.Get("policies");
+    if (p.IsNull()) {
+      policies = "none";
+    } else if (!p.IsUndefined()) {
+      policies.clear();
+      for (const std::string& item : string_items(p, w + "policies")) policies += (policies.empty() ? "" : ",") + item;
     }
-    return out;
+    const std::vector<std::int64_t> budgets = o.Get("budgets").IsUndefined()
+                                                  ? std::vector<std::int64_t>{256, 512}
+                                                  : integer_items(o.Get("budgets"), w + "budgets", call);
+    kvevict::StreamRequest request;
+    const kvevict::ParamMap overrides = overrides_of(o, "stream");
+    if (policies != "none") request.specs = kvevict::stream_specs(policies, budgets, overrides);
+    const Napi::Value positions = o.Get("positions");
+    if (!positions.IsUndefined()) {
+      request.positions.clear();
+      if (positions.IsString()) {
+        for (const std::string& item : kvevict::split_list(positions.As<Napi::String>().Utf8Value(), w + "positions")) {
+          request.positions.push_back(position_mode_of(Napi::String::New(env, item), w + "positions"));
+        }
+      } else if (positions.IsArray()) {
+        const auto array = positions.As<Napi::Array>();
+        for (std::uint32_t i = 0; i < array.Length(); ++i) {
+          request.positions.push_back(position_mode_of(array.Get(i), w + "positions[" + std::to_string(i) + "]"));
+        }
+        if (request.positions.empty()) {
+          throw Napi::TypeError::New(env, w + "positions is empty (give 'original', 'cache' or both)");
+        }
+      } else {
+        throw Napi::TypeError::New(env, w + "positions must be a string or an array of strings, got " +
+                                            type_name(positions));
+      }
+    }
+    auto u32_or = [&](const char* key, const std::string& rule) -> std::uint32_t {
+      const Napi::Value v = o.Get(key);
+      return v.IsUndefined() ? 0 : to_u32(v, w + key, rule);
+    };
+    request.tokens = u32_or("tokens", "must be at least 0 (0 = the whole text)");
+    request.segment = u32_or("segment", "must be at least 0 (0 = the model's context)");
+    request.recompute_window = u32_or("recompute", "must be at least 0 (0 = not run)");
+    request.recompute_tokens = u32_or("recomputeTokens", "must be at least 0 (the stream's first N tokens)");
+    const Napi::Value full = o.Get("fullCache");
+    if (!full.IsUndefined()) {
+      if (!full.IsBoolean()) throw Napi::TypeError::New(env, w + "fullCache must be a boolean, got " + type_name(full));
+      request.full_cache = full.As<Napi::Boolean>().Value();
+    }
+    const kvevict::ModelRunOptions run = model_options(o, "stream");
+    return parse_json(env, kvevict::stream_json(kvevict::stream_perplexity(*model, text, request, run)));
+  });
+}
+
+// sinkShares(model, text, {tokens?}?) -> [{layer, first, firstFour, evenFirst, evenFirstFour}]
+Napi::Value SinkShares(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call&) -> Napi::Value {
+    const auto& model = model_of(info[0], "sinkShares: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "sinkShares");
+    const Napi::Object o = options_object(info[2], "sinkShares");
+    check_known_options(o, {"tokens"}, "sinkShares");
+    const std::uint32_t tokens =
+        o.Get("tokens").IsUndefined()
+            ? 0
+            : to_u32(o.Get("tokens"), "sinkShares: options.tokens", "must be at least 0 (0 = the model's context)");
+    const Napi::Value parsed = parse_json(env, kvevict::stream_json({}, kvevict::sink_shares(*model, text, tokens)));
+    return parsed.As<Napi::Object>().Get("sinks");
   });
 }
 
@@ -1852,7 +1933,7 @@ class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
                         InstanceAccessor<&BatchWrap::Sequences>("sequences")});
   }
 
-  // new NativeBatch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true})
+  // new NativeBatch(model, {poolBlocks, capacity = 0, blockSize = 16, sharePrefix = true, positions = 'original'})
   explicit BatchWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<BatchWrap>(info) {
     guard(info.Env(), [&](Call&) {
       const auto& model = model_of(info[0], "Batch: model");
@@ -1873,6 +1954,9 @@ class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
           throw Napi::TypeError::New(info.Env(), "Batch: options.sharePrefix must be a boolean, got " + type_name(share));
         }
         options.share_prefix = share.As<Napi::Boolean>().Value();
+      }
+      if (!o.Get("positions").IsUndefined()) {
+        options.positions = position_mode_of(o.Get("positions"), "Batch: options.positions");
       }
       batch_ = std::make_unique<kvevict::Batch>(model, options);
     });
@@ -2050,14 +2134,37 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
                         InstanceAccessor<&DecoderWrap::HeadCount>("headCount")});
   }
 
-  // new NativeDecoder(model, capacity = 0)
+  // new NativeDecoder(model, capacity = 0, {positions = 'original'}?), or
+  // new NativeDecoder(model, {capacity = 0, positions = 'original'})
   explicit DecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DecoderWrap>(info) {
     guard(info.Env(), [&](Call&) {
       const auto& model = model_of(info[0], "Decoder: model");
-      const std::uint32_t capacity =
-          absent(info[1]) ? 0 : to_u32(info[1], "Decoder: capacity", "must be at least 0 (0 = the model's context)");
-      decoder_ = std::make_unique<kvevict::Decoder>(model, capacity);
-      capacity_ = capacity == 0 ? model->config().context : capacity;
+      const std::string rule = "must be at least 0 (0 = the model's context)";
+      kvevict::DecoderOptions options;
+      // (model, {capacity?, positions?}) or (model, capacity?, {positions?}?)
+      const bool object_form =
+          info[1].IsObject() && !info[1].IsArray() && !info[1].IsFunction() && !info[1].IsTypedArray();
+      if (object_form && !info[2].IsUndefined()) {
+        throw Napi::TypeError::New(info.Env(), "Decoder: give (model, capacity?, {positions}?) or "
+                                               "(model, {capacity?, positions?})");
+      }
+      if (!object_form && !absent(info[1])) options.capacity = to_u32(info[1], "Decoder: capacity", rule);
+      const Napi::Value rest = object_form ? info[1] : info[2];
+      if (!absent(rest)) {
+        const Napi::Object o = to_object(rest, "Decoder: options");
+        if (object_form) {
+          check_known_options(o, {"capacity", "positions"}, "Decoder");
+          const Napi::Value c = o.Get("capacity");
+          if (!c.IsUndefined()) options.capacity = to_u32(c, "Decoder: options.capacity", rule);
+        } else {
+          check_known_options(o, {"positions"}, "Decoder");
+        }
+        if (!o.Get("positions").IsUndefined()) {
+          options.positions = position_mode_of(o.Get("positions"), "Decoder: options.positions");
+        }
+      }
+      decoder_ = std::make_unique<kvevict::Decoder>(model, options);
+      capacity_ = options.capacity == 0 ? model->config().context : options.capacity;
       policies_.resize(model->config().head_count());
       drivers_.assign(model->config().head_count(), nullptr);
     });
@@ -2286,6 +2393,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("sweepModel", Napi::Function::New<SweepModel>(env, "sweepModel"));
   exports.Set("tasks", Napi::Function::New<Tasks>(env, "tasks"));
   exports.Set("benchModel", Napi::Function::New<BenchModel>(env, "benchModel"));
+  exports.Set("stream", Napi::Function::New<Stream>(env, "stream"));
+  exports.Set("sinkShares", Napi::Function::New<SinkShares>(env, "sinkShares"));
   exports.Set("attentionFromKeys", Napi::Function::New<AttentionFromKeys>(env, "attentionFromKeys"));
   exports.Set("ropeNeox", Napi::Function::New<RopeNeox>(env, "ropeNeox"));
   exports.Set("recordAttention", Napi::Function::New<RecordAttention>(env, "recordAttention"));

@@ -131,3 +131,24 @@ const rotated: Float32Array = kv.ropeNeox([1, 2, 3, 4], 7, model.config.ropeBase
 batch.stepAll([0]);
 export const parityUsed = [taskAccuracy, taskRowsToo, benchShare, benchDefault, replayed, replayedAll, skippedLines, tick,
   weights, rotated];
+
+// Streaming past the context (docs/streaming.md): stream, sinkShares, positions.
+const streamed: kv.StreamResult = kv.stream(model, bytes, { policies: 'sliding-window,streaming-llm:sinks=4', budgets: [64],
+  positions: ['original', 'cache'], tokens: 1500, segment: 500, fullCache: false, recompute: 16, recomputeTokens: 40,
+  kvPrecision: 'int8', overrides: { 'streaming-llm.sinks': 2 } });
+const streamBits: number = streamed.rows[0]!.segments[0]!.bitsPerByte + streamed.rows[0]!.bitsPerByte;
+const streamLabel: string | null = streamed.rows[0]!.policy;
+const streamMode: kv.PositionMode = streamed.rows[0]!.positions;
+const streamedToo: kv.StreamResult = kv.stream({ model, text: bytes, policies: null, positions: 'original,cache' });
+const sinkRows: kv.SinkShare[] = kv.sinkShares(model, bytes, { tokens: 128 });
+const sinkFirst: number = sinkRows[0]!.firstFour + kv.sinkShares({ model, text: bytes })[0]!.evenFirst;
+const cacheDecoder = new kv.Decoder(model, 17, { positions: 'cache' });
+const cacheDecoderToo = new kv.Decoder(model, { capacity: 17, positions: 'original' });
+const cacheBatch = new kv.Batch(model, { poolBlocks: 64, positions: 'cache' });
+const cacheServe: kv.ServeRow[] = kv.serveBench(model, bytes, { policies: 'sliding-window', positions: 'cache' });
+// @ts-expect-error -- not a position mode
+new kv.Decoder(model, 17, { positions: 'absolute' });
+// @ts-expect-error -- fullCache is a boolean
+kv.stream(model, bytes, { fullCache: 1 });
+export const streamUsed = [streamBits, streamLabel, streamMode, streamedToo, sinkFirst, cacheDecoder, cacheDecoderToo,
+  cacheBatch, cacheServe];

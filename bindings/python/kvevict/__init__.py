@@ -66,6 +66,8 @@ from ._kvevict import (
     select_simd,
     serve_bench,
     simd,
+    sink_shares,
+    stream,
     sweep_model,
     tasks,
     trace,
@@ -112,6 +114,8 @@ __all__ = [
     "prefill",
     "Batch",
     "serve_bench",
+    "stream",
+    "sink_shares",
     "__version__",
 ]
 

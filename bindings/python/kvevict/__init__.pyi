@@ -393,10 +393,14 @@ class Model:
     @property
     def path(self) -> str: ...
 
+# Where kept keys sit in rotary space (docs/streaming.md): at their tokens'
+# positions, or at their index among the positions their cache holds.
+_PositionMode = Literal["original", "cache"]
+
 class Decoder:
     """One sequence through a Model with a real KV cache per (layer, head)."""
 
-    def __init__(self, model: Model, capacity: int = 0) -> None: ...
+    def __init__(self, model: Model, capacity: int = 0, positions: _PositionMode = "original") -> None: ...
     def step(self, token: int) -> npt.NDArray[np.float32]: ...
     def set_policy(self, head: int, policy: Optional[Policy], budget: Optional[int] = None) -> None: ...
     def policy(self, head: int) -> Optional[Policy]: ...
@@ -427,7 +431,13 @@ class Batch:
     """Sequences decoding together over one pool of KV blocks (docs/serving.md)."""
 
     def __init__(
-        self, model: Model, pool_blocks: int, capacity: int = 0, block_size: int = 16, share_prefix: bool = True
+        self,
+        model: Model,
+        pool_blocks: int,
+        capacity: int = 0,
+        block_size: int = 16,
+        share_prefix: bool = True,
+        positions: _PositionMode = "original",
     ) -> None: ...
     def join(
         self,
@@ -485,6 +495,7 @@ def serve_bench(
     block_size: int = 16,
     pool_blocks: int = 0,
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+    positions: _PositionMode = "original",
 ) -> List[ServeRow]: ...
 def perplexity(
     model: Model,
@@ -592,6 +603,58 @@ def bench_model(
     policies: Union[str, Sequence[str]] = ("h2o", "scissorhands", "snapkv", "sliding-window"),
     budgets: Sequence[int] = (128,),
 ) -> List[DecodeBenchRow]: ...
+class StreamSegment(TypedDict):
+    begin: int  # stream positions [begin, end) whose tokens were predicted
+    end: int
+    predictions: int
+    bytes: int
+    bitsPerByte: float
+    perplexity: float
+
+class StreamRow(TypedDict):
+    policy: Optional[str]  # None for the full cache, "recompute" for the recomputed window
+    label: str  # "full cache", "recompute", "streaming-llm sinks=4", ...
+    budget: int  # 0 for the full cache
+    params: Dict[str, int]
+    positions: _PositionMode
+    tokens: int
+    predictions: int
+    bytes: int
+    bitsPerByte: float
+    pastTrainedContext: bool
+    peakPositions: int
+    evicted: int
+    kvPrecision: str
+    tokenizer: str
+    seconds: float
+    segments: List[StreamSegment]
+
+class StreamResult(TypedDict):
+    rows: List[StreamRow]
+
+class SinkShare(TypedDict):
+    layer: int
+    first: float
+    firstFour: float
+    evenFirst: float
+    evenFirstFour: float
+
+def stream(
+    model: Model,
+    text: _Text,
+    policies: Optional[Union[str, Sequence[str]]] = "default",
+    budgets: Sequence[int] = (256, 512),
+    positions: Union[str, Sequence[_PositionMode]] = ("original", "cache"),
+    tokens: int = 0,
+    segment: int = 0,
+    full_cache: bool = True,
+    recompute: int = 0,
+    recompute_tokens: int = 0,
+    kv_precision: str = "fp32",
+    overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
+    kv_residual: Optional[int] = None,
+) -> StreamResult: ...
+def sink_shares(model: Model, text: _Text, tokens: int = 0) -> List[SinkShare]: ...
 def attention_from_keys(
     queries: npt.ArrayLike, keys: npt.ArrayLike, scale: Optional[float] = None
 ) -> npt.NDArray[np.float32]: ...

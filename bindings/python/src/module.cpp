@@ -47,7 +47,9 @@
 #include "kvevict/model/perplexity_rows.h"
 #include "kvevict/model/batch.h"
 #include "kvevict/model/decode_bench.h"
+#include "kvevict/model/rope.h"
 #include "kvevict/model/serve_bench.h"
+#include "kvevict/model/stream.h"
 #include "kvevict/model/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
@@ -632,14 +634,28 @@ py::array_t<float> float_array(std::span<const float> w) {
   return py::array_t<float>(static_cast<py::ssize_t>(w.size()), w.data());
 }
 
+// One position mode (rope.h) given as a str: "original" or "cache"; anything
+// else is a ValueError naming `what` and the text.
+kvevict::PositionMode position_mode_of(py::handle value, const std::string& what) {
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error(what + " must be a str ('original' or 'cache'), got " + type_name(value) + " (" +
+                         short_repr(value) + ")");
+  }
+  try {
+    return kvevict::parse_position_mode(value.cast<std::string>());
+  } catch (const kvevict::InputError& e) {
+    throw py::value_error(what + ": " + e.what());
+  }
+}
+
 // One sequence through the model. Holds a reference to every policy it
 // drives (so a policy cannot be collected under it) and marks each as driven,
 // so a policy serves one head of one decoder at a time.
 class PyDecoder {
  public:
-  PyDecoder(const std::shared_ptr<const kvevict::Model>& model, std::uint32_t capacity)
-      : decoder_(model, capacity),
-        capacity_(capacity == 0 ? model->config().context : capacity),
+  PyDecoder(const std::shared_ptr<const kvevict::Model>& model, const kvevict::DecoderOptions& options)
+      : decoder_(model, options),
+        capacity_(options.capacity == 0 ? model->config().context : options.capacity),
         policies_(model->config().head_count()),
         drivers_(model->config().head_count(), nullptr) {}
   ~PyDecoder() {
@@ -1434,7 +1450,7 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
 // (kvevict/model/decode_bench.h). The rows carry the keys, order and values of
 // `kvevict bench --model --format json` (tools/kvevict/output.cpp writes them;
 // the library has no row description for them yet).
-py::list model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
+py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
                      const Int& rounds_arg, const PolicyList& policies_arg, const IntList& budgets_arg) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   // None: the tool's default text, model/heldout-sample.txt from the working folder.
@@ -1457,28 +1473,7 @@ py::list model_bench(const ModelArg& model_arg, const py::object& text_arg, cons
   }
   const std::vector<kvevict::DecodeBenchRow> rows =
       without_gil([&] { return kvevict::bench_decoder(model, text, request); });
-  py::list out;
-  for (const kvevict::DecodeBenchRow& r : rows) {
-    py::dict spread;
-    spread["min"] = r.tokens_per_second_min;
-    spread["median"] = r.tokens_per_second;
-    spread["max"] = r.tokens_per_second_max;
-    py::dict shares;
-    shares["projections"] = r.projections;
-    shares["activation"] = r.activation;
-    shares["attention"] = r.attention;
-    shares["policies"] = r.policies;
-    shares["other"] = r.other;
-    py::dict d;
-    d["policy"] = r.policy;
-    d["budget"] = r.budget;
-    d["tokens"] = r.tokens;
-    d["tokensPerSecond"] = r.tokens_per_second;
-    d["tokensPerSecondSpread"] = spread;
-    d["shares"] = shares;
-    out.append(d);
-  }
-  return out;
+  return json_loads(kvevict::decode_bench_json(rows));  // the tool's one row description
 }
 
 // A float32 C-contiguous copy of `obj` with `ndims` dimensions (a 1-D input
@@ -1562,7 +1557,7 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
                            const PolicyList& policies_arg, const Int& budget, const PolicyList& modes_arg,
                            const py::object& sharing_arg, const IntList& chunks_arg, const Int& shared_prefix,
                            const Int& tokens, const Int& prompt, const Int& window, const Int& block_size,
-                           const Int& pool_blocks, const Overrides& overrides) {
+                           const Int& pool_blocks, const Overrides& overrides, const py::object& positions) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   std::vector<std::uint32_t> sequences;
@@ -1602,7 +1597,72 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
   if (pool < 0) throw py::value_error("pool_blocks (" + std::to_string(pool) + ") must be at least 0");
   request.pool_blocks = static_cast<std::uint64_t>(pool);
   request.overrides = overrides_of(overrides.obj);
+  request.positions = position_mode_of(positions, "serve_bench: positions");
   return row_dicts(without_gil([&] { return kvevict::serve_bench(model, text, request); }));
+}
+
+// Position modes: "original,cache" or a sequence of them (ValueError naming a bad one).
+std::vector<kvevict::PositionMode> position_modes_of(py::handle value, const std::string& what) {
+  std::vector<kvevict::PositionMode> out;
+  if (py::isinstance<py::str>(value)) {
+    for (const std::string& item : kvevict::split_list(value.cast<std::string>(), what)) {
+      out.push_back(position_mode_of(py::str(item), what));
+    }
+    return out;
+  }
+  if (!py::isinstance<py::iterable>(value)) {
+    throw py::type_error(what + " must be a str or a sequence of str ('original', 'cache'), got " +
+                         type_name(value) + " (" + short_repr(value) + ")");
+  }
+  for (const py::handle item : value) out.push_back(position_mode_of(item, what));
+  if (out.empty()) throw py::value_error(what + " is empty (give 'original', 'cache' or both)");
+  return out;
+}
+
+// kvevict stream (kvevict/model/stream.h): the library's stream_json, parsed.
+py::object model_stream(const ModelArg& model_arg, const Text& text_arg, const py::object& policies_arg,
+                        const IntList& budgets_arg, const py::object& positions_arg, const Int& tokens_arg,
+                        const Int& segment_arg, const py::object& full_cache_arg, const Int& recompute_arg,
+                        const Int& recompute_tokens_arg, const py::object& kv_precision,
+                        const Overrides& overrides, const py::object& kv_residual) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  kvevict::StreamRequest request;
+  // policies: "default", "none" / None, "a,b:key=value" or a sequence of such items.
+  std::string policies = "none";
+  if (!policies_arg.is_none()) {
+    policies.clear();
+    for (const std::string& item : str_items(policies_arg, "policies")) {
+      policies += (policies.empty() ? "" : ",") + item;
+    }
+  }
+  const std::vector<std::int64_t> budgets = budget_list(budgets_arg.obj);
+  const kvevict::ParamMap sets = overrides_of(overrides.obj);
+  if (policies != "none") request.specs = kvevict::stream_specs(policies, budgets, sets);
+  request.positions = position_modes_of(positions_arg, "positions");
+  request.tokens = to_u32(tokens_arg.obj, "tokens", "must be at least 0 (0 = the whole text)");
+  request.segment = to_u32(segment_arg.obj, "segment", "must be at least 0 (0 = the model's context)");
+  if (!py::isinstance<py::bool_>(full_cache_arg)) {
+    throw py::type_error("full_cache must be a bool, got " + type_name(full_cache_arg));
+  }
+  request.full_cache = full_cache_arg.cast<bool>();
+  request.recompute_window = to_u32(recompute_arg.obj, "recompute", "must be at least 0 (0 = not run)");
+  request.recompute_tokens =
+      to_u32(recompute_tokens_arg.obj, "recompute_tokens", "must be at least 0 (the stream's first N tokens)");
+  kvevict::ModelRunOptions options;
+  options.kv = kv_format_of(kv_precision, kv_residual, "stream");
+  const std::vector<kvevict::StreamRow> rows =
+      without_gil([&] { return kvevict::stream_perplexity(*model, text, request, options); });
+  return json_loads(kvevict::stream_json(rows));
+}
+
+py::object model_sink_shares(const ModelArg& model_arg, const Text& text_arg, const Int& tokens_arg) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  const std::uint32_t tokens = to_u32(tokens_arg.obj, "tokens", "must be at least 0 (0 = the model's context)");
+  const std::vector<kvevict::SinkShare> shares =
+      without_gil([&] { return kvevict::sink_shares(*model, text, tokens); });
+  return json_loads(kvevict::stream_json({}, shares))["sinks"];
 }
 
 // Sequences on one block pool (kvevict/model/batch.h).
@@ -2438,26 +2498,35 @@ One sequence through a Model, token by token, with a real KV cache per
 (layer, head). Head h = layer * kv_heads + KV head has its own cache; give it a
 policy with set_policy() and it holds at most `budget` positions: the
 positions the policy names are physically removed from that head's keys and
-values. Positions stay absolute (RoPE at each token's true position).
+values.
 
-Decoder(model, capacity=0): room for `capacity` tokens (0 = the model's
-context; more raises RuntimeError). step() holds the GIL (it is short).
+Decoder(model, capacity=0, positions="original"): room for `capacity`
+positions a cache (0 = the model's context; more raises RuntimeError).
+positions (docs/streaming.md): "original" rotates each key at its token's
+position in the sequence; "cache" at its index among the positions its cache
+holds, the query at the index after the last (StreamingLLM); with nothing
+evicted the two give the same logits to the bit. With a policy on every
+cache the decoder steps on past the capacity and the model's context
+(position counts every token fed). step() holds the GIL (it is short).
 )doc")
-      .def(py::init([](const ModelArg& model, const Int& capacity) {
-             return std::make_unique<PyDecoder>(
-                 model_of(model.obj).shared(), to_u32(capacity.obj, "capacity",
-                                    "must be at least 0 (0 = the model's context)"));
+      .def(py::init([](const ModelArg& model, const Int& capacity, const py::object& positions) {
+             kvevict::DecoderOptions options;
+             options.capacity = to_u32(capacity.obj, "capacity", "must be at least 0 (0 = the model's context)");
+             options.positions = position_mode_of(positions, "positions");
+             return std::make_unique<PyDecoder>(model_of(model.obj).shared(), options);
            }),
-           py::arg("model"), py::arg("capacity") = 0,
-           "A decoder for `model` with room for `capacity` tokens (0 = the model's context).")
+           py::arg("model"), py::arg("capacity") = 0, py::arg("positions") = "original",
+           "A decoder for `model` with room for `capacity` positions a cache (0 = the model's context), keys "
+           "at their tokens' positions (\"original\") or at their index in the cache (\"cache\").")
       .def(
           "step", [](const DecoderSelf& self, const Int& token) { return self.get().step(token.obj); },
           py::arg("token"), R"doc(
 Feeds the next byte (0 ... 255) at position `position` and returns the logits
 for the byte after it: a new float32 array of `vocab` entries. Each head with a
 policy first shows it that head's softmax weights over the positions it holds
-(ascending), then evicts down to its budget. Past the capacity, or when a
-policy breaks the contract, RuntimeError.
+(ascending), then evicts down to its budget. When a cache without a policy is
+full (the capacity reached), or when a policy breaks the contract,
+RuntimeError.
 )doc")
       .def(
           "set_policy",
@@ -2518,11 +2587,14 @@ share_prefix, equal full blocks (same cache, tokens, positions and bytes) are
 held once and copied before a sequence changes them. Every sequence's logits
 equal its solo run's to the bit.
 
-Batch(model, pool_blocks, capacity=0, block_size=16, share_prefix=True):
-pool_blocks must give one sequence a block per cache (layers x kv_heads).
+Batch(model, pool_blocks, capacity=0, block_size=16, share_prefix=True,
+positions="original"): pool_blocks must give one sequence a block per cache
+(layers x kv_heads). positions: where every sequence's kept keys sit in
+rotary space, as for Decoder; a sequence with a policy steps on past the
+capacity and the model's context.
 )doc")
       .def(py::init([](const ModelArg& model, const Int& pool_blocks, const Int& capacity, const Int& block_size,
-                       const py::object& share_prefix) {
+                       const py::object& share_prefix, const py::object& positions) {
              kvevict::BatchOptions o;
              const std::int64_t pool = to_int(pool_blocks.obj, "pool_blocks");
              if (pool < 1) throw py::value_error("pool_blocks (" + std::to_string(pool) + ") must be at least 1");
@@ -2533,10 +2605,12 @@ pool_blocks must give one sequence a block per cache (layers x kv_heads).
                throw py::type_error("share_prefix must be a bool, got " + type_name(share_prefix));
              }
              o.share_prefix = share_prefix.cast<bool>();
+             o.positions = position_mode_of(positions, "positions");
              return std::make_unique<PyBatch>(model_of(model.obj).shared(), o);
            }),
            py::arg("model"), py::arg("pool_blocks"), py::arg("capacity") = 0, py::arg("block_size") = 16,
-           py::arg("share_prefix") = true, "A batch over a new pool of `pool_blocks` blocks.")
+           py::arg("share_prefix") = true, py::arg("positions") = "original",
+           "A batch over a new pool of `pool_blocks` blocks.")
       .def(
           "join",
           [](PyBatch& self, const OptionalPolicy& policy, const OptionalInt& budget, const py::object& params,
@@ -2577,7 +2651,7 @@ pool_blocks must give one sequence a block per cache (layers x kv_heads).
         py::arg("policies") = "none", py::arg("budget") = 128, py::arg("modes") = "token",
         py::arg("sharing") = true, py::arg("chunks") = py::list(py::make_tuple(0)), py::arg("shared_prefix") = 512,
         py::arg("tokens") = 0, py::arg("prompt") = 0, py::arg("window") = 32, py::arg("block_size") = 16,
-        py::arg("pool_blocks") = 0, py::arg("overrides") = py::none(), R"doc(
+        py::arg("pool_blocks") = 0, py::arg("overrides") = py::none(), py::arg("positions") = "original", R"doc(
 `kvevict serve-bench`: sequences decoding together over one block pool, one
 run per sequence count x policy ("none": the full cache) x mode ("token",
 "block") x sharing x chunk. Returns a list of dicts shaped as
@@ -2587,6 +2661,54 @@ run per sequence count x policy ("none": the full cache) x mode ("token",
 "copiedBlocks", "peakPositions", "peakCachePositions", "positionsHeld",
 "evicted", "leakedBlocks", "tokensPerSecond", "seconds"} (chunked runs add
 "chunk" and "prompt"). docs/serving.md.
+
+positions: where kept keys sit in rotary space, "original" or "cache" (as
+    for Decoder). tokens may then go past the model's context when every run
+    evicts while decoding.
+)doc");
+
+  m.def("stream", &model_stream, py::arg("model"), py::arg("text"), py::arg("policies") = "default",
+        py::arg("budgets") = py::make_tuple(256, 512), py::arg("positions") = py::make_tuple("original", "cache"),
+        py::arg("tokens") = 0, py::arg("segment") = 0, py::arg("full_cache") = true, py::arg("recompute") = 0,
+        py::arg("recompute_tokens") = 0, py::arg("kv_precision") = "fp32", py::arg("overrides") = py::none(),
+        py::arg("kv_residual") = py::none(), R"doc(
+`kvevict stream` (docs/streaming.md): one long text read as a single
+sequence, past the model's context, by decoders whose caches a policy holds
+at its budget; each predicted token scored as perplexity() does, reported by
+segment of the stream. Returns what `kvevict stream --format json` prints,
+parsed: {"rows": [{"policy" (None for the full cache, "recompute" for the
+recomputed window), "label", "budget", "params", "positions", "tokens",
+"predictions", "bytes", "bitsPerByte", "pastTrainedContext",
+"peakPositions", "evicted", "kvPrecision", "tokenizer", "seconds",
+"segments": [{"begin", "end", "predictions", "bytes", "bitsPerByte",
+"perplexity"}]}]}: the full cache first (it stops at the context), then each
+policy x budget at each position mode, then the recomputed window.
+
+text: bytes or a pathlib.Path.
+policies: "default" (sliding-window, streaming-llm:sinks=1,
+    streaming-llm:sinks=4, h2o, tova, scissorhands, snapkv), "none" or None
+    (no policy), or items "name" / "name:key=value[:key=value]",
+    comma-separated or as a list.
+budgets: positions a cache holds, each below the model's context.
+positions: "original", "cache", "original,cache" or a sequence of them.
+tokens: tokens of the stream, BOS included (0 = the whole text).
+segment: tokens a segment of the report (0 = the model's context).
+full_cache: the full cache too, as far as the context.
+recompute, recompute_tokens: StreamingLLM's sliding window with
+    re-computation, a cache rebuilt over the `recompute` tokens before each
+    token, over the stream's first recompute_tokens tokens (0: not run).
+kv_precision, kv_residual: as for perplexity(). overrides: as for compare(),
+    under each item's own parameters.
+Every policy and budget is checked before any work (ValueError). Runs on
+every core without the GIL.
+)doc");
+
+  m.def("sink_shares", &model_sink_shares, py::arg("model"), py::arg("text"), py::arg("tokens") = 0, R"doc(
+The attention sink (docs/streaming.md, `kvevict stream --sinks`): on the full
+cache over the first `tokens` tokens of `text` (0 = the model's context), the
+share of each step's attention the first position and the first four draw,
+by layer, beside the share spread evenly would give them. Returns a list of
+dicts {"layer", "first", "firstFour", "evenFirst", "evenFirstFour"}.
 )doc");
 
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),

@@ -29,6 +29,8 @@ struct BatchOptions {
   std::uint32_t block_size = 16;  // positions per pool block, >= 1
   std::uint64_t pool_blocks = 0;  // blocks in the pool, at least one sequence's caches (layers x KV heads)
   bool share_prefix = true;
+  // Where every sequence's kept keys sit in rotary space (rope.h).
+  PositionMode positions = PositionMode::kOriginal;
 };
 
 using SequenceId = std::uint64_t;
@@ -74,6 +76,7 @@ class Batch {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<BlockPool> pool_;
   std::uint32_t capacity_ = 0;
+  PositionMode positions_ = PositionMode::kOriginal;
   bool share_ = true;
   std::map<SequenceId, Member> members_;
   std::map<SequenceId, std::uint32_t> removed_;  // sequences whose step failed -> that step's position

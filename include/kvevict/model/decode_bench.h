@@ -43,4 +43,11 @@ struct DecodeBenchRow {
 std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, std::span<const std::uint8_t> text,
                                           const DecodeBenchRequest& request);
 
+// The rows as JSON, the one description `kvevict bench --model --format json`
+// and the bindings print: an array (indented by 2, no trailing newline) of
+// {"policy", "budget", "tokens", "tokensPerSecond", "tokensPerSecondSpread":
+// {"min", "median", "max"}, "shares": {"projections", "activation",
+// "attention", "policies", "other"}}.
+std::string decode_bench_json(const std::vector<DecodeBenchRow>& rows);
+
 }  // namespace kvevict

@@ -39,7 +39,12 @@ struct ServeRun {
 struct ServeBenchRequest {
   std::vector<ServeRun> runs;         // in order; serve_runs() makes the usual grid
   std::uint32_t shared_prefix = 512;  // bytes every sequence starts with
-  std::uint32_t tokens = 0;           // bytes each sequence reads (0: the model's context)
+  // Tokens each sequence reads (0: the model's context). Past the context
+  // only when every run evicts while decoding (its policy holds each cache
+  // within the context; the full cache and chunked runs stop there); the
+  // pool is then sized for the context, not the tokens.
+  std::uint32_t tokens = 0;
+  PositionMode positions = PositionMode::kOriginal;  // where kept keys sit in rotary space (rope.h)
   std::uint32_t prompt = 0;           // chunked runs: bytes read as the prompt (0: all `tokens`)
   std::uint32_t window = 32;          // chunked runs: attention rows each compression scores from
   std::uint32_t block_size = 16;
