@@ -25,7 +25,7 @@ import re
 import shlex
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`[^`]*:\s*$")
+TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`.*:\s*$")
 LONG_MARK = re.compile(r"takes ((?:about )?[0-9][^;)`]*?) on 2 cores(?:; `([^`]*)` for a quick look)?")
 # Command lines in code blocks: the tool, or Python with the built module.
 BLOCK_COMMAND = re.compile(r"^(\$ )?((\./)?build/kvevict\b|PYTHONPATH=\S+ python3 |python3 -m kvevict)")
@@ -141,7 +141,7 @@ def with_flags(command: str, flags: str) -> str:
 
 
 # A command this slow or slower is marked with its time and a quick variant.
-LONG_SECONDS = 45
+LONG_SECONDS = 30
 
 
 def quick_variant(command: str) -> str:

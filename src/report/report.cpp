@@ -814,7 +814,8 @@ std::vector<Chart> render_task_charts(const std::vector<TaskRow>& rows, bool sta
 
 Chart render_line_chart(const LineChartRequest& request, bool standalone) {
   constexpr double W = 1040;
-  constexpr double H = 440;
+  // Tall enough for the legend: one 21-pixel row a series beside the frame.
+  const double H = std::max(440.0, 58 + 8 + 21.0 * static_cast<double>(request.series.size()) + 12);
   const Rect f{78, 58, 620, 320};
   double x0 = 0, x1 = 1, lo = 0, hi = 1;
   bool any = false;
