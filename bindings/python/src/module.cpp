@@ -8,9 +8,10 @@
 // from, so the binding and the tool cannot drift apart.
 //
 // The real model (kvevict/model/model.h, kvevict/model/perplexity.h): Model, Decoder and
-// the evaluations over a text. Their rows are built here as dicts with
-// snake_case keys (the library has no JSON for them); the evaluations run
-// without the GIL on the core's OpenMP threads.
+// the evaluations over a text. Their rows come from the library's one
+// description of each row (perplexity_rows.h, serve_bench.h, tasks_json,
+// stream_json, decode_bench_json), with the keys the tool prints; the
+// evaluations run without the GIL on the core's OpenMP threads.
 //
 // Errors: kvevict::ParameterError -> ValueError, every other kvevict::Error ->
 // RuntimeError, with the core's message unchanged. Arguments of the wrong type
