@@ -107,11 +107,9 @@ StreamRow run_stream(const std::shared_ptr<const Model>& model, const StreamToke
   const std::uint64_t fed = run.spec == nullptr ? options.capacity : n;
   for (std::uint64_t t = 0; t + 1 < n && t < fed; ++t) {
     const std::span<const float> logits = decoder.step(s.tokens[t]);
-    if (t + 1 < fed || run.spec != nullptr) {
-      score(row, t + 1, segment, detail::negative_log_likelihood(logits, s.tokens[t + 1]), s.bytes[t + 1]);
-    }
+    // The full cache reads its whole context and predicts within it: positions 1 ... capacity-1.
+    if (t + 1 < fed) score(row, t + 1, segment, detail::negative_log_likelihood(logits, s.tokens[t + 1]), s.bytes[t + 1]);
   }
-  // The full cache predicts within its context: positions 1 ... capacity-1.
   row.tokens = std::min(fed, n);
   row.evicted = decoder.evicted();
   row.peak_positions = decoder.store().peak_cache;

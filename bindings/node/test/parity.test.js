@@ -12,13 +12,10 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFileSync } = require('node:child_process');
-const { kv, repoRoot } = require('./support');
+const { kv, repoRoot, toolFile, noTool, toolJson: tool, withoutSeconds } = require('./support');
 
 const kvm = path.join(repoRoot, 'model', 'kvevict-tiny.kvm');
 const sampleFile = path.join(repoRoot, 'model', 'heldout-sample.txt');
-// BUILD/bindings/node/kvevict.node -> BUILD/kvevict
-const toolFile = path.resolve(path.dirname(kv.addonPath), '..', '..', 'kvevict');
-const noTool = fs.existsSync(toolFile) ? false : `the kvevict tool is not beside the addon (${toolFile})`;
 
 let model;
 let sample;
@@ -29,13 +26,6 @@ function setup() {
   }
 }
 
-// The tool's JSON (and its stderr) for the same arguments.
-function tool(...args) {
-  const out = execFileSync(toolFile, [...args.map(String), '--format', 'json'],
-    { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return JSON.parse(out);
-}
-const withoutSeconds = (rows) => rows.map(({ seconds, ...rest }) => rest);
 
 // ---- ropeNeox, attentionFromKeys -------------------------------------------------
 

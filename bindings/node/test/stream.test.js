@@ -10,17 +10,14 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { execFileSync } = require('node:child_process');
-const { kv, repoRoot } = require('./support');
+const { kv, repoRoot, noTool: toolMissing, toolJson: tool, withoutSeconds } = require('./support');
 
 const modelDir = process.env.KVEVICT_MODEL_DIR ? path.resolve(process.env.KVEVICT_MODEL_DIR) : path.join(repoRoot, 'model');
 const kvm = path.join(modelDir, 'kvevict-tiny.kvm');
 const sampleFile = path.join(modelDir, 'heldout-sample.txt');
 const skip = fs.existsSync(kvm) && fs.existsSync(sampleFile) ? false
   : `the model folder ${modelDir} lacks kvevict-tiny.kvm or heldout-sample.txt (set KVEVICT_MODEL_DIR)`;
-// BUILD/bindings/node/kvevict.node -> BUILD/kvevict
-const toolFile = path.resolve(path.dirname(kv.addonPath), '..', '..', 'kvevict');
-const noTool = skip || (fs.existsSync(toolFile) ? false : `the kvevict tool is not beside the addon (${toolFile})`);
+const noTool = skip || toolMissing;
 
 let model;
 let sample;
@@ -32,12 +29,6 @@ function setup() {
 }
 const caches = () => model.config.layers * model.config.kvHeads;
 
-function tool(...args) {
-  const out = execFileSync(toolFile, [...args.map(String), '--format', 'json'],
-    { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return JSON.parse(out);
-}
-const withoutSeconds = (rows) => rows.map(({ seconds, ...rest }) => rest);
 
 // ---- stream -------------------------------------------------------------------------
 

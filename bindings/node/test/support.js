@@ -167,4 +167,17 @@ function loadVectorFile(file) {
   return { policy: doc.policy.slice('kv-cache/'.length), cases: doc.cases };
 }
 
-module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile };
+// The kvevict executable of the addon's build folder (BUILD/bindings/node/kvevict.node
+// -> BUILD/kvevict), why tests that compare with it skip when it is absent, and
+// its JSON for the given arguments (the tests' independent side).
+const toolFile = path.resolve(path.dirname(kv.addonPath), '..', '..', 'kvevict');
+const noTool = fs.existsSync(toolFile) ? false : `the kvevict tool is not beside the addon (${toolFile})`;
+function toolJson(...args) {
+  const out = require('node:child_process').execFileSync(toolFile, [...args.map(String), '--format', 'json'],
+    { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  return JSON.parse(out);
+}
+// Rows without their wall-clock seconds, which no two runs share.
+const withoutSeconds = (rows) => rows.map(({ seconds, ...rest }) => rest);
+
+module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile, toolFile, noTool, toolJson, withoutSeconds };
