@@ -104,7 +104,9 @@ TEST(LlamaModel, GgufDeclaresWhatItHolds) {
   // 2 layers x 7 matrices + embedding + output in Q8_0; 2 x 2 norms + the final one in F32.
   EXPECT_EQ(c.weight_types, "Q8_0 (16), F32 (5)");
   EXPECT_EQ(model->vocabulary().model_name(), "gpt2");
-  EXPECT_NE(model->output(), model->embed());
+  EXPECT_NE(model->output().data, model->embed().data);
+  EXPECT_EQ(model->output().type, WeightType::kQ8_0);  // kept as stored, for the weight kernels
+  EXPECT_TRUE(model->uses_kernels());
   fs::remove_all(dir);
 }
 
@@ -116,7 +118,8 @@ TEST(LlamaModel, Qwen2TiesItsOutputAndHasBiases) {
   EXPECT_EQ(model->config().rope_mode, RopeMode::kNeox);
   EXPECT_TRUE(model->config().qkv_bias);
   EXPECT_TRUE(model->config().tied_output);
-  EXPECT_EQ(model->output(), model->embed());
+  EXPECT_EQ(model->output().data, model->embed().data);
+  EXPECT_EQ(model->embed().type, WeightType::kBF16);
   EXPECT_NE(model->layer(1).qkv_bias, nullptr);
   fs::remove_all(dir);
 }

@@ -304,6 +304,8 @@ std::vector<std::vector<float>> masked_reference(const Model& model, std::span<c
     for (std::uint32_t i = 0; i < W; ++i) o[i] = float(x[i] * r * w[i]);
     return o;
   };
+  // kvevict-tiny's matrices are float32 (Model::uses_kernels() is false).
+  auto f32 = [](const WeightMatrix& m) { return reinterpret_cast<const float*>(m.data); };
   auto mat = [](const float* m, const std::vector<float>& x, std::size_t rows) {
     std::vector<float> y(rows);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -314,10 +316,10 @@ std::vector<std::vector<float>> masked_reference(const Model& model, std::span<c
     return y;
   };
   for (std::uint32_t t = 0; t < text.size(); ++t) {
-    std::vector<float> x(model.embed() + std::size_t{text[t]} * W, model.embed() + (std::size_t{text[t]} + 1) * W);
+    std::vector<float> x(f32(model.embed()) + std::size_t{text[t]} * W, f32(model.embed()) + (std::size_t{text[t]} + 1) * W);
     for (std::uint32_t l = 0; l < c.layers; ++l) {
       const Model::Layer& w = model.layer(l);
-      std::vector<float> qkv = mat(w.qkv, norm(x, w.attn_norm), W + 2 * kv_rows);
+      std::vector<float> qkv = mat(f32(w.q), norm(x, w.attn_norm), W + 2 * kv_rows);
       std::vector<float> out(W, 0.0F);
       auto rotate = [&](float* v) {
         for (std::uint32_t i = 0; i < half; ++i) {
@@ -359,14 +361,14 @@ std::vector<std::vector<float>> masked_reference(const Model& model, std::span<c
           for (std::size_t j = 0; j < allowed.size(); ++j) mw[j] += s[j] / sum / G;
         }
       }
-      std::vector<float> y = mat(w.proj, out, W);
+      std::vector<float> y = mat(f32(w.proj), out, W);
       for (std::uint32_t i = 0; i < W; ++i) x[i] += y[i];
-      std::vector<float> u = mat(w.up, norm(x, w.mlp_norm), c.ff);
+      std::vector<float> u = mat(f32(w.up), norm(x, w.mlp_norm), c.ff);
       for (float& v : u) v = float(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
-      y = mat(w.down, u, W);
+      y = mat(f32(w.down), u, W);
       for (std::uint32_t i = 0; i < W; ++i) x[i] += y[i];
     }
-    logits.push_back(mat(model.embed(), norm(x, model.final_norm()), c.vocab));
+    logits.push_back(mat(f32(model.embed()), norm(x, model.final_norm()), c.vocab));
   }
   return logits;
 }

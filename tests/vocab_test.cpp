@@ -18,6 +18,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/model/gguf.h"
 #include "kvevict/model/vocab.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -291,6 +292,22 @@ TEST(VocabRoundTrip, Gguf) {
   EXPECT_EQ(read->kind(), Vocabulary::Kind::kSentencePiece);
   expect_same_tokenizer(*spm, *read);
   EXPECT_THROW((void)spm->tokenizer_json(), ContractError);
+}
+
+// Padding to a real model's size adds tokens no text becomes: every text
+// encodes as without them, and they survive a GGUF round trip.
+TEST(VocabTraining, PaddingAddsUnusedTokensNoTextBecomes) {
+  const auto learned = Vocabulary::train_byte_pairs(kTrainingText, 40, "llama-bpe");
+  const auto padded = Vocabulary::train_byte_pairs(kTrainingText, 40, "llama-bpe", 1000);
+  ASSERT_EQ(learned->size(), 298U);
+  EXPECT_EQ(padded->size(), 1000U);
+  for (const std::string& text : sample_texts()) EXPECT_EQ(padded->encode(text), learned->encode(text)) << text;
+  EXPECT_EQ(padded->encode("<unused_500>", false), learned->encode("<unused_500>", false));
+  EXPECT_EQ(padded->piece_bytes(999), "<unused_999>");
+  expect_same_tokenizer(*padded, *through_gguf(*padded));
+  testing::expect_error<ParameterError>(
+      [] { (void)Vocabulary::train_byte_pairs(kTrainingText, 40, "llama-bpe", 297); },
+      "train_byte_pairs: a vocabulary of 297 tokens is smaller than the 298 learned");
 }
 
 class VocabFiles : public ::testing::Test {

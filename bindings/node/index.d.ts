@@ -108,6 +108,8 @@ export interface ExpectedAttentionParams {
   covariance?: number;
   /** 1: scores scaled by the value's norm. */
   valueNorm?: number;
+  /** Refit the Gaussian every k-th scoring call, 1 ... 65536 (default 1: every eviction, as published). */
+  evictEvery?: number;
 }
 
 /** Base of every policy; not constructed directly. */
@@ -865,18 +867,37 @@ export interface BenchModelOptions {
   policies?: readonly string[] | string;
   /** Default [128]. */
   budgets?: readonly number[];
+  /** Tokens prefilled before the timed ones, and a prefill row timing them (default 0). */
+  prompt?: number;
+  /** Thread counts, each timed (default [0]: every core). */
+  threads?: readonly number[];
+  /** And a row stepping every run together as one batch (default false). */
+  together?: boolean;
 }
-/** A row of `kvevict bench --model --format json`. */
+/** A row of `kvevict bench --model --format json` (kvevict/model/decode_bench.h). */
 export interface DecodeBenchRow {
-  /** "full cache" first. */
+  mode: 'decode' | 'prefill' | 'together';
+  /** "full cache" first; "all runs" for together. */
   policy: string;
   /** 0 for the full cache. */
   budget: number;
+  threads: number;
+  /** Decoders a pass steps. */
+  runs: number;
+  /** Tokens prefilled before the timed ones. */
+  prompt: number;
   tokens: number;
-  /** The median round's, one thread's CPU time. */
+  /** The median round's, wall time; a together row counts every run's tokens. */
   tokensPerSecond: number;
   tokensPerSecondSpread: { min: number; median: number; max: number };
-  /** Shares of a step's time (they sum to 1). */
+  weightBytesPerToken: number;
+  readBandwidthGBps: number;
+  /** The read bandwidth over the weights' bytes a token. */
+  floorTokensPerSecond: number;
+  ofFloor: number;
+  /** prefill: over the full cache's decode; together: over the runs one at a time; 0 for decode. */
+  speedup: number;
+  /** Shares of a step's time (they sum to 1 on a decode row). */
   shares: { projections: number; activation: number; attention: number; policies: number; other: number };
 }
 /**

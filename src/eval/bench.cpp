@@ -110,11 +110,11 @@ std::vector<float> touched_buffer(std::size_t floats) {
   return buffer;
 }
 
-// Seconds for every OpenMP thread to sum its share of `buffer`.
-double parallel_sum_seconds(const std::vector<float>& buffer) {
+// Seconds for `team` OpenMP threads to sum a share of `buffer` each.
+double parallel_sum_seconds(const std::vector<float>& buffer, int team) {
   float total = 0.0F;
   const auto start = Clock::now();
-#pragma omp parallel reduction(+ : total)
+#pragma omp parallel num_threads(team) reduction(+ : total)
   {
     const auto threads = static_cast<std::size_t>(omp_get_num_threads());
     const auto t = static_cast<std::size_t>(omp_get_thread_num());
@@ -128,10 +128,13 @@ double parallel_sum_seconds(const std::vector<float>& buffer) {
 }
 }  // namespace
 
-double measure_parallel_read_bandwidth(std::size_t bytes, int repeats) {
+double measure_parallel_read_bandwidth(std::size_t bytes, int repeats, int threads) {
   const std::vector<float> buffer = touched_buffer(bytes / sizeof(float));
+  const int team = threads > 0 ? threads : omp_get_max_threads();
   double best = 0.0;
-  for (int r = 0; r < repeats; ++r) best = std::max(best, static_cast<double>(bytes) / parallel_sum_seconds(buffer) / 1e9);
+  for (int r = 0; r < repeats; ++r) {
+    best = std::max(best, static_cast<double>(bytes) / parallel_sum_seconds(buffer, team) / 1e9);
+  }
   return best;
 }
 
@@ -209,7 +212,9 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
       // bank just used), right after the round.
       double best = 0.0;
       const double read_bytes = static_cast<double>(read_buffer.size()) * 4.0;
-      for (int r = 0; r < 3; ++r) best = std::max(best, read_bytes / parallel_sum_seconds(read_buffer) / 1e9);
+      for (int r = 0; r < 3; ++r) {
+        best = std::max(best, read_bytes / parallel_sum_seconds(read_buffer, omp_get_max_threads()) / 1e9);
+      }
       read_gb_s.push_back(best);
       // The bytes the step must read, at the rate its step reads them, over
       // the rate a plain read of as many bytes reaches: 100 % is a step that

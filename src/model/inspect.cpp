@@ -117,7 +117,10 @@ std::string describe_model(const Model& model) {
   line("file", model.path());
   line("architecture", c.architecture);
   line("format", c.format);
-  line("weights", fmt::format("{} ({} parameters, held as float32)", c.weight_types, model.parameter_count()));
+  line("weights", fmt::format("{} ({} parameters, {})", c.weight_types, model.parameter_count(),
+                              model.uses_kernels() ? fmt::format("held in the file's types: {:.1f} MB read a token",
+                                                                 static_cast<double>(model.weight_bytes_per_token()) / 1e6)
+                                                   : std::string("held as float32")));
   line("layers", std::to_string(c.layers));
   line("width", std::to_string(c.width));
   line("heads", fmt::format("{} query, {} KV (head size {})", c.heads, c.kv_heads, c.head_dim()));

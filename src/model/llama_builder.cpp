@@ -1,15 +1,15 @@
 // The Llama family (llama, qwen2, mistral) from GGUF files and Hugging Face
 // safetensors folders: one builder, two sources of tensors and settings.
 //
-// Both sources are read into the same float32 layout the decoder runs
-// (model.h): q, k and v concatenated into one [(heads + 2 kv_heads) * d,
-// width] matrix per layer (rows q | k | v, as kvevict-tiny's), their biases
-// likewise, SwiGLU's gate and up, and the output matrix or the tied
-// embedding. Every tensor is checked against the shape the settings imply
+// Both sources are read into the layout the decoder runs (model.h): each
+// matrix in its file's type for the weight kernels (matmul.h; Q5_0 decoded
+// to F32), q, k and v as three, their biases next to each other in float32,
+// SwiGLU's gate and up, and the output matrix or the tied embedding. Every tensor is checked against the shape the settings imply
 // before anything is allocated, so a config that contradicts the weights is
 // refused by name.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -22,6 +22,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/model/gguf.h"
+#include "kvevict/model/matmul.h"
 #include "kvevict/model/safetensors.h"
 #include "kvevict/model/weight_types.h"
 #include "model/model_builder.h"
@@ -41,9 +42,10 @@ constexpr std::uint64_t kMaxFf = 1U << 18;
 constexpr std::uint64_t kMaxVocab = 1U << 22;
 constexpr std::uint64_t kMaxHeads = 1024;
 constexpr std::uint64_t kMaxContext = 1U << 24;
-// Float32 weights kvevict dequantizes into memory: 12 GiB (an 8B model's
-// float32 copy is 32 GB; a 3B model's fits).
-constexpr std::uint64_t kMaxWeights = 3ULL << 30;
+// Memory the weights take as kvevict holds them (the matrices in their
+// file's types, norms and biases as float32): 24 GiB, an 8B model at F16
+// and more than any quantized one this builder is for.
+constexpr std::uint64_t kMaxBytes = 24ULL << 30;
 
 [[noreturn]] void fail(const std::string& file, const std::string& what) {
   throw InputError(fmt::format("{}: {}", file, what));
@@ -69,6 +71,13 @@ class TensorSource {
   // a type kvevict does not read.
   virtual std::string type_of(const std::string& name) const = 0;
   virtual void read(const std::string& name, float* out) const = 0;
+  // The tensor's bytes as stored, in ggml's layout for its type (safetensors'
+  // F32, F16 and BF16 are those of GGUF's).
+  struct Raw {
+    WeightType type;
+    const std::uint8_t* data;
+  };
+  virtual Raw raw(const std::string& name) const = 0;
 };
 
 class GgufSource final : public TensorSource {
@@ -106,6 +115,10 @@ class GgufSource final : public TensorSource {
   void read(const std::string& name, float* out) const override {
     const GgufTensor& t = *gguf_.tensor(name);
     dequantize(weight_type_info(t.type)->type, t.data, out, t.elements);
+  }
+  Raw raw(const std::string& name) const override {
+    const GgufTensor& t = *gguf_.tensor(name);
+    return {weight_type_info(t.type)->type, t.data};
   }
 
  private:
@@ -147,18 +160,27 @@ class SafetensorsSource final : public TensorSource {
     return t.dtype;
   }
   void read(const std::string& name, float* out) const override { st_.to_floats(*st_.tensor(name), out); }
+  Raw raw(const std::string& name) const override {
+    const SafetensorsTensor& t = *st_.tensor(name);
+    const WeightType type = t.dtype == "F32" ? WeightType::kF32 : t.dtype == "F16" ? WeightType::kF16 : WeightType::kBF16;
+    return {type, t.data};
+  }
 
  private:
   const Safetensors& st_;
   std::string file_;
 };
 
-// One tensor to place: where its values go in the weights and the shape
-// the settings imply.
+// One tensor to place: a vector (a norm, a bias) goes to the float32
+// weights; a matrix keeps its file's type in the blocks when the kernels
+// read it (matmul.h), or is decoded to F32 there (Q5_0; every matrix of
+// kvevict-tiny, whose products stay Eigen's on float32).
 struct Planned {
   std::string name;
   std::vector<std::uint64_t> shape;
-  std::uint64_t offset = 0;  // in floats
+  bool matrix = false;
+  std::uint64_t offset = 0;  // in floats (a vector) or bytes (a matrix)
+  WeightType type = WeightType::kF32;  // as held (a matrix)
 };
 
 // Builds the model once the configuration is known: checks every tensor's
@@ -168,9 +190,12 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
   const std::string& file = src.file();
   const std::uint64_t d = c.head_dim();
   const std::uint64_t w = c.width;
+  const bool kernels = c.architecture != kTiny;
   std::vector<Planned> plan;
-  std::uint64_t total = 0;
-  auto take = [&](const std::string& name, std::vector<std::uint64_t> shape) -> std::uint64_t {
+  std::uint64_t floats = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t parameters = 0;
+  auto take = [&](const std::string& name, std::vector<std::uint64_t> shape) -> std::size_t {
     if (!src.has(name)) fail(file, fmt::format("tensor '{}' is missing", name));
     const std::vector<std::uint64_t> have = src.shape(name);
     if (have != shape) {
@@ -179,34 +204,41 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     }
     std::uint64_t n = 1;
     for (const std::uint64_t s : shape) n *= s;  // each factor is capped: no overflow
-    const std::uint64_t at = total;
-    plan.push_back({name, std::move(shape), at});
-    total += n;
-    if (total > kMaxWeights) {
-      fail(file, fmt::format("the model has more than {} weights, over what kvevict holds in memory as float32 "
-                             "({} GiB)",
-                             kMaxWeights, kMaxWeights * 4 >> 30));
+    Planned p{name, std::move(shape), false, 0, WeightType::kF32};
+    parameters += n;
+    if (p.shape.size() == 2) {
+      src.type_of(name);  // refuses a type kvevict does not read, by name
+      p.matrix = true;
+      const WeightType stored = src.raw(name).type;
+      p.type = kernels && has_matmul_kernel(stored) ? stored : WeightType::kF32;
+      p.offset = bytes;
+      bytes += weight_bytes(p.type, n);
+    } else {
+      p.offset = floats;
+      floats += n;
     }
-    return at;
+    if (bytes + floats * 4 > kMaxBytes) {
+      fail(file, fmt::format("the model needs more than {} GiB of memory as kvevict holds it", kMaxBytes >> 30));
+    }
+    plan.push_back(std::move(p));
+    return plan.size() - 1;
   };
   struct LayerAt {
-    std::uint64_t attn_norm, q, k, v, q_bias = 0, k_bias = 0, v_bias = 0, o, mlp_norm, gate, up, down;
+    std::size_t attn_norm, q, k = 0, v = 0, q_bias = 0, k_bias = 0, v_bias = 0, o, mlp_norm, gate = 0, up, down;
   };
-  const std::uint64_t embed_at = take(src.name_of("embed", 0), {c.vocab, w});
+  const std::size_t embed_at = take(src.name_of("embed", 0), {c.vocab, w});
   std::vector<LayerAt> at(c.layers);
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     LayerAt& a = at[l];
     a.attn_norm = take(src.name_of("attn_norm", l), {w});
-    // q, k and v land next to each other: one fused matrix (kvevict-tiny's
-    // file holds it so already).
-    if (c.architecture == kTiny) {
+    if (c.architecture == kTiny) {  // one fused q | k | v matrix, as its .kvm holds it
       a.q = take(src.name_of("qkv", l), {(c.heads + 2 * c.kv_heads) * d, w});
     } else {
       a.q = take(src.name_of("q", l), {c.heads * d, w});
       a.k = take(src.name_of("k", l), {c.kv_heads * d, w});
       a.v = take(src.name_of("v", l), {c.kv_heads * d, w});
     }
-    if (c.qkv_bias) {
+    if (c.qkv_bias) {  // planned in this order: the three biases lie next to each other
       a.q_bias = take(src.name_of("q_bias", l), {c.heads * d});
       a.k_bias = take(src.name_of("k_bias", l), {c.kv_heads * d});
       a.v_bias = take(src.name_of("v_bias", l), {c.kv_heads * d});
@@ -217,8 +249,8 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     a.up = take(src.name_of("up", l), {c.ff, w});
     a.down = take(src.name_of("down", l), {w, c.ff});
   }
-  const std::uint64_t norm_at = take(src.name_of("final_norm", 0), {w});
-  std::uint64_t output_at = embed_at;
+  const std::size_t norm_at = take(src.name_of("final_norm", 0), {w});
+  std::size_t output_at = embed_at;
   if (!c.tied_output) output_at = take(src.name_of("output", 0), {c.vocab, w});
 
   // The types, counted (and any type kvevict does not read refused by name)
@@ -232,31 +264,68 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
   c.weight_types = by_count.size() == 1 ? by_count.front().first : fmt::format("{}", fmt::join(parts, ", "));
 
   Model::Parts m;
-  m.data.resize(total);
-  for (const Planned& p : plan) src.read(p.name, m.data.data() + p.offset);
-  for (std::size_t i = 0; i < m.data.size(); ++i) {
-    if (!std::isfinite(m.data[i])) {
-      const auto it = std::upper_bound(plan.begin(), plan.end(), i,
-                                       [](std::size_t v, const Planned& p) { return v < p.offset; });
-      const Planned& p = *(it - 1);
-      fail(file, fmt::format("tensor '{}' holds a non-finite weight at index {}", p.name, i - p.offset));
+  m.data.resize(floats);
+  m.blocks.resize(bytes);
+  m.parameters = parameters;
+  m.kernels = kernels;
+  std::vector<float> row;
+  for (const Planned& p : plan) {
+    auto nonfinite = [&](const float* values, std::uint64_t n, std::uint64_t first) {
+      for (std::uint64_t i = 0; i < n; ++i) {
+        if (!std::isfinite(values[i])) {
+          fail(file, fmt::format("tensor '{}' holds a non-finite weight at index {}", p.name, first + i));
+        }
+      }
+    };
+    if (!p.matrix) {
+      float* out = m.data.data() + p.offset;
+      src.read(p.name, out);
+      nonfinite(out, p.shape[0], 0);
+      continue;
+    }
+    const std::uint64_t rows = p.shape[0];
+    const std::uint64_t cols = p.shape[1];
+    const TensorSource::Raw raw = src.raw(p.name);
+    std::uint8_t* out = m.blocks.data() + p.offset;
+    const std::uint64_t in_row = weight_bytes(raw.type, cols);
+    const std::uint64_t out_row = weight_bytes(p.type, cols);
+    row.resize(cols);
+    // Row by row: decoded once to check every weight is finite, and kept as
+    // stored or as those float32 values.
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      dequantize(raw.type, raw.data + r * in_row, row.data(), cols);
+      nonfinite(row.data(), cols, r * cols);
+      if (p.type == raw.type) {
+        std::memcpy(out + r * out_row, raw.data + r * in_row, in_row);
+      } else {
+        std::memcpy(out + r * out_row, row.data(), out_row);
+      }
     }
   }
-  const float* base = m.data.data();
-  m.embed = base + embed_at;
-  m.output = base + output_at;
-  m.final_norm = base + norm_at;
+  auto matrix = [&](std::size_t i) {
+    const Planned& p = plan[i];
+    return WeightMatrix{p.type, static_cast<std::uint32_t>(p.shape[0]), static_cast<std::uint32_t>(p.shape[1]),
+                        m.blocks.data() + p.offset};
+  };
+  auto vector = [&](std::size_t i) -> const float* { return m.data.data() + plan[i].offset; };
+  m.embed = matrix(embed_at);
+  m.output = matrix(output_at);
+  m.final_norm = vector(norm_at);
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const LayerAt& a = at[l];
     Model::Layer layer;
-    layer.attn_norm = base + a.attn_norm;
-    layer.qkv = base + a.q;  // k and v follow q (planned in that order)
-    layer.qkv_bias = c.qkv_bias ? base + a.q_bias : nullptr;
-    layer.proj = base + a.o;
-    layer.mlp_norm = base + a.mlp_norm;
-    layer.gate = c.mlp == MlpKind::kSwiGlu ? base + a.gate : nullptr;
-    layer.up = base + a.up;
-    layer.down = base + a.down;
+    layer.attn_norm = vector(a.attn_norm);
+    layer.q = matrix(a.q);
+    if (c.architecture != kTiny) {
+      layer.k = matrix(a.k);
+      layer.v = matrix(a.v);
+    }
+    layer.qkv_bias = c.qkv_bias ? vector(a.q_bias) : nullptr;  // k's and v's follow q's (planned in that order)
+    layer.proj = matrix(a.o);
+    layer.mlp_norm = vector(a.mlp_norm);
+    if (c.mlp == MlpKind::kSwiGlu) layer.gate = matrix(a.gate);
+    layer.up = matrix(a.up);
+    layer.down = matrix(a.down);
     m.layers.push_back(layer);
   }
   c.rope_divisors = std::move(rope_divisors);

@@ -185,12 +185,23 @@ std::shared_ptr<const Model> Model::from_parts(Parts parts) {
   model->config_ = std::move(parts.config);
   model->path_ = std::move(parts.path);
   model->data_ = std::move(parts.data);  // a vector's move keeps its buffer: the pointers stay valid
+  model->blocks_ = std::move(parts.blocks);
+  model->parameters_ = parts.parameters;
+  model->kernels_ = parts.kernels;
   model->vocab_ = std::move(parts.vocab);
   model->embed_ = parts.embed;
   model->output_ = parts.output;
   model->final_norm_ = parts.final_norm;
   model->layers_ = std::move(parts.layers);
   return model;
+}
+
+std::uint64_t Model::weight_bytes_per_token() const noexcept {
+  std::uint64_t bytes = embed_.row_bytes() + output_.bytes();
+  for (const Layer& l : layers_) {
+    for (const WeightMatrix* w : {&l.q, &l.k, &l.v, &l.proj, &l.gate, &l.up, &l.down}) bytes += w->bytes();
+  }
+  return bytes;
 }
 
 std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
@@ -329,21 +340,28 @@ std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::st
     }
   }
   if (r.at() != crc_at) fail(file, fmt::format("{} unread bytes after the last tensor", crc_at - r.at()));
+  model->parameters_ = model->data_.size();
+  model->kernels_ = false;
   c.trained_context = c.context;
   model->vocab_ = Vocabulary::bytes();
 
   const float* base = model->data_.data();
   std::size_t k = 0;
-  model->embed_ = base + offsets[k++];
+  // Float32 views of the weights: kvevict-tiny's products stay Eigen's (uses_kernels()).
+  auto matrix = [&](std::uint32_t rows, std::uint32_t cols) {
+    return WeightMatrix{WeightType::kF32, rows, cols, reinterpret_cast<const std::uint8_t*>(base + offsets[k++])};
+  };
+  const std::uint32_t d = c.head_dim();
+  model->embed_ = matrix(c.vocab, c.width);
   model->output_ = model->embed_;
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     Layer layer{};
     layer.attn_norm = base + offsets[k++];
-    layer.qkv = base + offsets[k++];
-    layer.proj = base + offsets[k++];
+    layer.q = matrix((c.heads + 2 * c.kv_heads) * d, c.width);
+    layer.proj = matrix(c.width, c.width);
     layer.mlp_norm = base + offsets[k++];
-    layer.up = base + offsets[k++];
-    layer.down = base + offsets[k++];
+    layer.up = matrix(c.ff, c.width);
+    layer.down = matrix(c.width, c.ff);
     model->layers_.push_back(layer);
   }
   model->final_norm_ = base + offsets[k];
@@ -382,8 +400,38 @@ struct Decoder::Impl {
   std::uint32_t failed_at = 0;
   std::string failed_what;
 
-  // Scratch, sized once.
-  std::vector<float> x, h, qkv, attn_out, ff, ff_up, logits, scores, query_weights;
+  // Per lane of a pass through the layers (one token: step(); a chunk of
+  // the prompt: prefill(); one a decoder: step_together()), [lanes x size]:
+  // the residual stream, the normed input, q | k | v, the attention output,
+  // the MLP's hidden units, the logits; and each lane's position and the
+  // chained hash of its tokens so far.
+  struct Scratch {
+    std::uint32_t lanes = 0;
+    std::vector<float> x, h, qkv, attn_out, ff, ff_up, logits;
+    std::vector<std::uint32_t> pos;
+    std::vector<std::uint64_t> hash;
+    void size(const ModelConfig& c, std::uint32_t n) {
+      lanes = n;
+      const std::size_t d = c.head_dim();
+      x.assign(std::size_t{n} * c.width, 0.0F);
+      h.assign(std::size_t{n} * c.width, 0.0F);
+      qkv.assign(std::size_t{n} * (c.heads + 2 * c.kv_heads) * d, 0.0F);
+      attn_out.assign(std::size_t{n} * c.q_width(), 0.0F);
+      ff.assign(std::size_t{n} * c.ff, 0.0F);
+      if (c.mlp == MlpKind::kSwiGlu) ff_up.assign(std::size_t{n} * c.ff, 0.0F);
+      logits.assign(std::size_t{n} * c.vocab, 0.0F);
+      pos.assign(n, 0);
+      hash.assign(n, 0);
+    }
+  };
+  Scratch own;          // prefill_chunk lanes: step() and prefill()
+  Scratch together;     // step_together()'s, grown to the largest group this decoder led
+  const float* last = nullptr;  // the last token's logits
+  int threads = 1;
+  std::uint32_t chunk = 1;
+
+  // One lane's attention at a time, sized once.
+  std::vector<float> scores, query_weights;
   std::vector<float> raw_queries;  // this layer's queries before RoPE and scaling, [heads, head_dim]: a signal
   // The cache's new key and value as stored, copied: sealing a block may swap
   // it for an equal published one, so the policy reads its own copy.
@@ -392,6 +440,12 @@ struct Decoder::Impl {
   PositionMode positions = PositionMode::kOriginal;
   // kCache: one cache's held keys rotated at their indices, [capacity, head_dim].
   std::vector<float> rotated_keys;
+
+  // Layer l's attention for one token at `pos` (its q | k | v in `qkv`, the
+  // output to `out`): every KV head's cache takes the key and value, its
+  // query heads attend, its policy steps and evicts; then a layer budget's
+  // eviction. Returns the positions evicted.
+  std::uint64_t attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out, Lap& lap);
 
   void empty_store() noexcept {
     store->clear();
@@ -458,16 +512,13 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.layer_budgets.assign(m.cfg.layers, nullptr);
   m.layer_budget_of.assign(m.cfg.layers, 0);
   m.empty_store();
-  m.x.assign(m.cfg.width, 0.0F);
-  m.h.assign(m.cfg.width, 0.0F);
-  m.qkv.assign(std::size_t{m.cfg.heads + 2 * m.cfg.kv_heads} * d, 0.0F);
+  m.threads = options.threads > 0 ? options.threads : default_threads();
+  m.chunk = options.prefill_chunk == 0 ? 64 : options.prefill_chunk;
+  if (m.chunk > 4096) throw ParameterError(fmt::format("decoder: prefill_chunk {} is over 4096", m.chunk));
+  m.own.size(m.cfg, m.chunk);
   m.raw_queries.assign(std::size_t{m.cfg.heads} * d, 0.0F);
   m.step_key.assign(d, 0.0F);
   m.step_value.assign(d, 0.0F);
-  m.attn_out.assign(m.cfg.q_width(), 0.0F);
-  m.ff.assign(m.cfg.ff, 0.0F);
-  if (m.cfg.mlp == MlpKind::kSwiGlu) m.ff_up.assign(m.cfg.ff, 0.0F);
-  m.logits.assign(m.cfg.vocab, 0.0F);
   m.scores.assign(capacity, 0.0F);
   m.query_weights.assign(capacity, 0.0F);
   // RoPE angles as the trainer makes them (rope.h), tabled for the
@@ -577,250 +628,388 @@ std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
 
 std::span<const float> Decoder::queries(std::uint32_t h) const noexcept { return impl_->heads[h].queries; }
 
-std::span<const float> Decoder::step(Token token) {
-  Impl& m = *impl_;
+std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out,
+                                    Lap& lap) {
+  const ModelConfig& c = cfg;
+  const std::uint32_t d = c.head_dim();
+  const std::uint32_t group = c.group();
+  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
+  const bool by_index = positions == PositionMode::kCache;
+  std::uint64_t evicted = 0;
+  // The queries as projected, for policies that model them (expected
+  // attention): they are rotated and scaled in place below.
+  std::copy_n(qkv, std::size_t{c.heads} * d, raw_queries.data());
+  for (std::uint32_t hd = 0; hd < c.heads && !by_index; ++hd) {
+    // Rotate q at this token's true position, then scale it (the trainer
+    // scales q, not the scores). By index: per cache, below.
+    rope->rotate(qkv + std::size_t{hd} * d, pos, scale);
+  }
+  const float* k_rows = qkv + std::size_t{c.heads} * d;
+  const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
+  Rope& rope_ref = *rope;
+  LayerBudget* const shared = layer_budgets[l];
+  for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+    const std::uint32_t cache = l * c.kv_heads + kv;
+    HeadCache& hc = heads[cache];
+    SequenceStore& st = *store;
+    const std::uint32_t held = st.count(cache);  // positions held before this token
+    if (by_index) {  // the group's queries sit at the index after the held positions
+      for (std::uint32_t g = 0; g < group; ++g) rope_ref.rotate(qkv + std::size_t{kv * group + g} * d, held, scale);
+    }
+    const auto [k, v] = st.append(cache, pos);
+    std::copy_n(k_rows + std::size_t{kv} * d, d, k);
+    if (!by_index) rope_ref.rotate(k, pos, 1.0F);  // the key is rotated once, where it is stored
+    std::copy_n(v_rows + std::size_t{kv} * d, d, v);
+    st.seal(cache, hash);
+    const std::uint32_t n = held + 1;
+    auto [keys, values] = st.rows(cache);
+    if (by_index) {  // stored before rotation: each held key turned to its index now
+      std::copy_n(keys, std::size_t{n} * d, rotated_keys.data());
+      for (std::uint32_t i = 0; i < n; ++i) rope_ref.rotate(rotated_keys.data() + std::size_t{i} * d, i, 1.0F);
+      keys = rotated_keys.data();
+    }
+    // The policy reads the new key and value as stored (a quantized
+    // store's read back), from its own copy.
+    std::copy_n(keys + std::size_t{held} * d, d, step_key.data());
+    std::copy_n(values + std::size_t{held} * d, d, step_value.data());
+    // Each query head of the group: scores over the held positions and the
+    // new token itself, softmax, output. The policy sees their mean.
+    for (std::uint32_t g = 0; g < group; ++g) {
+      const std::uint32_t hd = kv * group + g;
+      const float* q = qkv + std::size_t{hd} * d;
+      float* weights = group == 1 ? hc.weights.data() : query_weights.data();
+      Eigen::Map<Eigen::VectorXf> score_view(scores.data(), n);
+      score_view.noalias() = MatrixView(keys, n, d) * VecView(q, d);
+      const float top = score_view.maxCoeff();
+      float sum = 0.0F;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const float e = std::exp(scores[i] - top);
+        weights[i] = e;
+        sum += e;
+      }
+      for (std::uint32_t i = 0; i < n; ++i) weights[i] /= sum;
+      VecMut(out + std::size_t{hd} * d, d).noalias() =
+          MatrixView(values, n, d).transpose() * VecView(weights, n);
+      if (group == 1) continue;
+      if (g == 0) {
+        std::copy_n(weights, n, hc.weights.data());
+      } else {
+        for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] += weights[i];
+      }
+    }
+    if (group > 1) {
+      const auto share = static_cast<float>(group);
+      for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= share;
+    }
+    std::copy_n(st.positions(cache).data(), n, hc.attended.data());
+    hc.attended_count = n;
+    std::copy_n(raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
+
+    // The policy: the weights over the positions held before this token,
+    // ascending, and the token's key (as stored), value and queries (before
+    // RoPE, every query head of the group); then the token is admitted;
+    // evict down to the budget. Position 0 exists before step 1: a policy
+    // is given its signals alone (on_origin).
+    lap.charge(&DecodeProfile::attention);
+    const StepInputs inputs{.attention = std::span<const float>(hc.weights.data(), held),
+                            .key = std::span<const float>(step_key),
+                            .value = std::span<const float>(step_value),
+                            .queries = std::span<const float>(hc.queries)};
+    if (shared != nullptr) {
+      if (pos == 0) {
+        shared->on_origin(kv, inputs);
+      } else {
+        shared->on_step(kv, pos, inputs);
+      }
+      lap.charge(&DecodeProfile::policies);
+      continue;
+    }
+    if (hc.policy == nullptr) continue;
+    if (pos == 0) {
+      hc.policy->on_origin(inputs);
+      lap.charge(&DecodeProfile::policies);
+      continue;
+    }
+    hc.policy->on_step(pos, inputs);
+    if (static_cast<std::int64_t>(n) <= hc.budget) {
+      lap.charge(&DecodeProfile::policies);
+      continue;
+    }
+    st.mark(cache, hc.policy->evict(hc.budget), hc.policy->name(), pos);
+    const std::uint32_t kept = n - st.remove_marked(cache);
+    evicted += n - kept;
+    lap.charge(&DecodeProfile::policies);
+    if (static_cast<std::int64_t>(kept) > hc.budget) {
+      throw ContractError(fmt::format(
+          "{}: left {} positions held against a budget of {} at position {} (layer {}, KV head {})",
+          hc.policy->name(), kept, hc.budget, pos, l, kv));
+    }
+  }
+  // A budget shared by the layer's KV heads: one eviction for them all,
+  // once every head has seen this step.
+  if (shared != nullptr && pos != 0) {
+    const std::int64_t budget = layer_budget_of[l];
+    std::int64_t total = 0;
+    for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) total += store->count(l * c.kv_heads + kv);
+    if (total > budget) {
+      shared->evict(budget);
+      total = 0;
+      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+        const std::uint32_t cache = l * c.kv_heads + kv;
+        const std::uint32_t n = store->count(cache);
+        store->mark(cache, shared->victims(kv), shared->head(kv).name(), pos);
+        const std::uint32_t kept = n - store->remove_marked(cache);
+        evicted += n - kept;
+        total += kept;
+      }
+      if (total > budget) {
+        throw ContractError(fmt::format("{}: layer {} holds {} positions against a layer budget of {} at position {}",
+                                        shared->head(0).name(), l, total, budget, pos));
+      }
+    }
+  }
+  if (shared != nullptr && pos != 0) lap.charge(&DecodeProfile::policies);
+  return evicted;
+}
+
+namespace {
+
+// y = W x for each of n vectors: the weight kernels, or kvevict-tiny's
+// Eigen products one vector at a time (Model::uses_kernels).
+void product(const Model& model, const WeightMatrix& w, const float* x, std::size_t xs, float* y, std::size_t ys,
+             std::uint32_t n, int threads) {
+  if (model.uses_kernels()) {
+    matmul(w, x, xs, y, ys, n, threads);
+    return;
+  }
+  const auto* floats = reinterpret_cast<const float*>(w.data);
+  for (std::uint32_t i = 0; i < n; ++i) matvec(floats, x + i * xs, y + i * ys, w.rows, w.cols);
+}
+
+}  // namespace
+
+struct Decoder::Lanes {
+  std::span<Decoder* const> decoders;  // lane i's decoder
+  std::span<const Token> tokens;       // and token
+  Impl::Scratch* scratch = nullptr;
+  int threads = 1;
+  DecodeProfile* profile = nullptr;
+};
+
+void Decoder::check_ready(std::span<const Token> tokens, const std::string& who) const {
+  const Impl& m = *impl_;
   if (m.failed) {
-    throw ContractError(fmt::format("decoder: the step at position {} failed ({}), leaving the heads' caches "
+    throw ContractError(fmt::format("decoder{}: the step at position {} failed ({}), leaving the heads' caches "
                                     "and policies out of step: call reset() and give new policies",
-                                    m.failed_at,
+                                    who, m.failed_at,
                                     m.failed_what.empty() ? std::string("an exception without a message")
                                                           : m.failed_what));
   }
-  const std::uint32_t pos = fed_;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::uint64_t pos = std::uint64_t{fed_} + i;
+    if (pos >= std::numeric_limits<Position>::max()) {
+      throw InputError(fmt::format("decoder{}: position {} is the last a position number holds", who, pos));
+    }
+    if (tokens[i] >= m.cfg.vocab) {
+      throw InputError(fmt::format("decoder{}: token {} at position {} is outside the model's vocabulary of {}", who,
+                                   tokens[i], pos, m.cfg.vocab));
+    }
+  }
   // Before anything changes, so the decoder stays usable: a sequence runs on
-  // while its policies keep every cache below the capacity.
-  if (pos >= m.capacity) {
-    for (std::uint32_t h = 0; h < m.heads.size(); ++h) {
-      if (m.store->count(h) >= m.capacity) {
-        throw InputError(fmt::format("decoder: position {} is past the capacity of {} positions (cache {} is full: "
-                                     "a cache without a policy, or with a budget of the capacity or more, ends there)",
-                                     pos, m.capacity, h));
-      }
+  // while its policies keep every cache below the capacity. A cache with a
+  // policy holds at most its budget after each step (or what it holds now,
+  // if more); one without grows by a position a token.
+  const auto n = static_cast<std::uint64_t>(tokens.size());
+  for (std::uint32_t h = 0; h < m.heads.size(); ++h) {
+    const std::uint64_t count = m.store->count(h);
+    const std::uint32_t layer = h / m.cfg.kv_heads;
+    std::uint64_t before_last = count + n - 1;  // held before the last token, at most
+    const std::int64_t budget = m.layer_budgets[layer] != nullptr ? m.layer_budget_of[layer]
+                                : m.heads[h].policy != nullptr    ? m.heads[h].budget
+                                                                  : -1;
+    if (budget >= 0) before_last = std::min(before_last, std::max(count, static_cast<std::uint64_t>(budget)));
+    if (before_last >= m.capacity) {
+      const std::uint64_t at = std::min<std::uint64_t>(fed_ + n - 1, fed_ + (m.capacity > count ? m.capacity - count : 0));
+      throw InputError(fmt::format("decoder{}: position {} is past the capacity of {} positions (cache {} is full: "
+                                   "a cache without a policy, or with a budget of the capacity or more, ends there)",
+                                   who, at, m.capacity, h));
     }
-    if (pos == std::numeric_limits<Position>::max()) {
-      throw InputError(fmt::format("decoder: position {} is the last a position number holds", pos));
-    }
-  }
-  if (token >= m.cfg.vocab) {
-    throw InputError(fmt::format("decoder: token {} at position {} is outside the model's vocabulary of {}", token,
-                                 pos, m.cfg.vocab));
-  }
-  // The strong guarantee would need every policy's state rolled back, which
-  // the Policy interface has no way to do: a throw on head h comes after
-  // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
-  // of computing from heads that disagree about what they hold.
-  try {
-    if (profile_ == nullptr) return advance(token);
-    const auto started = std::chrono::steady_clock::now();
-    const std::span<const float> logits = advance(token);
-    profile_->total += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    ++profile_->tokens;
-    return logits;
-  } catch (const std::exception& e) {
-    m.failed = true;
-    m.failed_at = pos;
-    try {
-      m.failed_what = e.what();
-    } catch (...) {  // keep the original exception; the refusal names the position
-    }
-    throw;
-  } catch (...) {
-    m.failed = true;
-    m.failed_at = pos;
-    m.failed_what.clear();
-    throw;
   }
 }
 
-std::span<const float> Decoder::advance(Token token) {
+std::span<const float> Decoder::step(Token token) {
+  check_ready(std::span<const Token>(&token, 1), "");
+  Decoder* self = this;
+  Lanes lanes{std::span<Decoder* const>(&self, 1), std::span<const Token>(&token, 1), &impl_->own,
+              impl_->threads, profile_};
+  forward(lanes);
+  return last_logits();
+}
+
+std::span<const float> Decoder::prefill(std::span<const Token> tokens) {
   Impl& m = *impl_;
-  const ModelConfig& c = m.cfg;
-  const Model& model = *m.model;
-  const std::uint32_t pos = fed_;
+  if (tokens.empty()) return {};
+  if (tokens.size() > m.chunk) {
+    throw InputError(fmt::format("decoder: a prefill of {} tokens is over the chunk of {} (DecoderOptions::prefill_chunk)",
+                                 tokens.size(), m.chunk));
+  }
+  check_ready(tokens, "");
+  // Every lane is this decoder: the pass takes the tokens in order.
+  std::array<Decoder*, 4096> self{};
+  std::fill_n(self.begin(), tokens.size(), this);
+  Lanes lanes{std::span<Decoder* const>(self.data(), tokens.size()), tokens, &m.own, m.threads, profile_};
+  forward(lanes);
+  return {m.own.logits.data(), tokens.size() * m.cfg.vocab};
+}
+
+void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const Token> tokens) {
+  if (decoders.size() != tokens.size()) {
+    throw ContractError(fmt::format("step_together: {} decoders and {} tokens", decoders.size(), tokens.size()));
+  }
+  if (decoders.empty()) return;
+  const Model* model = decoders[0]->impl_->model.get();
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    if (decoders[i] == nullptr) throw ContractError(fmt::format("step_together: decoder {} is null", i));
+    if (decoders[i]->impl_->model.get() != model) {
+      throw ContractError(fmt::format("step_together: decoder {} runs another model than decoder 0", i));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (decoders[j] == decoders[i]) throw ContractError(fmt::format("step_together: decoders {} and {} are one", j, i));
+    }
+  }
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    decoders[i]->check_ready(tokens.subspan(i, 1), fmt::format(" {}", i));
+  }
+  Impl& lead = *decoders[0]->impl_;
+  // Grown only when this decoder leads a larger group than before.
+  if (lead.together.lanes < decoders.size()) lead.together.size(lead.cfg, static_cast<std::uint32_t>(decoders.size()));
+  Lanes lanes{decoders, tokens, &lead.together, lead.threads, decoders[0]->profile_};
+  forward(lanes);
+}
+
+std::span<const float> Decoder::last_logits() const noexcept {
+  if (impl_->last == nullptr) return {};
+  return {impl_->last, impl_->cfg.vocab};
+}
+
+void Decoder::forward(Lanes& lanes) {
+  const std::uint32_t n = static_cast<std::uint32_t>(lanes.tokens.size());
+  Impl::Scratch& s = *lanes.scratch;
+  Impl& lead = *lanes.decoders[0]->impl_;
+  const ModelConfig& c = lead.cfg;
+  const Model& model = *lead.model;
   const std::uint32_t width = c.width;
   const std::uint32_t d = c.head_dim();
-  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
-  Rope& rope = *m.rope;
-  const bool by_index = m.positions == PositionMode::kCache;
-
-  // Every token so far, chained: with the positions it names a block for
-  // prefix sharing (kv_store.h), whose bytes are then compared anyway.
-  m.tokens = (m.tokens ^ (std::uint64_t{token} + 1)) * 0x9E3779B97F4A7C15ULL;
-  m.tokens ^= m.tokens >> 29;
-  std::copy_n(model.embed() + std::size_t{token} * width, width, m.x.data());
-  Lap lap(profile_);
-  for (std::uint32_t l = 0; l < c.layers; ++l) {
-    const Model::Layer& w = model.layer(l);
-    lap.skip();
-    rms_norm(m.x.data(), w.attn_norm, m.h.data(), width, c.norm_eps);
-    const std::uint32_t group = c.group();
-    matvec(w.qkv, m.h.data(), m.qkv.data(), (c.heads + 2 * c.kv_heads) * d, width);
-    if (w.qkv_bias != nullptr) {
-      for (std::size_t i = 0; i < m.qkv.size(); ++i) m.qkv[i] += w.qkv_bias[i];
-    }
-    lap.charge(&DecodeProfile::projections);
-    // The queries as projected, for policies that model them (expected
-    // attention): they are rotated and scaled in place below.
-    std::copy_n(m.qkv.data(), std::size_t{c.heads} * d, m.raw_queries.data());
-    for (std::uint32_t hd = 0; hd < c.heads && !by_index; ++hd) {
-      // Rotate q at this token's true position, then scale it (the trainer
-      // scales q, not the scores). By index: per cache, below.
-      rope.rotate(m.qkv.data() + std::size_t{hd} * d, pos, scale);
-    }
-    const float* k_rows = m.qkv.data() + std::size_t{c.heads} * d;
-    const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
-    LayerBudget* const shared = m.layer_budgets[l];
-    for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
-      const std::uint32_t cache = l * c.kv_heads + kv;
-      Impl::HeadCache& hc = m.heads[cache];
-      SequenceStore& store = *m.store;
-      const std::uint32_t held = store.count(cache);  // positions held before this token
-      if (by_index) {  // the group's queries sit at the index after the held positions
-        for (std::uint32_t g = 0; g < group; ++g) rope.rotate(m.qkv.data() + std::size_t{kv * group + g} * d, held, scale);
-      }
-      const auto [k, v] = store.append(cache, pos);
-      std::copy_n(k_rows + std::size_t{kv} * d, d, k);
-      if (!by_index) rope.rotate(k, pos, 1.0F);  // the key is rotated once, where it is stored
-      std::copy_n(v_rows + std::size_t{kv} * d, d, v);
-      store.seal(cache, m.tokens);
-      const std::uint32_t n = held + 1;
-      auto [keys, values] = store.rows(cache);
-      if (by_index) {  // stored before rotation: each held key turned to its index now
-        std::copy_n(keys, std::size_t{n} * d, m.rotated_keys.data());
-        for (std::uint32_t i = 0; i < n; ++i) rope.rotate(m.rotated_keys.data() + std::size_t{i} * d, i, 1.0F);
-        keys = m.rotated_keys.data();
-      }
-      // The policy reads the new key and value as stored (a quantized
-      // store's read back), from its own copy.
-      std::copy_n(keys + std::size_t{held} * d, d, m.step_key.data());
-      std::copy_n(values + std::size_t{held} * d, d, m.step_value.data());
-      // Each query head of the group: scores over the held positions and the
-      // new token itself, softmax, output. The policy sees their mean.
-      for (std::uint32_t g = 0; g < group; ++g) {
-        const std::uint32_t hd = kv * group + g;
-        const float* q = m.qkv.data() + std::size_t{hd} * d;
-        float* weights = group == 1 ? hc.weights.data() : m.query_weights.data();
-        Eigen::Map<Eigen::VectorXf> scores(m.scores.data(), n);
-        scores.noalias() = MatrixView(keys, n, d) * VecView(q, d);
-        const float top = scores.maxCoeff();
-        float sum = 0.0F;
-        for (std::uint32_t i = 0; i < n; ++i) {
-          const float e = std::exp(m.scores[i] - top);
-          weights[i] = e;
-          sum += e;
-        }
-        for (std::uint32_t i = 0; i < n; ++i) weights[i] /= sum;
-        VecMut(m.attn_out.data() + std::size_t{hd} * d, d).noalias() =
-            MatrixView(values, n, d).transpose() * VecView(weights, n);
-        if (group == 1) continue;
-        if (g == 0) {
-          std::copy_n(weights, n, hc.weights.data());
-        } else {
-          for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] += weights[i];
-        }
-      }
-      if (group > 1) {
-        const auto share = static_cast<float>(group);
-        for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= share;
-      }
-      std::copy_n(store.positions(cache).data(), n, hc.attended.data());
-      hc.attended_count = n;
-      std::copy_n(m.raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
-
-      // The policy: the weights over the positions held before this token,
-      // ascending, and the token's key (as stored), value and queries (before
-      // RoPE, every query head of the group); then the token is admitted;
-      // evict down to the budget. Position 0 exists before step 1: a policy
-      // is given its signals alone (on_origin).
-      lap.charge(&DecodeProfile::attention);
-      const StepInputs inputs{.attention = std::span<const float>(hc.weights.data(), held),
-                              .key = std::span<const float>(m.step_key),
-                              .value = std::span<const float>(m.step_value),
-                              .queries = std::span<const float>(hc.queries)};
-      if (shared != nullptr) {
-        if (pos == 0) {
-          shared->on_origin(kv, inputs);
-        } else {
-          shared->on_step(kv, pos, inputs);
-        }
-        lap.charge(&DecodeProfile::policies);
-        continue;
-      }
-      if (hc.policy == nullptr) continue;
-      if (pos == 0) {
-        hc.policy->on_origin(inputs);
-        lap.charge(&DecodeProfile::policies);
-        continue;
-      }
-      hc.policy->on_step(pos, inputs);
-      if (static_cast<std::int64_t>(n) <= hc.budget) {
-        lap.charge(&DecodeProfile::policies);
-        continue;
-      }
-      store.mark(cache, hc.policy->evict(hc.budget), hc.policy->name(), pos);
-      const std::uint32_t out = n - store.remove_marked(cache);
-      evicted_ += n - out;
-      lap.charge(&DecodeProfile::policies);
-      if (static_cast<std::int64_t>(out) > hc.budget) {
-        throw ContractError(fmt::format(
-            "{}: left {} positions held against a budget of {} at position {} (layer {}, KV head {})",
-            hc.policy->name(), out, hc.budget, pos, l, kv));
-      }
-    }
-    // A budget shared by the layer's KV heads: one eviction for them all,
-    // once every head has seen this step.
-    if (shared != nullptr && pos != 0) {
-      const std::int64_t budget = m.layer_budget_of[l];
-      std::int64_t total = 0;
-      for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) total += m.store->count(l * c.kv_heads + kv);
-      if (total > budget) {
-        shared->evict(budget);
-        total = 0;
-        for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
-          const std::uint32_t cache = l * c.kv_heads + kv;
-          const std::uint32_t n = m.store->count(cache);
-          m.store->mark(cache, shared->victims(kv), shared->head(kv).name(), pos);
-          const std::uint32_t out = n - m.store->remove_marked(cache);
-          evicted_ += n - out;
-          total += out;
-        }
-        if (total > budget) {
-          throw ContractError(fmt::format("{}: layer {} holds {} positions against a layer budget of {} at position {}",
-                                          shared->head(0).name(), l, total, budget, pos));
-        }
-      }
-    }
-    if (shared != nullptr && pos != 0) lap.charge(&DecodeProfile::policies);
-    lap.skip();
-    matvec(w.proj, m.attn_out.data(), m.h.data(), width, c.q_width());
-    lap.charge(&DecodeProfile::projections);
-    for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
-    lap.skip();
-    rms_norm(m.x.data(), w.mlp_norm, m.h.data(), width, c.norm_eps);
-    if (c.mlp == MlpKind::kGelu) {
-      matvec(w.up, m.h.data(), m.ff.data(), c.ff, width);
-      lap.charge(&DecodeProfile::projections);
-      for (float& u : m.ff) u = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
-    } else {
-      matvec(w.gate, m.h.data(), m.ff.data(), c.ff, width);
-      matvec(w.up, m.h.data(), m.ff_up.data(), c.ff, width);
-      lap.charge(&DecodeProfile::projections);
-      for (std::uint32_t i = 0; i < c.ff; ++i) {  // silu(gate) * up
-        const float g = m.ff[i];
-        m.ff[i] = g / (1.0F + std::exp(-g)) * m.ff_up[i];
-      }
-    }
-    lap.charge(&DecodeProfile::activation);
-    matvec(w.down, m.ff.data(), m.h.data(), width, c.ff);
-    lap.charge(&DecodeProfile::projections);
-    for (std::uint32_t i = 0; i < width; ++i) m.x[i] += m.h[i];
+  const std::size_t qkv_width = std::size_t{c.heads + 2 * c.kv_heads} * d;
+  const int threads = lanes.threads;
+  // Each lane's position and chained token hash: with the positions it
+  // names a block for prefix sharing (kv_store.h), whose bytes are then
+  // compared anyway. A decoder's lanes follow each other (a prefill).
+  for (std::uint32_t i = 0; i < n; ++i) {
+    Decoder& dec = *lanes.decoders[i];
+    Impl& m = *dec.impl_;
+    m.tokens = (m.tokens ^ (std::uint64_t{lanes.tokens[i]} + 1)) * 0x9E3779B97F4A7C15ULL;
+    m.tokens ^= m.tokens >> 29;
+    s.hash[i] = m.tokens;
+    s.pos[i] = dec.fed_;
+    ++dec.fed_;  // rolled back below if the pass throws: no token of it finished
   }
-  lap.skip();
-  rms_norm(m.x.data(), model.final_norm(), m.h.data(), width, c.norm_eps);
-  matvec(model.output(), m.h.data(), m.logits.data(), c.vocab, width);
-  lap.charge(&DecodeProfile::projections);
-  ++fed_;
-  return m.logits;
+  const auto started = std::chrono::steady_clock::now();
+  std::uint32_t lane = 0;
+  try {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const WeightMatrix& e = model.embed();
+      dequantize(e.type, e.row(lanes.tokens[i]), s.x.data() + std::size_t{i} * width, width);
+    }
+    Lap lap(lanes.profile);
+    for (std::uint32_t l = 0; l < c.layers; ++l) {
+      const Model::Layer& w = model.layer(l);
+      lap.skip();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        rms_norm(s.x.data() + std::size_t{i} * width, w.attn_norm, s.h.data() + std::size_t{i} * width, width,
+                 c.norm_eps);
+      }
+      if (w.k.empty()) {  // one q | k | v matrix
+        product(model, w.q, s.h.data(), width, s.qkv.data(), qkv_width, n, threads);
+      } else {
+        product(model, w.q, s.h.data(), width, s.qkv.data(), qkv_width, n, threads);
+        product(model, w.k, s.h.data(), width, s.qkv.data() + w.q.rows, qkv_width, n, threads);
+        product(model, w.v, s.h.data(), width, s.qkv.data() + w.q.rows + w.k.rows, qkv_width, n, threads);
+      }
+      if (w.qkv_bias != nullptr) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          float* row = s.qkv.data() + i * qkv_width;
+          for (std::size_t j = 0; j < qkv_width; ++j) row[j] += w.qkv_bias[j];
+        }
+      }
+      lap.charge(&DecodeProfile::projections);
+      for (lane = 0; lane < n; ++lane) {
+        Decoder& dec = *lanes.decoders[lane];
+        dec.evicted_ += dec.impl_->attend(l, s.pos[lane], s.hash[lane], s.qkv.data() + lane * qkv_width,
+                                          s.attn_out.data() + std::size_t{lane} * c.q_width(), lap);
+      }
+      lane = 0;
+      lap.skip();
+      product(model, w.proj, s.attn_out.data(), c.q_width(), s.h.data(), width, n, threads);
+      lap.charge(&DecodeProfile::projections);
+      for (std::size_t j = 0; j < std::size_t{n} * width; ++j) s.x[j] += s.h[j];
+      lap.skip();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        rms_norm(s.x.data() + std::size_t{i} * width, w.mlp_norm, s.h.data() + std::size_t{i} * width, width,
+                 c.norm_eps);
+      }
+      const std::size_t hidden = std::size_t{n} * c.ff;
+      if (c.mlp == MlpKind::kGelu) {
+        product(model, w.up, s.h.data(), width, s.ff.data(), c.ff, n, threads);
+        lap.charge(&DecodeProfile::projections);
+        for (std::size_t j = 0; j < hidden; ++j) {
+          const float u = s.ff[j];
+          s.ff[j] = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+        }
+      } else {
+        product(model, w.gate, s.h.data(), width, s.ff.data(), c.ff, n, threads);
+        product(model, w.up, s.h.data(), width, s.ff_up.data(), c.ff, n, threads);
+        lap.charge(&DecodeProfile::projections);
+        for (std::size_t j = 0; j < hidden; ++j) {  // silu(gate) * up
+          const float g = s.ff[j];
+          s.ff[j] = g / (1.0F + std::exp(-g)) * s.ff_up[j];
+        }
+      }
+      lap.charge(&DecodeProfile::activation);
+      product(model, w.down, s.ff.data(), c.ff, s.h.data(), width, n, threads);
+      lap.charge(&DecodeProfile::projections);
+      for (std::size_t j = 0; j < std::size_t{n} * width; ++j) s.x[j] += s.h[j];
+    }
+    lap.skip();
+    for (std::uint32_t i = 0; i < n; ++i) {
+      rms_norm(s.x.data() + std::size_t{i} * width, model.final_norm(), s.h.data() + std::size_t{i} * width, width,
+               c.norm_eps);
+    }
+    product(model, model.output(), s.h.data(), width, s.logits.data(), c.vocab, n, threads);
+    lap.charge(&DecodeProfile::projections);
+  } catch (const std::exception& e) {
+    // The strong guarantee would need every policy's state rolled back, which
+    // the Policy interface has no way to do: a throw on head h comes after
+    // heads 0 ... h-1 (caches and policies) admitted the token. Refuse instead
+    // of computing from heads that disagree about what they hold.
+    for (std::uint32_t i = n; i-- > 0;) lanes.decoders[i]->fed_ = s.pos[i];  // each decoder's first lane last
+    for (std::uint32_t i = 0; i < n; ++i) {
+      Impl& m = *lanes.decoders[i]->impl_;
+      if (m.failed) continue;
+      m.failed = true;
+      m.failed_at = s.pos[lane < n && lanes.decoders[lane] == lanes.decoders[i] ? lane : i];
+      try {
+        m.failed_what = e.what();
+      } catch (...) {  // keep the original exception; the refusal names the position
+      }
+    }
+    throw;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) lanes.decoders[i]->impl_->last = s.logits.data() + std::size_t{i} * c.vocab;
+  if (lanes.profile != nullptr) {
+    lanes.profile->total += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    lanes.profile->tokens += n;
+  }
 }
 
 }  // namespace kvevict

@@ -37,6 +37,7 @@ void check_spec(const RandomModelSpec& s) {
   if (s.ff < 1 || s.ff > 16384) bad(fmt::format("--ff ({}) must be 1 ... 16384", s.ff));
   if (s.context < 2 || s.context > 65536) bad(fmt::format("--context ({}) must be 2 ... 65536", s.context));
   if (s.merges > 4096) bad(fmt::format("--merges ({}) must be at most 4096", s.merges));
+  if (s.vocab > 262144) bad(fmt::format("--vocab ({}) must be at most 262144", s.vocab));
   const WeightTypeInfo& info = weight_type_info(s.type);
   if (s.format == "safetensors" && s.type != WeightType::kF32 && s.type != WeightType::kF16 &&
       s.type != WeightType::kBF16) {
@@ -116,7 +117,8 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
   }
   if (spec.tokenizer_text.size() < 2) throw ParameterError("random-model: the tokenizer's text is empty");
   const std::shared_ptr<const Vocabulary> vocab =
-      Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, spec.architecture == "qwen2" ? "qwen2" : "llama-bpe");
+      Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, spec.architecture == "qwen2" ? "qwen2" : "llama-bpe",
+                                   spec.vocab);
   const std::uint32_t n_vocab = vocab->size();
   const bool tied = spec.tied.value_or(spec.architecture == "qwen2");
   const std::uint64_t w = spec.width, d = spec.width / spec.heads, q = spec.heads * d, kv = spec.kv_heads * d;
@@ -258,16 +260,18 @@ void write_gguf_of(const Model& model, const std::filesystem::path& out, WeightT
                       encode(t, values));
   };
   const std::uint32_t d = c.head_dim();
-  put("token_embd.weight", model.embed(), c.vocab, c.width);
+  // kvevict-tiny's matrices are float32 (Model::uses_kernels is false for it).
+  auto floats = [](const WeightMatrix& m) { return reinterpret_cast<const float*>(m.data); };
+  put("token_embd.weight", floats(model.embed()), c.vocab, c.width);
   for (std::uint32_t l = 0; l < c.layers; ++l) {
     const Model::Layer& w = model.layer(l);
     const std::string g = fmt::format("blk.{}.", l);
     put(g + "attn_norm.weight", w.attn_norm, 1, c.width);
-    put(g + "attn_qkv.weight", w.qkv, (c.heads + 2 * c.kv_heads) * d, c.width);
-    put(g + "attn_output.weight", w.proj, c.width, c.q_width());
+    put(g + "attn_qkv.weight", floats(w.q), (c.heads + 2 * c.kv_heads) * d, c.width);
+    put(g + "attn_output.weight", floats(w.proj), c.width, c.q_width());
     put(g + "ffn_norm.weight", w.mlp_norm, 1, c.width);
-    put(g + "ffn_up.weight", w.up, c.ff, c.width);
-    put(g + "ffn_down.weight", w.down, c.width, c.ff);
+    put(g + "ffn_up.weight", floats(w.up), c.ff, c.width);
+    put(g + "ffn_down.weight", floats(w.down), c.width, c.ff);
   }
   put("output_norm.weight", model.final_norm(), 1, c.width);
   writer.write(out, overwrite);

@@ -354,7 +354,7 @@ std::shared_ptr<const Vocabulary> make_byte_pair_vocabulary(VocabularyParts part
 }  // namespace vocab_detail
 
 std::shared_ptr<const Vocabulary> Vocabulary::train_byte_pairs(std::string_view text, std::uint32_t merges,
-                                                               std::string_view pre) {
+                                                               std::string_view pre, std::uint32_t size) {
   using namespace vocab_detail;
   const std::optional<PreKind> kind = PreTokenizer::kind_of(pre);
   if (!kind) {
@@ -411,6 +411,14 @@ std::shared_ptr<const Vocabulary> Vocabulary::train_byte_pairs(std::string_view 
     }
     parts.merges.emplace_back(parts.tokens[l], parts.tokens[r]);
     learner.merge(*best, it->second);
+  }
+  if (size != 0 && size < parts.tokens.size()) {
+    throw ParameterError(fmt::format("train_byte_pairs: a vocabulary of {} tokens is smaller than the {} learned",
+                                     size, parts.tokens.size()));
+  }
+  for (std::size_t i = parts.tokens.size(); i < size; ++i) {
+    parts.tokens.push_back(fmt::format("<unused_{}>", i));
+    parts.token_types.push_back(static_cast<std::int32_t>(TokenType::kUnused));
   }
   return build_vocabulary(std::move(parts));
 }

@@ -432,8 +432,19 @@ alone "tasks window"     "PyramidKV prefill: the window (32 rows) is larger than
 alone "tasks grid"       "is more than the 100000 samples one run may make" -- tasks --model "$model" --text "$heldout" --depths 100 --samples 100000
 # bench --model: the decoder's speed and the split of a step, one line for a
 # bad request before any work.
-ok  "bench model"      "| h2o | 40 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --format markdown
+ok  "bench model"      "| decode | h2o | 40 | 1 | 1 | 0 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --format markdown
 ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout" --tokens 8 --rounds 1 --policies tova --budgets 4 --format json
+# A prompt prefilled in chunks (a prefill row), two thread counts, every run together.
+"$tool" bench --model "$model" --text "$heldout" --prompt 40 --prefill-chunk 16 --tokens 8 --rounds 1 --policies h2o --budgets 24 \
+  --threads 1,2 --together --format json >"$tmp/bench-model.json" 2>/dev/null
+rows=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(f"{r[\"mode\"]}/{r[\"threads\"]}/{r[\"runs\"]}/{r[\"prompt\"]}" for r in json.load(open(sys.argv[1]))))' "$tmp/bench-model.json" 2>&1)
+if [[ $rows == "prefill/1/1/40 decode/1/1/40 decode/1/1/40 together/1/2/40 prefill/2/1/40 decode/2/1/40 decode/2/1/40 together/2/2/40" ]]; then
+  pass
+else
+  fail "bench --model --prompt --threads --together: rows $rows"
+fi
+bad "bench prompt past" "bench --model: a prompt of 5000 tokens leaves none to decode" -- bench --model "$model" --text "$heldout" --prompt 5000 --policies none
+bad "bench threads"    "--threads: 2000 is not in 0 ... 1024 (0: every core)" -- bench --model "$model" --text "$heldout" --threads 1,2000
 # --policies narrows the bank benchmark too: of the five banks, h2o's alone.
 "$tool" bench --policies h2o,snapkv --budgets 64 --seconds 0.01 --no-compare --bank-instances 64 --bank-budget 33 --format json >"$tmp/bench.json" 2>/dev/null
 if [[ $(grep -c '"instances":' "$tmp/bench.json") -eq 1 && $(grep -B1 '"instances":' "$tmp/bench.json" | head -1) == *'"policy": "h2o",' ]]; then
@@ -441,7 +452,7 @@ if [[ $(grep -c '"instances":' "$tmp/bench.json") -eq 1 && $(grep -B1 '"instance
 else
   fail "bench --policies h2o,snapkv: bank rows $(grep -c '"instances":' "$tmp/bench.json")"
 fi
-bad "bench text alone" "bench: --text, --tokens and --rounds need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
+bad "bench text alone" "bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --threads and --together need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
 bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4
 bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
 

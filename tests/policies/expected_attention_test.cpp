@@ -62,10 +62,11 @@ TEST(ExpectedAttention, RulesAreCheckedAtConstruction) {
       t + "budget (1048576) x headDim (1024) keys would take more than 1 GiB");
   expect_error<ParameterError>([] { make_policy("expected-attention", {{"window", 1}}); },
                                t + "unknown parameter 'window' (known: budget, headDim, groups, sinks, recentWindow, "
-                                   "queryWindow, futurePositions, ropeBase, covariance, valueNorm)");
-  // (63 + 1) slots x (30 + 4 x 8) + ring 4 x 16 x 2 x 8 + statistics 8 x (64 + 32)
+                                   "queryWindow, futurePositions, ropeBase, covariance, valueNorm, evictEvery)");
+  // (63 + 1) slots x (30 + 4 x 8) + ring 4 x 16 x 2 x 8 + statistics and
+  // rotation 8 x (64 + 64) + a tile of 16 keys 8 x 16 x 8
   EXPECT_EQ(ExpectedAttention({.budget = 63, .head_dim = 8, .groups = 2, .query_window = 16}).memory_bytes(),
-            64U * 62U + 1024U + 768U);
+            64U * 62U + 1024U + 1024U + 1024U);
   EXPECT_EQ(find_policy("expected-attention").signals, Signals{kSignalKey | kSignalValue | kSignalQueries});
 }
 

@@ -43,7 +43,9 @@ TEST(KeyScored, RulesAreCheckedAtConstruction) {
   expect_error<ParameterError>([] { make_policy("knorm", {{"recent", 1}}); },
                                "KNorm: unknown parameter 'recent' (known: budget, headDim, sinks, recentWindow)");
   EXPECT_EQ(KNorm({.budget = 63}).memory_bytes(), 22U * 64U);
-  EXPECT_EQ(KeyDiff({.budget = 63, .head_dim = 8}).memory_bytes(), (22U + 96U) * 64U + 64U);
+  // 64 slots x 30 + 64 rows (64 rounded up to 16) x (12 x 8 + 12) + the anchor 8 x 8
+  EXPECT_EQ(KeyDiff({.budget = 63, .head_dim = 8}).memory_bytes(), 30U * 64U + (96U + 12U) * 64U + 64U);
+  EXPECT_EQ(KeyDiff({.budget = 64, .head_dim = 8}).memory_bytes(), 30U * 65U + (96U + 12U) * 80U + 64U);
 }
 
 TEST(KeyScored, AStepWithoutTheKeyIsRefusedNamingThePolicyAndTheSignal) {
@@ -214,7 +216,7 @@ RC_GTEST_PROP(KeyScored, FastAndPlainChooseTheSameVictims, ()) {
   const std::int64_t budget = size == 2   ? *rc::gen::inRange<std::int64_t>(300, 420)
                               : size == 1 ? *rc::gen::inRange<std::int64_t>(13, 80)
                                           : *rc::gen::inRange<std::int64_t>(1, 12);
-  const std::int64_t dim = *rc::gen::element<std::int64_t>(1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40);
+  const std::int64_t dim = *rc::gen::element<std::int64_t>(1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 129);
   const std::int64_t sinks = *rc::gen::inRange<std::int64_t>(0, std::min<std::int64_t>(budget, 4));
   const std::int64_t recent = *rc::gen::inRange<std::int64_t>(0, budget - sinks);
   // Tie-heavy keys: components from a few binary fractions, zero keys, repeats.

@@ -717,6 +717,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1U, 1U << 20))->capture_default_str();
   bench->add_option("--rounds", bench_rounds, "with --model: passes a run (the median is reported)")
       ->check(CLI::Range(1, 100))->capture_default_str();
+  std::uint32_t bench_prompt = 0;
+  std::uint32_t bench_chunk = 256;
+  std::string bench_threads = "0";
+  bool bench_together = false;
+  bench->add_option("--prompt", bench_prompt,
+                    "with --model: tokens prefilled (in chunks) before the timed decode, and a prefill row timing them")
+      ->capture_default_str();
+  bench->add_option("--prefill-chunk", bench_chunk, "with --model: tokens a prefill pass takes at once (1 ... 4096)")
+      ->check(CLI::Range(1U, 4096U))->capture_default_str();
+  bench->add_option("--threads", bench_threads,
+                    "with --model: comma-separated thread counts, each timed (0: every core)")
+      ->capture_default_str();
+  bench->add_flag("--together", bench_together,
+                  "with --model: and a row stepping every run together as one batch (one weight read a token)");
 
   // report
   std::string rep_policies = "all";
@@ -788,6 +802,10 @@ int main(int argc, char** argv) {
   rm_cmd->add_option("--context", rm.context, "trained context it declares")->capture_default_str();
   rm_cmd->add_option("--seed", rm.seed, "the weights' random seed")->capture_default_str();
   rm_cmd->add_option("--merges", rm.merges, "BPE merges learned for its tokenizer")->capture_default_str();
+  rm_cmd->add_option("--vocab", rm.vocab,
+                     "tokens in all: 0 for the learned ones; more pads with unused tokens (a real model's embedding "
+                     "rows, e.g. 49152 for SmolLM2)")
+      ->capture_default_str();
   rm_cmd->add_option("--tokenizer-text", rm_text, "the text the tokenizer's merges are learned from")
       ->capture_default_str();
   rm_cmd->add_flag("--tied", rm_tied, "tie the output to the token embedding (the default for qwen2)");
@@ -1266,26 +1284,40 @@ int main(int argc, char** argv) {
       DecodeBenchRequest request;
       request.tokens = bench_tokens;
       request.rounds = bench_rounds;
+      request.prompt = bench_prompt;
+      request.prefill_chunk = bench_chunk;
+      request.together = bench_together;
+      request.threads.clear();
+      for (const std::int64_t t : parse_integer_list(bench_threads, "--threads")) {
+        if (t < 0 || t > 1024) throw ParameterError(fmt::format("--threads: {} is not in 0 ... 1024 (0: every core)", t));
+        request.threads.push_back(static_cast<int>(t));
+      }
       const std::vector<std::int64_t> budgets = bench->get_option("--budgets")->count() > 0
                                                     ? parse_integer_list(bench_budgets, "--budgets")
                                                     : std::vector<std::int64_t>{128};
-      const std::vector<std::string> names = bench->get_option("--policies")->count() > 0
-                                                 ? parse_policy_list(bench_policies)
-                                                 : std::vector<std::string>{"h2o", "scissorhands", "snapkv", "sliding-window"};
+      // "none": the full cache alone.
+      const std::vector<std::string> names = bench->get_option("--policies")->count() == 0
+                                                 ? std::vector<std::string>{"h2o", "scissorhands", "snapkv", "sliding-window"}
+                                             : bench_policies == "none" ? std::vector<std::string>{}
+                                                                        : parse_policy_list(bench_policies);
       for (const std::string& name : names) {
         for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
       }
       if (!bench_simd.empty()) simd::select_target(bench_simd);
-      std::cerr << "bench: decoding " << std::min<std::size_t>(bench_tokens, text.size()) << " tokens, "
-                << request.runs.size() + 1 << " runs x " << bench_rounds << " rounds (twice: timed, then profiled)\n";
+      std::cerr << fmt::format("bench: {} runs x {} thread count(s) x {} rounds (each timed, then profiled{}), "
+                               "{} tokens a pass after a prompt of {}\n",
+                               request.runs.size() + 1, request.threads.size(), bench_rounds,
+                               bench_together ? "; and all together" : "", bench_tokens, bench_prompt);
       cli::print_decode_bench(std::cout, bench_decoder(model, text, request), bench_format);
       return 0;
     }
 
     if (bench->parsed()) {
-      if (bench->get_option("--text")->count() > 0 || bench->get_option("--tokens")->count() > 0 ||
-          bench->get_option("--rounds")->count() > 0) {
-        throw ParameterError("bench: --text, --tokens and --rounds need --model");
+      for (const char* flag : {"--text", "--tokens", "--rounds", "--prompt", "--prefill-chunk", "--threads", "--together"}) {
+        if (bench->get_option(flag)->count() > 0) {
+          throw ParameterError("bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --threads and --together "
+                               "need --model");
+        }
       }
       BenchOptions options;
       options.budgets = parse_integer_list(bench_budgets, "--budgets");

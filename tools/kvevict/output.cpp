@@ -225,21 +225,28 @@ void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& ro
     return;
   }
   const auto pct = [](double x) { return fmt::format("{:.1f}%", 100.0 * x); };
-  std::vector<std::vector<std::string>> cells{{"policy", "budget", "tokens", "tokens/s", "rounds' range", "ms/token",
-                                               "matrices", "GELU", "attention", "policies", "other"}};
+  const auto rate = [](double x) { return x >= 100.0 ? fmt::format("{:.0f}", x) : fmt::format("{:.1f}", x); };
+  std::vector<std::vector<std::string>> cells{{"mode", "policy", "budget", "threads", "runs", "prompt", "tokens",
+                                               "tokens/s", "rounds' range", "ms/token", "floor tokens/s", "of floor",
+                                               "speed-up", "matrices", "activation", "attention", "policies", "other"}};
   for (const DecodeBenchRow& r : rows) {
-    cells.push_back({r.policy, r.budget == 0 ? "-" : std::to_string(r.budget), std::to_string(r.tokens),
-                     fmt::format("{:.0f}", r.tokens_per_second),
-                     fmt::format("{:.0f}-{:.0f}", r.tokens_per_second_min, r.tokens_per_second_max),
-                     fmt::format("{:.3f}", 1e3 / r.tokens_per_second), pct(r.projections), pct(r.activation),
-                     pct(r.attention), pct(r.policies), pct(r.other)});
+    const bool decode = r.mode == "decode";
+    cells.push_back({r.mode, r.policy, r.budget == 0 ? "-" : std::to_string(r.budget), std::to_string(r.threads),
+                     std::to_string(r.runs), std::to_string(r.prompt), std::to_string(r.tokens),
+                     rate(r.tokens_per_second),
+                     fmt::format("{}-{}", rate(r.tokens_per_second_min), rate(r.tokens_per_second_max)),
+                     fmt::format("{:.3f}", 1e3 / r.tokens_per_second), rate(r.floor_tokens_per_second),
+                     fmt::format("{:.2f}", r.of_floor), decode ? "-" : fmt::format("{:.2f}x", r.speedup),
+                     decode ? pct(r.projections) : "-", decode ? pct(r.activation) : "-",
+                     decode ? pct(r.attention) : "-", decode ? pct(r.policies) : "-", decode ? pct(r.other) : "-"});
   }
-  print_cells(out, cells, format, 1);
+  print_cells(out, cells, format, 2);
   if (format == "table") {
-    out << "\n(one thread's CPU time; tokens/s is the median of the timed passes; the shares come from profiled "
-           "passes: matrices = the matrix-vector products and norms, attention = RoPE, storing the key and value, "
-           "scores, softmax and the values' weighted sum, policies = their steps, evictions and the store's "
-           "removals)\n";
+    out << "\n(wall time; tokens/s is the median of the timed passes (a together row counts every run's tokens); "
+           "floor = the weights' bytes a token over the read bandwidth of as many threads; speed-up: a prefill over "
+           "the full cache's decode, a batch over its runs one at a time; the shares come from profiled passes: "
+           "matrices = the weight products and norms, attention = RoPE, storing the key and value, scores, softmax "
+           "and the values' weighted sum, policies = their steps, evictions and the store's removals)\n";
   }
 }
 

@@ -1629,7 +1629,7 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
   });
 }
 
-// benchModel(model, text?, {tokens?, rounds?, policies?, budgets?}?) -> the rows `kvevict bench --model
+// benchModel(model, text?, {tokens?, rounds?, policies?, budgets?, prompt?, threads?, together?}?) -> the rows `kvevict bench --model
 // --format json` prints: the library's decode_bench_json, parsed (kvevict/model/decode_bench.h). text
 // undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
 Napi::Value BenchModel(const Napi::CallbackInfo& info) {
@@ -1639,7 +1639,7 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text =
         absent(info[1]) ? kvevict::read_text("model/heldout-sample.txt") : text_of(info[1], "benchModel");
     const Napi::Object o = options_object(info[2], "benchModel");
-    check_known_options(o, {"tokens", "rounds", "policies", "budgets"}, "benchModel");
+    check_known_options(o, {"tokens", "rounds", "policies", "budgets", "prompt", "threads", "together"}, "benchModel");
     const std::string w = "benchModel: options.";
     kvevict::DecodeBenchRequest request;
     if (!o.Get("tokens").IsUndefined()) {
@@ -1652,6 +1652,22 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
         throw Napi::RangeError::New(env, w + "rounds (" + std::to_string(rounds) + ") must be in 1 ... 1000 (passes a run)");
       }
       request.rounds = static_cast<int>(rounds);
+    }
+    if (!o.Get("prompt").IsUndefined()) {
+      request.prompt = to_u32(o.Get("prompt"), w + "prompt", "must be at least 0 (tokens prefilled before the timed ones)");
+    }
+    if (!o.Get("threads").IsUndefined()) {
+      request.threads.clear();
+      for (const std::int64_t t : integer_items(o.Get("threads"), w + "threads", call)) {
+        if (t < 0 || t > 1024) {
+          throw Napi::RangeError::New(env, w + "threads: " + std::to_string(t) + " is not in 0 ... 1024 (0: every core)");
+        }
+        request.threads.push_back(static_cast<int>(t));
+      }
+    }
+    if (!o.Get("together").IsUndefined()) {
+      if (!o.Get("together").IsBoolean()) throw Napi::TypeError::New(env, w + "together must be a boolean");
+      request.together = o.Get("together").As<Napi::Boolean>().Value();
     }
     const std::vector<std::string> names = o.Get("policies").IsUndefined()
                                                ? std::vector<std::string>{"h2o", "scissorhands", "snapkv", "sliding-window"}

@@ -588,11 +588,20 @@ class DecodeShares(TypedDict):
     other: float
 
 class DecodeBenchRow(TypedDict):
-    policy: str  # "full cache" first
+    mode: str  # "decode", "prefill" or "together"
+    policy: str  # "full cache" first; "all runs" for together
     budget: int  # 0 for the full cache
+    threads: int
+    runs: int  # decoders a pass steps
+    prompt: int  # tokens prefilled before the timed ones
     tokens: int
-    tokensPerSecond: float
+    tokensPerSecond: float  # wall time; a together row counts every run's tokens
     tokensPerSecondSpread: TokensPerSecondSpread
+    weightBytesPerToken: int
+    readBandwidthGBps: float
+    floorTokensPerSecond: float  # the read bandwidth over the weights' bytes a token
+    ofFloor: float
+    speedup: float  # prefill: over the full cache's decode; together: over the runs one at a time; 0 for decode
     shares: DecodeShares
 
 def bench_model(
@@ -602,6 +611,9 @@ def bench_model(
     rounds: int = 5,
     policies: Union[str, Sequence[str]] = ("h2o", "scissorhands", "snapkv", "sliding-window"),
     budgets: Sequence[int] = (128,),
+    prompt: int = 0,
+    threads: Sequence[int] = (0,),
+    together: bool = False,
 ) -> List[DecodeBenchRow]: ...
 class StreamSegment(TypedDict):
     begin: int  # stream positions [begin, end) whose tokens were predicted

@@ -1452,7 +1452,8 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
 // `kvevict bench --model --format json` (tools/kvevict/output.cpp writes them;
 // the library has no row description for them yet).
 py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
-                     const Int& rounds_arg, const PolicyList& policies_arg, const IntList& budgets_arg) {
+                     const Int& rounds_arg, const PolicyList& policies_arg, const IntList& budgets_arg,
+                     const Int& prompt_arg, const IntList& threads_arg, const py::object& together) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   // None: the tool's default text, model/heldout-sample.txt from the working folder.
   const std::vector<std::uint8_t> text =
@@ -1466,6 +1467,18 @@ py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, co
     throw py::value_error("rounds (" + std::to_string(rounds) + ") must be in 1 ... 1000 (passes a run)");
   }
   request.rounds = static_cast<int>(rounds);
+  request.prompt = to_u32(prompt_arg.obj, "prompt", "must be at least 0 (tokens prefilled before the timed ones)");
+  if (py::isinstance<py::str>(threads_arg.obj) || !py::isinstance<py::iterable>(threads_arg.obj)) {
+    throw py::type_error("threads must be a sequence of integers, got " + type_name(threads_arg.obj));
+  }
+  request.threads.clear();
+  for (const py::handle t : threads_arg.obj) {
+    const std::int64_t n = to_int(t, "a thread count");
+    if (n < 0 || n > 1024) throw py::value_error("threads: " + std::to_string(n) + " is not in 0 ... 1024 (0: every core)");
+    request.threads.push_back(static_cast<int>(n));
+  }
+  if (!py::isinstance<py::bool_>(together)) throw py::type_error("together must be a bool, got " + type_name(together));
+  request.together = together.cast<bool>();
   const std::vector<std::string> names = model_policy_names(policies_arg.obj);
   const std::vector<std::int64_t> budgets = budget_list(budgets_arg.obj);
   if (budgets.empty()) throw py::value_error("budgets is empty");
@@ -2823,20 +2836,27 @@ Runs on every core without the GIL.
 
   m.def("bench_model", &model_bench, py::arg("model"), py::arg("text") = py::none(), py::arg("tokens") = 1024,
         py::arg("rounds") = 5, py::arg("policies") = py::make_tuple("h2o", "scissorhands", "snapkv", "sliding-window"),
-        py::arg("budgets") = py::make_tuple(128), R"doc(
+        py::arg("budgets") = py::make_tuple(128), py::arg("prompt") = 0, py::arg("threads") = py::make_tuple(0),
+        py::arg("together") = false, R"doc(
 `kvevict bench --model`: decode speed on `model` with the full cache and with
-each policy x budget, and where a step's time goes (the decode profile).
-Returns the rows `kvevict bench --model --format json` prints: {"policy"
-("full cache" first), "budget" (0 for it), "tokens", "tokensPerSecond" (the
-median round, one thread's CPU time), "tokensPerSecondSpread": {"min",
-"median", "max"}, "shares": {"projections", "activation", "attention",
-"policies", "other"} (they sum to 1)}.
+each policy x budget, where a step's time goes (the decode profile), against
+the floor of reading the weights once a token. Returns the rows `kvevict bench
+--model --format json` prints (kvevict/model/decode_bench.h): {"mode"
+("decode", "prefill", "together"), "policy" ("full cache" first), "budget" (0
+for it), "threads", "runs", "prompt", "tokens", "tokensPerSecond" (the median
+round, wall time), "tokensPerSecondSpread": {"min", "median", "max"},
+"weightBytesPerToken", "readBandwidthGBps", "floorTokensPerSecond",
+"ofFloor", "speedup", "shares": {"projections", "activation", "attention",
+"policies", "other"} (they sum to 1 on a decode row)}.
 
 text: bytes or a pathlib.Path; None reads model/heldout-sample.txt from the
     working folder, as the tool's default --text.
-tokens: decoded a pass, from the text's start (at most the text and the
-    context). rounds: passes a run (1 ... 1000); each is timed, then profiled.
+tokens: decoded a pass after the prompt (at most the text and the context).
+    rounds: passes a run (1 ... 1000); each is timed, then profiled.
 policies: "all", "a,b" or a list of names. budgets: a sequence of integers.
+prompt: tokens prefilled before the timed ones (and a prefill row timing them).
+threads: thread counts, each timed (0: every core). together: and a row
+    stepping every run as one batch.
 )doc");
 
   m.def("attention_from_keys", &signals_attention, py::arg("queries"), py::arg("keys"), py::arg("scale") = py::none(),

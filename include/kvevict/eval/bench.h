@@ -77,8 +77,8 @@ struct BenchReport {
 
 // Streaming read bandwidth of one thread over `bytes` (best of `repeats`).
 double measure_read_bandwidth(std::size_t bytes = std::size_t{256} << 20, int repeats = 3);
-// The same with every OpenMP thread reading its share.
-double measure_parallel_read_bandwidth(std::size_t bytes = std::size_t{1} << 30, int repeats = 3);
+// The same with `threads` OpenMP threads (0: every one) reading a share each.
+double measure_parallel_read_bandwidth(std::size_t bytes = std::size_t{1} << 30, int repeats = 3, int threads = 0);
 
 // This thread's CPU time in seconds: a step timed in it is not charged for
 // the time another process held the core.

@@ -21,6 +21,7 @@
 
 #include "kvevict/core/policy.h"
 #include "kvevict/model/kv_store.h"
+#include "kvevict/model/matmul.h"
 #include "kvevict/model/rope.h"
 #include "kvevict/model/vocab.h"
 
@@ -81,8 +82,14 @@ struct ModelOptions {
   static constexpr std::uint32_t kDefaultContextCap = 4096;
 };
 
-// Weights read from a model file, dequantized to float32 once. Immutable once
-// loaded; one Model may serve many Decoders (one per thread) at once.
+// Weights read from a model file. The Llama family keeps its matrices in the
+// file's types (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K; Q5_0 is decoded to
+// F32), multiplied by the weight kernels (matmul.h) on as many threads as a
+// decoder is given; kvevict-tiny's are float32, multiplied one vector at a
+// time by Eigen as they always were, so its published figures stay
+// reproducible to the bit (docs/performance.md). Norms and biases are
+// float32. Immutable once loaded; one Model may serve many Decoders (one per
+// thread) at once.
 class Model {
  public:
   // Opens any model kvevict reads: a .kvm file (magic KVEVMODL), a .gguf
@@ -97,35 +104,48 @@ class Model {
 
   const ModelConfig& config() const noexcept { return config_; }
   const std::string& path() const noexcept { return path_; }
-  std::size_t parameter_count() const noexcept { return data_.size(); }
+  std::size_t parameter_count() const noexcept { return parameters_; }
+  // Bytes a decode step reads from the weights: every matrix once, the
+  // output matrix included, and one embedding row.
+  std::uint64_t weight_bytes_per_token() const noexcept;
   // The tokenizer: bytes for kvevict-tiny, the file's own otherwise.
   const Vocabulary& vocabulary() const noexcept { return *vocab_; }
   std::shared_ptr<const Vocabulary> shared_vocabulary() const noexcept { return vocab_; }
+  // True when the weight kernels multiply this model's matrices (the Llama
+  // family); false for kvevict-tiny's float32 path, one vector and one
+  // thread at a time.
+  bool uses_kernels() const noexcept { return kernels_; }
 
   struct Layer {
     const float* attn_norm = nullptr;  // [width]
-    const float* qkv = nullptr;        // [(heads + 2 * kv_heads) * head_dim, width], rows q | k | v
-    const float* qkv_bias = nullptr;   // [(heads + 2 * kv_heads) * head_dim] or null
-    const float* proj = nullptr;       // [width, heads * head_dim]
-    const float* mlp_norm = nullptr;   // [width]
-    const float* gate = nullptr;       // [ff, width] (SwiGLU) or null
-    const float* up = nullptr;         // [ff, width]
-    const float* down = nullptr;       // [width, ff]
+    // [heads * head_dim, width], [kv_heads * head_dim, width] twice; k and v
+    // empty when q holds all three, rows q | k | v (kvevict-tiny's one matrix).
+    WeightMatrix q, k, v;
+    const float* qkv_bias = nullptr;  // [(heads + 2 * kv_heads) * head_dim] or null
+    WeightMatrix proj;                // [width, heads * head_dim]
+    const float* mlp_norm = nullptr;  // [width]
+    WeightMatrix gate;                // [ff, width] (SwiGLU) or empty
+    WeightMatrix up;                  // [ff, width]
+    WeightMatrix down;                // [width, ff]
   };
-  const float* embed() const noexcept { return embed_; }    // [vocab, width]
-  const float* output() const noexcept { return output_; }  // [vocab, width]: embed() when tied
+  const WeightMatrix& embed() const noexcept { return embed_; }    // [vocab, width]
+  const WeightMatrix& output() const noexcept { return output_; }  // [vocab, width]: embed() when tied
   const Layer& layer(std::uint32_t i) const noexcept { return layers_[i]; }
   const float* final_norm() const noexcept { return final_norm_; }
 
   // A model built from parts (the architecture builders, model_builder.h):
-  // `data` holds every weight; the pointers point into it.
+  // `data` holds the float32 weights, `blocks` the matrices kept in their
+  // file's types; the pointers point into them.
   struct Parts {
     ModelConfig config;
     std::string path;
     std::vector<float> data;
+    std::vector<std::uint8_t> blocks;
+    std::size_t parameters = 0;
+    bool kernels = true;
     std::shared_ptr<const Vocabulary> vocab;
-    const float* embed = nullptr;
-    const float* output = nullptr;
+    WeightMatrix embed;
+    WeightMatrix output;
     const float* final_norm = nullptr;
     std::vector<Layer> layers;
   };
@@ -136,9 +156,12 @@ class Model {
   ModelConfig config_;
   std::string path_;
   std::vector<float> data_;
+  std::vector<std::uint8_t> blocks_;
+  std::size_t parameters_ = 0;
+  bool kernels_ = false;
   std::shared_ptr<const Vocabulary> vocab_;
-  const float* embed_ = nullptr;
-  const float* output_ = nullptr;
+  WeightMatrix embed_;
+  WeightMatrix output_;
   const float* final_norm_ = nullptr;
   std::vector<Layer> layers_;
 };
@@ -175,6 +198,13 @@ struct DecoderOptions {
   // Where kept keys and the query sit in rotary space (rope.h): their
   // tokens' positions, or their indices among the positions held.
   PositionMode positions = PositionMode::kOriginal;
+  // Threads the weight products share (0: every core this process may use).
+  // A product's result does not depend on them (matmul.h); kvevict-tiny's
+  // products run on the calling thread whatever this says.
+  int threads = 0;
+  // The most tokens one prefill() call takes through the layers together,
+  // its scratch (and a logits row a token) sized at construction (0: 64).
+  std::uint32_t prefill_chunk = 0;
 };
 
 // One sequence through the model. All buffers are sized at construction for
@@ -236,6 +266,29 @@ class Decoder {
   // throws ContractError, naming the failed one, until reset().
   std::span<const float> step(Token token);
 
+  // Feeds tokens.size() tokens (at most DecoderOptions::prefill_chunk) as
+  // one pass through the layers: each layer's products take every token at
+  // once (matrix-matrix), then attention and the policies run token by token
+  // in order, as step() would, and their keys and values join the caches.
+  // Returns the logits after each token, [tokens x vocab]; valid until the
+  // next call. The same as step() on each token in turn, to the bit (the
+  // caches, the policies' calls and the logits; tested), so perplexity can
+  // score every row. Throws as step() does; InputError, changing nothing,
+  // for more tokens than the chunk or when a cache without a policy would
+  // pass the capacity within them.
+  std::span<const float> prefill(std::span<const Token> tokens);
+
+  // Steps decoders[i] on tokens[i] for every i as one pass through the
+  // layers: each weight is read once for them all (many runs over the same
+  // text, or sequences in a batch). Each decoder's logits are then its own
+  // last_logits(). The decoders must share one model and be distinct; each
+  // is checked as step() checks it before any moves (InputError or
+  // ContractError naming the decoder's index). The same as step() on each in
+  // turn, to the bit. Threads: the first decoder's.
+  static void step_together(std::span<Decoder* const> decoders, std::span<const Token> tokens);
+  // The logits after the last token fed (by step, prefill or step_together).
+  std::span<const float> last_logits() const noexcept;
+
   // Removes `positions` (each held, no repeats, any order) from cache `h`'s
   // keys and values at once: compression after a prefill. Only for a cache
   // without a policy (a policy's state would no longer match what is held);
@@ -275,9 +328,15 @@ class Decoder {
   const SequenceStore& kv() const noexcept;
 
  private:
-  std::span<const float> advance(Token token);  // step()'s work, once checked
-
   struct Impl;
+  struct Lanes;
+  // The checks step() makes, for `count` tokens from now; throws naming the
+  // decoder by `who` (empty: none).
+  void check_ready(std::span<const Token> tokens, const std::string& who) const;
+  // One pass through the layers for the lanes; marks every lane's decoder
+  // failed when it throws.
+  static void forward(Lanes& lanes);
+
   std::unique_ptr<Impl> impl_;
   std::uint32_t fed_ = 0;
   std::uint64_t evicted_ = 0;

@@ -33,6 +33,10 @@ struct RandomModelSpec {
   std::uint32_t seed = 1;
   std::string tokenizer_text;  // the text the BPE merges are learned from
   std::uint32_t merges = 200;
+  // Tokens in all (embedding rows): 0 for the learned ones (258 + merges at
+  // most); more pads with unused tokens, as a real model's shape needs
+  // (SmolLM2's 49,152).
+  std::uint32_t vocab = 0;
 };
 
 // Checks the spec (ParameterError, one rule each: sizes, heads dividing,

@@ -47,9 +47,13 @@ class Vocabulary {
   // A byte-level BPE vocabulary learned from `text` (the most frequent pair
   // merged, `merges` times, within the pre-tokenizer's pieces): "<s>" (BOS,
   // added), "</s>" (EOS), the 256 byte tokens, then one token per merge. For
-  // the tiny random models kvevict writes.
+  // the tiny random models kvevict writes. `size` above the learned tokens
+  // pads the table with "<unused_N>" tokens (GGUF's UNUSED type: no text
+  // ever becomes one), so a random model can have a real model's embedding
+  // rows; ParameterError when it is below them.
   static std::shared_ptr<const Vocabulary> train_byte_pairs(std::string_view text, std::uint32_t merges,
-                                                            std::string_view pre = "llama-bpe");
+                                                            std::string_view pre = "llama-bpe",
+                                                            std::uint32_t size = 0);
 
   virtual Kind kind() const noexcept = 0;
   // "bytes", "llama" or "gpt2" (GGUF's tokenizer.ggml.model names).

@@ -9,6 +9,7 @@
 #include "policies/common.h"
 #include "policies/describe.h"
 #include "policies/key_signals.h"
+#include "policies/key_signals_kernels.h"
 #include "policies/removal.h"
 
 namespace kvevict {
@@ -42,6 +43,8 @@ ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : pa
   }
   detail::check_flag(kTitle, "covariance", params.covariance);
   detail::check_flag(kTitle, "valueNorm", params.value_norm);
+  detail::check_at_least(kTitle, "evictEvery", params.evict_every, 1);
+  detail::check_at_most(kTitle, "evictEvery", params.evict_every, 65536);
   if ((params.budget + 1) * params.head_dim > kMaxFloats) {
     detail::fail_param(kTitle, "budget", params.budget,
                        fmt::format("x headDim ({}) keys would take more than 1 GiB", params.head_dim));
@@ -68,13 +71,41 @@ ExpectedAttention::ExpectedAttention(const ExpectedAttentionParams& params) : pa
   mean_.resize(dim_);
   mean_r_.resize(dim_);
   cov_.resize(dim_ * dim_);
-  kcov_.resize(dim_);
+  kcov_.resize(4 * dim_);
+  tile_.resize(detail::kKeyTile * dim_);
+  // theta_i and the averaged rotation's scale depend on the params alone:
+  // computed once, by the expressions average_rotation() used to evaluate at
+  // every eviction (the same bits).
+  rope_theta_.resize(dim_ / 2);
+  rope_ratio_.resize(dim_ / 2);
+  if (params.rope_base != 0) {
+    const auto f = static_cast<double>(params.future_positions);
+    for (std::size_t i = 0; i < dim_ / 2; ++i) {
+      const double theta = std::pow(static_cast<double>(params.rope_base),
+                                    -static_cast<double>(i) * 2.0 / static_cast<double>(dim_));
+      rope_theta_[i] = theta;
+      rope_ratio_[i] = std::sin(f * theta / 2.0) / (f * std::sin(theta / 2.0));
+    }
+  }
+  cached_ = params.evict_every > 1;
+  if (cached_) {
+    fit_mean_.resize(groups_ * dim_);
+    if (params.covariance != 0) fit_cov_.resize(groups_ * dim_ * dim_);
+    fit_logit_.resize(groups_ * capacity_);
+    has_logit_.resize(capacity_);
+  }
   positions_[0] = 0;  // spec/domain.md 1.2: position 0 is held, unobserved until on_origin
   kept_ = 1;
 }
 
 std::size_t ExpectedAttention::memory_bytes() const noexcept {
-  return capacity_ * (30 + 4 * dim_) + ring_.size() * sizeof(float) + 8 * (dim_ * dim_ + 4 * dim_);
+  std::size_t bytes = capacity_ * (30 + 4 * dim_) + ring_.size() * sizeof(float) + 8 * (dim_ * dim_ + 8 * dim_) +
+                      8 * detail::kKeyTile * dim_;
+  if (cached_) {
+    bytes += capacity_ * (1 + 8 * groups_) + 8 * groups_ * dim_;
+    if (params_.covariance != 0) bytes += 8 * groups_ * dim_ * dim_;
+  }
+  return bytes;
 }
 
 void ExpectedAttention::on_decode_step(std::int64_t /*pos*/, Attention /*attn*/) {
@@ -89,6 +120,7 @@ void ExpectedAttention::admit(std::size_t slot, std::int64_t pos, const StepInpu
   std::copy_n(in.key.data(), dim_, keys_.data() + slot * dim_);
   value_norms_[slot] = std::sqrt(detail::squared_norm(in.value.data(), dim_));
   observed_[slot] = 1;
+  if (cached_) has_logit_[slot] = 0;  // scored under the last fit when next scored
   // kvpress fits the Gaussian to the queries after the first n_sink: the
   // sinks' queries are outliers.
   if (pos < params_.sinks) return;
@@ -145,14 +177,13 @@ void ExpectedAttention::average_rotation() const noexcept {
   // a + F - 1 is a turn by theta_i (a + (F - 1) / 2) scaled by
   // sin(F theta_i / 2) / (F sin(theta_i / 2)) (the Dirichlet kernel), in
   // closed form rather than F cosines. theta_i is in (0, 1], so the sine
-  // below is never 0.
+  // in the ratio (computed at construction) is never 0.
   const double next = kept_ == 0 ? 0.0 : static_cast<double>(positions_[kept_ - 1]) + 1.0;
   const auto f = static_cast<double>(params_.future_positions);
   const std::size_t half = dim_ / 2;
   for (std::size_t i = 0; i < half; ++i) {
-    const double theta = std::pow(static_cast<double>(params_.rope_base),
-                                  -static_cast<double>(i) * 2.0 / static_cast<double>(dim_));
-    const double ratio = std::sin(f * theta / 2.0) / (f * std::sin(theta / 2.0));
+    const double theta = rope_theta_[i];
+    const double ratio = rope_ratio_[i];
     const double turn = theta * (next + (f - 1.0) / 2.0);
     rope_cos_[i] = ratio * std::cos(turn);
     rope_sin_[i] = ratio * std::sin(turn);
@@ -160,30 +191,34 @@ void ExpectedAttention::average_rotation() const noexcept {
 }
 
 void ExpectedAttention::head_statistics(std::size_t head) const noexcept {
+  // Every element is its own chain of float64 operations in the order the
+  // definition gives (the kernels' lanes run across elements, never across
+  // the terms of one sum): the same bits on every SIMD target.
   const std::size_t n = ring_count_;
   const auto window = static_cast<std::size_t>(params_.query_window);
   const std::size_t width = groups_ * dim_;
   const auto query = [&](std::size_t r) { return ring_.data() + ((ring_start_ + r) % window) * width + head * dim_; };
   std::fill(mean_.begin(), mean_.end(), 0.0);
-  std::fill(cov_.begin(), cov_.end(), 0.0);
+  if (params_.covariance != 0) std::fill(cov_.begin(), cov_.end(), 0.0);
   if (n > 0) {
     // Oldest to newest, each component in float64, then one division.
-    for (std::size_t r = 0; r < n; ++r) {
-      const float* q = query(r);
-      for (std::size_t c = 0; c < dim_; ++c) mean_[c] += static_cast<double>(q[c]);
-    }
+    for (std::size_t r = 0; r < n; ++r) detail::add_widened(mean_.data(), query(r), dim_);
     for (double& m : mean_) m /= static_cast<double>(n);
     if (params_.covariance != 0) {
       // The population covariance (divided by n, as kvpress), upper triangle
       // then mirrored: x * y and y * x round alike.
-      for (std::size_t r = 0; r < n; ++r) {
+      const auto centre = [&](std::size_t r, double* to) {
         const float* q = query(r);
-        for (std::size_t c = 0; c < dim_; ++c) kcov_[c] = static_cast<double>(q[c]) - mean_[c];  // centred
-        for (std::size_t a = 0; a < dim_; ++a) {
-          const double da = kcov_[a];
-          double* row = cov_.data() + a * dim_;
-          for (std::size_t b = a; b < dim_; ++b) row[b] += da * kcov_[b];
-        }
+        for (std::size_t c = 0; c < dim_; ++c) to[c] = static_cast<double>(q[c]) - mean_[c];
+      };
+      std::size_t r = 0;
+      for (; r + 4 <= n; r += 4) {  // four queries a pass over the matrix, each element's sum still in order
+        for (std::size_t j = 0; j < 4; ++j) centre(r + j, kcov_.data() + j * dim_);
+        detail::add_outer_upper4(cov_.data(), kcov_.data(), dim_);
+      }
+      for (; r < n; ++r) {
+        centre(r, kcov_.data());
+        detail::add_outer_upper(cov_.data(), kcov_.data(), dim_);
       }
       for (std::size_t a = 0; a < dim_; ++a) {
         for (std::size_t b = a; b < dim_; ++b) {
@@ -193,90 +228,50 @@ void ExpectedAttention::head_statistics(std::size_t head) const noexcept {
       }
     }
   }
-  if (params_.rope_base == 0) {
-    std::copy(mean_.begin(), mean_.end(), mean_r_.begin());
-    return;
-  }
+  std::copy(mean_.begin(), mean_.end(), mean_r_.begin());
+  if (params_.rope_base == 0) return;
   // mu' = R mu; Sigma' = R Sigma R^T (columns turned, then rows), R the
   // averaged rotation: pair (i, i + d/2) maps (x, y) to (c x - s y, s x + c y).
   const std::size_t half = dim_ / 2;
-  const auto turn = [&](double& x, double& y, std::size_t i) {
-    const double c = rope_cos_[i];
-    const double s = rope_sin_[i];
-    const double nx = c * x - s * y;
-    const double ny = s * x + c * y;
-    x = nx;
-    y = ny;
-  };
-  for (std::size_t i = 0; i < half; ++i) {
-    mean_r_[i] = mean_[i];
-    mean_r_[i + half] = mean_[i + half];
-    turn(mean_r_[i], mean_r_[i + half], i);
-  }
+  detail::turn_pairs(mean_r_.data(), mean_r_.data() + half, rope_cos_.data(), rope_sin_.data(), half);
   if (params_.covariance == 0) return;
-  for (std::size_t b = 0; b < dim_; ++b) {
-    for (std::size_t i = 0; i < half; ++i) turn(cov_[i * dim_ + b], cov_[(i + half) * dim_ + b], i);
+  for (std::size_t i = 0; i < half; ++i) {
+    detail::turn_rows(cov_.data() + i * dim_, cov_.data() + (i + half) * dim_, rope_cos_[i], rope_sin_[i], dim_);
   }
   for (std::size_t a = 0; a < dim_; ++a) {
     double* row = cov_.data() + a * dim_;
-    for (std::size_t i = 0; i < half; ++i) turn(row[i], row[i + half], i);
+    detail::turn_pairs(row, row + half, rope_cos_.data(), rope_sin_.data(), half);
   }
 }
 
-void ExpectedAttention::logits4(std::size_t slot, double* out) const noexcept {
-  // logit() for slots slot ... slot + 3 at once: four independent chains,
-  // each adding in exactly logit()'s order, so each result has its bits.
-  const float* k0 = keys_.data() + slot * dim_;
-  const float* k1 = k0 + dim_;
-  const float* k2 = k1 + dim_;
-  const float* k3 = k2 + dim_;
-  const auto d = static_cast<double>(dim_);
-  double dot[4] = {0.0, 0.0, 0.0, 0.0};
-  for (std::size_t c = 0; c < dim_; ++c) {
-    const double m = mean_r_[c];
-    dot[0] += m * static_cast<double>(k0[c]);
-    dot[1] += m * static_cast<double>(k1[c]);
-    dot[2] += m * static_cast<double>(k2[c]);
-    dot[3] += m * static_cast<double>(k3[c]);
-  }
-  for (int j = 0; j < 4; ++j) out[j] = dot[j] / std::sqrt(d);
-  if (params_.covariance == 0) return;
-  double quad[4] = {0.0, 0.0, 0.0, 0.0};
-  for (std::size_t a = 0; a < dim_; ++a) {
-    const double* row = cov_.data() + a * dim_;
-    double sum[4] = {0.0, 0.0, 0.0, 0.0};
-    for (std::size_t b = 0; b < dim_; ++b) {
-      sum[0] += row[b] * static_cast<double>(k0[b]);
-      sum[1] += row[b] * static_cast<double>(k1[b]);
-      sum[2] += row[b] * static_cast<double>(k2[b]);
-      sum[3] += row[b] * static_cast<double>(k3[b]);
-    }
-    quad[0] += static_cast<double>(k0[a]) * sum[0];
-    quad[1] += static_cast<double>(k1[a]) * sum[1];
-    quad[2] += static_cast<double>(k2[a]) * sum[2];
-    quad[3] += static_cast<double>(k3[a]) * sum[3];
-  }
-  for (int j = 0; j < 4; ++j) out[j] += quad[j] / d / 2.0;
+void ExpectedAttention::logits(std::size_t from, std::size_t to, const double* mean, const double* cov,
+                               double* out) const noexcept {
+  // Per key z = mu'.k / sqrt(d) + (k' Sigma' k / d) / 2, every sum in index
+  // order (k' Sigma' k row by row); the kernel's lanes are keys.
+  if (from >= to) return;
+  detail::expected_logits(keys_.data() + from * dim_, to - from, dim_, mean, params_.covariance != 0 ? cov : nullptr,
+                          tile_.data(), out + from);
 }
 
-double ExpectedAttention::logit(std::size_t slot) const noexcept {
-  const float* k = keys_.data() + slot * dim_;
-  const auto d = static_cast<double>(dim_);
-  double dot = 0.0;
-  for (std::size_t c = 0; c < dim_; ++c) dot += mean_r_[c] * static_cast<double>(k[c]);
-  double z = dot / std::sqrt(d);
-  if (params_.covariance != 0) {
-    // k' Sigma' k, row by row in index order.
-    double quad = 0.0;
-    for (std::size_t a = 0; a < dim_; ++a) {
-      const double* row = cov_.data() + a * dim_;
-      double sum = 0.0;
-      for (std::size_t b = 0; b < dim_; ++b) sum += row[b] * static_cast<double>(k[b]);
-      quad += static_cast<double>(k[a]) * sum;
-    }
-    z += quad / d / 2.0;
+void ExpectedAttention::add_softmax(const double* z, std::size_t first) const noexcept {
+  // The softmax over the scored positions (held, observed, not sinks), as
+  // kvpress takes it over every key after the sinks: the largest logit
+  // subtracted, exp, the sum added in slot order.
+  double largest = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = first; i < kept_; ++i) largest = std::max(largest, z[i]);
+  double sum = 0.0;
+  for (std::size_t i = first; i < kept_; ++i) {
+    logit_[i] = std::exp(z[i] - largest);
+    sum += logit_[i];
   }
-  return z;
+  for (std::size_t i = first; i < kept_; ++i) score_[i] += logit_[i] / sum;
+}
+
+void ExpectedAttention::finish_scores(std::size_t first) const noexcept {
+  for (std::size_t i = first; i < kept_; ++i) {
+    score_[i] /= static_cast<double>(groups_);  // the mean over the query heads
+    if (params_.value_norm != 0) score_[i] *= value_norms_[i];
+  }
 }
 
 void ExpectedAttention::fill_scores() const noexcept {
@@ -285,25 +280,64 @@ void ExpectedAttention::fill_scores() const noexcept {
   const std::size_t first = first_scored();
   for (std::size_t h = 0; h < groups_; ++h) {
     head_statistics(h);
-    // The softmax over the scored positions (held, observed, not sinks), as
-    // kvpress takes it over every key after the sinks: the largest logit
-    // subtracted, exp, the sum added in slot order.
-    std::size_t at = first;
-    for (; at + 4 <= kept_; at += 4) logits4(at, logit_.data() + at);
-    for (; at < kept_; ++at) logit_[at] = logit(at);
-    double largest = -std::numeric_limits<double>::infinity();
-    for (std::size_t i = first; i < kept_; ++i) largest = std::max(largest, logit_[i]);
-    double sum = 0.0;
-    for (std::size_t i = first; i < kept_; ++i) {
-      logit_[i] = std::exp(logit_[i] - largest);
-      sum += logit_[i];
+    logits(first, kept_, mean_r_.data(), cov_.data(), logit_.data());
+    add_softmax(logit_.data(), first);
+  }
+  finish_scores(first);
+}
+
+void ExpectedAttention::cached_scores(bool refit) const noexcept {
+  const std::size_t first = first_scored();
+  if (refit) {
+    // A fresh fit, kept: fill_scores()'s statistics and logits, stored.
+    average_rotation();
+    for (std::size_t h = 0; h < groups_; ++h) {
+      head_statistics(h);
+      std::copy(mean_r_.begin(), mean_r_.end(), fit_mean_.begin() + static_cast<std::ptrdiff_t>(h * dim_));
+      if (params_.covariance != 0) {
+        std::copy(cov_.begin(), cov_.end(), fit_cov_.begin() + static_cast<std::ptrdiff_t>(h * dim_ * dim_));
+      }
+      logits(first, kept_, mean_r_.data(), cov_.data(), fit_logit_.data() + h * capacity_);
     }
-    for (std::size_t i = first; i < kept_; ++i) score_[i] += logit_[i] / sum;
+    std::fill(has_logit_.begin(), has_logit_.begin() + static_cast<std::ptrdiff_t>(first), std::uint8_t{0});
+    std::fill(has_logit_.begin() + static_cast<std::ptrdiff_t>(first), has_logit_.begin() + static_cast<std::ptrdiff_t>(kept_),
+              std::uint8_t{1});
+  } else {
+    // The keys admitted since the fit (the newest slots), under that fit.
+    std::size_t at = first;
+    while (at < kept_) {
+      if (has_logit_[at] != 0) {
+        ++at;
+        continue;
+      }
+      std::size_t end = at;
+      while (end < kept_ && has_logit_[end] == 0) ++end;
+      for (std::size_t h = 0; h < groups_; ++h) {
+        const double* cov = params_.covariance != 0 ? fit_cov_.data() + h * dim_ * dim_ : nullptr;
+        logits(at, end, fit_mean_.data() + h * dim_, cov, fit_logit_.data() + h * capacity_);
+      }
+      std::fill(has_logit_.begin() + static_cast<std::ptrdiff_t>(at), has_logit_.begin() + static_cast<std::ptrdiff_t>(end),
+                std::uint8_t{1});
+      at = end;
+    }
   }
-  for (std::size_t i = first; i < kept_; ++i) {
-    score_[i] /= static_cast<double>(groups_);  // the mean over the query heads
-    if (params_.value_norm != 0) score_[i] *= value_norms_[i];
+  for (std::size_t i = 0; i < kept_; ++i) score_[i] = 0.0;
+  for (std::size_t h = 0; h < groups_; ++h) add_softmax(fit_logit_.data() + h * capacity_, first);
+  finish_scores(first);
+}
+
+void ExpectedAttention::score_call() {
+  if (!cached_) {
+    fill_scores();
+    return;
   }
+  const bool refit = refit_due();
+  if (refit) {
+    fitted_ = true;
+    since_fit_ = 0;
+  }
+  ++since_fit_;
+  cached_scores(refit);
 }
 
 std::size_t ExpectedAttention::compact_marked() noexcept {
@@ -312,6 +346,12 @@ std::size_t ExpectedAttention::compact_marked() noexcept {
                            std::copy_n(keys_.data() + from * dim_, n * dim_, keys_.data() + to * dim_);
                            std::copy_n(value_norms_.data() + from, n, value_norms_.data() + to);
                            std::copy_n(observed_.data() + from, n, observed_.data() + to);
+                           if (!cached_) return;
+                           std::copy_n(has_logit_.data() + from, n, has_logit_.data() + to);
+                           for (std::size_t h = 0; h < groups_; ++h) {
+                             double* z = fit_logit_.data() + h * capacity_;
+                             std::copy_n(z + from, n, z + to);
+                           }
                          });
 }
 
@@ -320,7 +360,7 @@ std::span<const Position> ExpectedAttention::evict(std::int64_t budget) {
   const auto b = static_cast<std::size_t>(budget);
   if (kept_ <= b) return {};
   const std::size_t needed = kept_ - b;
-  fill_scores();  // once per call, before the first victim
+  score_call();  // once per call, before the first victim
   // The protected slots are a prefix (sinks; the unobserved position 0) and
   // a suffix (the recent window): the candidates are one range between them.
   const std::size_t begin = first_scored();
@@ -336,19 +376,26 @@ double ExpectedAttention::logit_of(std::int64_t pos, std::int64_t head) const no
   }
   average_rotation();
   head_statistics(static_cast<std::size_t>(head));
-  return logit(slot);
+  double z = 0.0;
+  detail::expected_logits(keys_.data() + slot * dim_, 1, dim_, mean_r_.data(),
+                          params_.covariance != 0 ? cov_.data() : nullptr, tile_.data(), &z);
+  return z;
 }
 
 double ExpectedAttention::score_of(std::int64_t pos) const noexcept {
   const std::size_t slot = detail::find_slot({positions_.data(), kept_}, pos);
   if (slot == detail::kNoSlot || !is_scored(slot)) return -1.0;
-  fill_scores();
+  if (cached_ && !refit_due()) {
+    cached_scores(false);  // what the next call will use: the fit's logits
+  } else {
+    fill_scores();  // a refit's scores are a fresh fit's
+  }
   return score_[slot];
 }
 
 std::size_t ExpectedAttention::scores(std::span<Position> positions, std::span<double> scores) {
   detail::check_score_spans(kTitle, positions.size(), scores.size(), kept_);
-  fill_scores();
+  score_call();
   for (std::size_t i = 0; i < kept_; ++i) {
     positions[i] = positions_[i];
     scores[i] = is_protected(i) ? detail::kProtectedScore : score_[i];
@@ -388,7 +435,9 @@ const PolicyInfo& expected_attention_info() {
         "next positions RoPE is averaged over (kvpress n_future_positions)"},
        {"ropeBase", &ExpectedAttentionParams::rope_base, "the model's RoPE base; 0: no RoPE"},
        {"covariance", &ExpectedAttentionParams::covariance, "1: the logit's covariance term (use_covariance)"},
-       {"valueNorm", &ExpectedAttentionParams::value_norm, "1: scores scaled by ||v|| (use_vnorm)"}},
+       {"valueNorm", &ExpectedAttentionParams::value_norm, "1: scores scaled by ||v|| (use_vnorm)"},
+       {"evictEvery", &ExpectedAttentionParams::evict_every,
+        "1: refit the Gaussian at every eviction (as published); k: every k-th, the keys between scored by the last fit"}},
       {QueryInfo{"logitOf", 2,
                  [](const Policy& p, std::span<const std::int64_t> args) {
                    return static_cast<const ExpectedAttention&>(p).logit_of(args[0], args[1]);

@@ -29,10 +29,21 @@ struct ExpectedAttentionParams {
   std::int64_t rope_base = 10000;       // the model's RoPE base (GPT-NeoX layout); 0: no RoPE, no rotation
   std::int64_t covariance = 1;          // 1: the logit's covariance term (kvpress use_covariance)
   std::int64_t value_norm = 1;          // 1: scale by ||v|| (kvpress use_vnorm)
+  // 1: the Gaussian is fitted and every held key scored afresh at every
+  // eviction (the published rule). k > 1: it is refitted at the first
+  // scoring call (an evict() that evicts, or scores()) and then at every k-th
+  // one; between refits each held key keeps the logits the last fit gave it,
+  // a key admitted since is given its logits under that fit (the same mean,
+  // covariance and averaged rotation), and the softmax, the mean over the
+  // heads and the value norm are taken over the keys held now -- so every
+  // eviction still leaves at most `budget`, and a refit costs what an
+  // eviction costs at k = 1.
+  std::int64_t evict_every = 1;
   // Rules: budget >= 1; 1 <= headDim <= 1024, even when ropeBase > 0;
   // 1 <= groups <= 64; sinks, recentWindow >= 0 and sinks + recentWindow <
   // budget; 1 <= queryWindow <= 65536; 1 <= futurePositions <= 2^24;
-  // ropeBase 0 or >= 2; covariance and valueNorm 0 or 1.
+  // ropeBase 0 or >= 2; covariance and valueNorm 0 or 1; 1 <= evictEvery <=
+  // 65536.
 };
 
 class ExpectedAttention final : public Policy {
@@ -51,7 +62,10 @@ class ExpectedAttention final : public Policy {
   std::size_t kept_count() const noexcept override { return kept_; }
   // Per slot: position 4 + key 4 x headDim + value norm 8 + observed 1 +
   // scratch 1 + score 8 + logit 8; the query ring (4 x queryWindow x groups x
-  // headDim) and one head's statistics (8 x (headDim^2 + 4 headDim)).
+  // headDim); one head's statistics and the rotation (8 x (headDim^2 + 8
+  // headDim)); a tile of 16 keys (8 x 16 x headDim). With evictEvery > 1,
+  // also per slot the last fit's logits (8 x groups) and a flag (1), and
+  // every head's fit (8 x groups x (headDim + headDim^2 with covariance)).
   std::size_t memory_bytes() const noexcept override;
 
   std::size_t scores(std::span<Position> positions, std::span<double> scores) override;
@@ -64,8 +78,9 @@ class ExpectedAttention final : public Policy {
   // the expected logit query head `head` pays to a held observed position
   // (mu'.k / sqrt(d) + k'Sigma'k / 2d); NaN when not held or unobserved.
   double logit_of(std::int64_t pos, std::int64_t head) const noexcept;
-  // The score evict() would use (softmax averaged over the heads, times ||v||);
-  // -1 when not held, unobserved or a sink (sinks are not scored).
+  // The score the next evict() would use (softmax averaged over the heads,
+  // times ||v||; with evictEvery > 1, from the last fit's logits unless that
+  // call refits); -1 when not held, unobserved or a sink (sinks are not scored).
   double score_of(std::int64_t pos) const noexcept;
   // Queries the Gaussian is fitted to now (at most queryWindow).
   std::int64_t modelled_queries() const noexcept { return static_cast<std::int64_t>(ring_count_); }
@@ -80,10 +95,22 @@ class ExpectedAttention final : public Policy {
   // (rope_cos_/rope_sin_ must hold the averaged rotation for the newest position).
   void head_statistics(std::size_t head) const noexcept;
   void average_rotation() const noexcept;
-  // Fills score_ for every scored slot (and logit_ with the last head's logits).
+  // Fills score_ for every scored slot from a fresh fit (and logit_ with the
+  // last head's softmax weights).
   void fill_scores() const noexcept;
-  double logit(std::size_t slot) const noexcept;
-  void logits4(std::size_t slot, double* out) const noexcept;
+  // evictEvery > 1: score_ from the cached logits, refitting them all first
+  // when `refit`, else giving the keys admitted since the fit theirs.
+  void cached_scores(bool refit) const noexcept;
+  // Whether the next scoring call refits (always, with evictEvery = 1).
+  bool refit_due() const noexcept { return !fitted_ || since_fit_ >= static_cast<std::uint64_t>(params_.evict_every); }
+  // A scoring call: score_ as that call must see it (and the fit counted).
+  void score_call();
+  // Logits of slots [from, to) under mean_r_ and cov_ into out[from, to).
+  void logits(std::size_t from, std::size_t to, const double* mean, const double* cov, double* out) const noexcept;
+  // Adds head's softmax over z[first, kept) into score_[first, kept).
+  void add_softmax(const double* z, std::size_t first) const noexcept;
+  // score_[first, kept) /= groups, times ||v|| when valueNorm.
+  void finish_scores(std::size_t first) const noexcept;
   std::size_t compact_marked() noexcept;
 
   ExpectedAttentionParams params_;
@@ -111,7 +138,18 @@ class ExpectedAttention final : public Policy {
   mutable std::vector<double> mean_;
   mutable std::vector<double> mean_r_;
   mutable std::vector<double> cov_;    // head_dim x head_dim, rotated in place
-  mutable std::vector<double> kcov_;   // head_dim: a centred query
+  mutable std::vector<double> kcov_;   // 4 x head_dim: four centred queries
+  std::vector<double> rope_theta_;     // theta_i, head_dim / 2 (fixed by the params)
+  std::vector<double> rope_ratio_;     // the Dirichlet kernel's scale, head_dim / 2
+  mutable std::vector<double> tile_;   // kKeyTile x head_dim: keys transposed for the logits kernel
+  // evictEvery > 1: the last fit and the logits it gave each slot.
+  bool cached_ = false;
+  bool fitted_ = false;
+  std::uint64_t since_fit_ = 0;               // scoring calls since the last refit, that one included
+  mutable std::vector<double> fit_mean_;      // [groups, head_dim]: each head's rotated mean
+  mutable std::vector<double> fit_cov_;       // [groups, head_dim^2]: each head's rotated covariance
+  mutable std::vector<double> fit_logit_;     // [groups, capacity]: each slot's logit under the fit
+  mutable std::vector<std::uint8_t> has_logit_;  // per slot: fit_logit_ holds its logits
 };
 
 }  // namespace kvevict

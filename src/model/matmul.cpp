@@ -1,0 +1,343 @@
+// The weight kernels (kvevict/model/matmul.h): a tile of up to four rows
+// times up to four vectors at a time, each weight decoded from its block in
+// registers once per tile and multiplied into every vector of the tile.
+//
+// Why tiles: a decode step (one vector) is bound by reading the weights, and
+// four rows give four independent accumulator chains so the multiply-adds
+// never wait on each other; a prompt's chunk or a batch of runs (many
+// vectors) is bound by arithmetic, and four vectors a decoded weight make
+// the decoding a quarter of the work. Every output accumulates its own
+// lanes over the columns in order and sums them at the end, so neither the
+// tile it fell in nor the thread that ran it changes a bit of it.
+//
+// The decoded weights are exactly dequantize()'s (weight_types.cpp): the
+// same products in the same order (Q4_K's d*sc*q - dmin*m as two roundings,
+// Q6_K's (d*sc)*q), so a product with a unit vector reads a weight back to
+// the bit -- which the tests check on every target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "matmul.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kvevict/model/matmul.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvevict::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes: every block's runs (16 and 32 elements) are then whole
+// chunks, on every target.
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+
+HWY_INLINE float Half(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return kvevict::half_to_float(bits);
+}
+
+// N unsigned bytes from p, as int32 lanes.
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> Bytes(const std::uint8_t* p) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, decltype(di)> du8;
+  return hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::LoadU(du8, p)));
+}
+
+// Each codec: a block's elements and bytes, its per-block constants
+// (Prepare), and the N weights from element e of the block (Chunk; e a
+// multiple of N). Float types are blocks of N elements, with a scalar tail.
+struct F32Codec {
+  static constexpr bool kFloat = true;
+  static constexpr std::size_t kElemBytes = 4;
+  struct Block {};
+  static Block Prepare(const std::uint8_t*) { return {}; }
+  static VF Chunk(const Block&, const std::uint8_t* p, std::size_t e) {
+    return hn::LoadU(DF(), reinterpret_cast<const float*>(p) + e);
+  }
+  static float Scalar(const std::uint8_t* row, std::size_t e) {
+    float v;
+    std::memcpy(&v, row + 4 * e, 4);
+    return v;
+  }
+};
+
+struct F16Codec {
+  static constexpr bool kFloat = true;
+  static constexpr std::size_t kElemBytes = 2;
+  struct Block {};
+  static Block Prepare(const std::uint8_t*) { return {}; }
+  static VF Chunk(const Block&, const std::uint8_t* p, std::size_t e) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + e));
+  }
+  static float Scalar(const std::uint8_t* row, std::size_t e) { return Half(row + 2 * e); }
+};
+
+struct BF16Codec {
+  static constexpr bool kFloat = true;
+  static constexpr std::size_t kElemBytes = 2;
+  struct Block {};
+  static Block Prepare(const std::uint8_t*) { return {}; }
+  static VF Chunk(const Block&, const std::uint8_t* p, std::size_t e) {
+    // A bfloat16 is a float32's upper half.
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<std::uint16_t, DF> d16;
+    const auto wide = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const std::uint16_t*>(p) + e));
+    return hn::BitCast(DF(), hn::ShiftLeft<16>(wide));
+  }
+  static float Scalar(const std::uint8_t* row, std::size_t e) {
+    std::uint16_t h;
+    std::memcpy(&h, row + 2 * e, 2);
+    const std::uint32_t bits = std::uint32_t{h} << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
+};
+
+struct Q8_0Codec {
+  static constexpr bool kFloat = false;
+  static constexpr std::size_t kElems = 32;
+  static constexpr std::size_t kBytes = 34;
+  struct Block {
+    VF d;
+  };
+  static Block Prepare(const std::uint8_t* b) { return {hn::Set(DF(), Half(b))}; }
+  static VF Chunk(const Block& k, const std::uint8_t* b, std::size_t e) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<std::int8_t, decltype(di)> d8;
+    const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(b + 2 + e)));
+    return hn::Mul(hn::ConvertTo(DF(), q), k.d);
+  }
+};
+
+struct Q4_0Codec {
+  static constexpr bool kFloat = false;
+  static constexpr std::size_t kElems = 32;
+  static constexpr std::size_t kBytes = 18;
+  struct Block {
+    VF d;
+  };
+  static Block Prepare(const std::uint8_t* b) { return {hn::Set(DF(), Half(b))}; }
+  static VF Chunk(const Block& k, const std::uint8_t* b, std::size_t e) {
+    const hn::RebindToSigned<DF> di;
+    // Elements 0..15 are the low nibbles of bytes 0..15, 16..31 their high.
+    auto q = Bytes(b + 2 + (e & 15));
+    if (e >= 16) q = hn::ShiftRight<4>(q);
+    q = hn::Sub(hn::And(q, hn::Set(di, 0x0F)), hn::Set(di, 8));
+    return hn::Mul(hn::ConvertTo(DF(), q), k.d);
+  }
+};
+
+struct Q4_KCodec {
+  static constexpr bool kFloat = false;
+  static constexpr std::size_t kElems = 256;
+  static constexpr std::size_t kBytes = 144;
+  struct Block {
+    float scale[8];
+    float min[8];
+  };
+  static Block Prepare(const std::uint8_t* b) {
+    Block k;
+    const float d = Half(b);
+    const float dmin = Half(b + 2);
+    const std::uint8_t* q = b + 4;
+    for (int j = 0; j < 8; ++j) {
+      int sc = 0;
+      int m = 0;
+      if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+      } else {
+        sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+      }
+      k.scale[j] = d * static_cast<float>(sc);
+      k.min[j] = dmin * static_cast<float>(m);
+    }
+    return k;
+  }
+  static VF Chunk(const Block& k, const std::uint8_t* b, std::size_t e) {
+    const hn::RebindToSigned<DF> di;
+    // 64 elements a group: the low nibbles of its 32 bytes, then the high.
+    const std::size_t group = e / 64;
+    const std::size_t in = e % 64;
+    auto q = Bytes(b + 16 + 32 * group + (in & 31));
+    if (in >= 32) q = hn::ShiftRight<4>(q);
+    q = hn::And(q, hn::Set(di, 0x0F));
+    const std::size_t sub = e / 32;
+    return hn::Sub(hn::Mul(hn::Set(DF(), k.scale[sub]), hn::ConvertTo(DF(), q)), hn::Set(DF(), k.min[sub]));
+  }
+};
+
+struct Q6_KCodec {
+  static constexpr bool kFloat = false;
+  static constexpr std::size_t kElems = 256;
+  static constexpr std::size_t kBytes = 210;
+  struct Block {
+    float scale[16];
+  };
+  static Block Prepare(const std::uint8_t* b) {
+    Block k;
+    const float d = Half(b + 208);
+    for (int j = 0; j < 16; ++j) k.scale[j] = d * static_cast<float>(static_cast<std::int8_t>(b[192 + j]));
+    return k;
+  }
+  static VF Chunk(const Block& k, const std::uint8_t* b, std::size_t e) {
+    const hn::RebindToSigned<DF> di;
+    // Each half of 128: four runs of 32; run r takes the low (r < 2) or
+    // high nibbles of ql[32 (r & 1) + l] and bits 2r, 2r+1 of qh[l].
+    const std::size_t half = e / 128;
+    const std::size_t run = (e % 128) / 32;
+    const std::size_t l = e % 32;
+    auto lo = Bytes(b + 64 * half + 32 * (run & 1) + l);
+    if (run >= 2) lo = hn::ShiftRight<4>(lo);
+    lo = hn::And(lo, hn::Set(di, 0x0F));
+    auto hi = Bytes(b + 128 + 32 * half + l);
+    hi = hn::And(hn::ShiftRightSame(hi, static_cast<int>(2 * run)), hn::Set(di, 3));
+    const auto q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di, 32));
+    const float scale = k.scale[8 * half + l / 16 + 2 * run];
+    return hn::Mul(hn::Set(DF(), scale), hn::ConvertTo(DF(), q));
+  }
+};
+
+// Rows [r0, r0 + R) against vectors [v0, v0 + V).
+template <class Codec, int R, int V>
+HWY_INLINE void Tile(const kvevict::WeightMatrix& w, std::size_t r0, const float* HWY_RESTRICT x, std::size_t xs,
+                     std::size_t v0, float* HWY_RESTRICT y, std::size_t ys) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t cols = w.cols;
+  const std::uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.row(static_cast<std::uint32_t>(r0 + r));
+  const float* xv[V];
+  for (int v = 0; v < V; ++v) xv[v] = x + (v0 + v) * xs;
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
+  }
+  std::size_t done = 0;
+  if constexpr (Codec::kFloat) {
+    for (; done + N <= cols; done += N) {
+      VF wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = Codec::Chunk({}, rows[r], done);
+      for (int v = 0; v < V; ++v) {
+        const VF xc = hn::LoadU(df, xv[v] + done);
+        for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(wv[r], xc, acc[r][v]);
+      }
+    }
+  } else {
+    for (std::size_t at = 0; at < cols; at += Codec::kElems) {
+      const std::size_t block = at / Codec::kElems;
+      typename Codec::Block k[R];
+      const std::uint8_t* b[R];
+      for (int r = 0; r < R; ++r) {
+        b[r] = rows[r] + block * Codec::kBytes;
+        k[r] = Codec::Prepare(b[r]);
+      }
+      for (std::size_t e = 0; e < Codec::kElems; e += N) {
+        VF wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = Codec::Chunk(k[r], b[r], e);
+        for (int v = 0; v < V; ++v) {
+          const VF xc = hn::LoadU(df, xv[v] + at + e);
+          for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(wv[r], xc, acc[r][v]);
+        }
+      }
+    }
+    done = cols;
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) {
+      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r][v]));
+      if constexpr (Codec::kFloat) {
+        for (std::size_t e = done; e < cols; ++e) sum += Codec::Scalar(rows[r], e) * xv[v][e];
+      }
+      y[(v0 + v) * ys + r0 + r] = sum;
+    }
+  }
+}
+
+template <class Codec, int R>
+HWY_INLINE void RowGroup(const kvevict::WeightMatrix& w, std::size_t r0, const float* x, std::size_t xs, float* y,
+                         std::size_t ys, std::size_t vectors) {
+  std::size_t v = 0;
+  for (; v + 4 <= vectors; v += 4) Tile<Codec, R, 4>(w, r0, x, xs, v, y, ys);
+  switch (vectors - v) {
+    case 3: Tile<Codec, R, 3>(w, r0, x, xs, v, y, ys); break;
+    case 2: Tile<Codec, R, 2>(w, r0, x, xs, v, y, ys); break;
+    case 1: Tile<Codec, R, 1>(w, r0, x, xs, v, y, ys); break;
+    default: break;
+  }
+}
+
+template <class Codec>
+void RowsOf(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end, const float* x, std::size_t xs,
+            float* y, std::size_t ys, std::size_t vectors) {
+  std::size_t r = begin;
+  for (; r + 4 <= end; r += 4) RowGroup<Codec, 4>(w, r, x, xs, y, ys, vectors);
+  for (; r < end; ++r) RowGroup<Codec, 1>(w, r, x, xs, y, ys, vectors);
+}
+
+void MatMulRows(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end, const float* x, std::size_t xs,
+                float* y, std::size_t ys, std::size_t vectors) {
+  using kvevict::WeightType;
+  switch (w.type) {
+    case WeightType::kF32: RowsOf<F32Codec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kF16: RowsOf<F16Codec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kBF16: RowsOf<BF16Codec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kQ8_0: RowsOf<Q8_0Codec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kQ4_0: RowsOf<Q4_0Codec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kQ4_K: RowsOf<Q4_KCodec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kQ6_K: RowsOf<Q6_KCodec>(w, begin, end, x, xs, y, ys, vectors); break;
+    case WeightType::kQ5_0: break;  // decoded to F32 at load (has_matmul_kernel)
+  }
+}
+
+}  // namespace kvevict::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+
+#include <omp.h>
+
+namespace kvevict {
+namespace kernels {
+HWY_EXPORT(MatMulRows);
+}  // namespace kernels
+
+bool has_matmul_kernel(WeightType type) noexcept { return type != WeightType::kQ5_0; }
+
+int default_threads() noexcept { return std::max(1, omp_get_max_threads()); }
+
+void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
+            std::size_t vectors, int threads) noexcept {
+  if (w.rows == 0 || vectors == 0) return;
+  const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
+  // A share under ~64 KiB of weights (a quarter of a small matrix) costs
+  // more to hand out than to read: those run on this thread.
+  const std::size_t bytes = w.bytes();
+  const int wanted = threads < 1 ? 1 : threads;
+  const int team = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(wanted), std::max<std::size_t>(1, bytes * vectors / 65536)));
+  if (team <= 1 || w.rows < 8) {
+    run(w, 0, w.rows, x, x_stride, y, y_stride, vectors);
+    return;
+  }
+  // Each thread a contiguous run of rows, a multiple of four: the split
+  // changes which thread computes a row, never how.
+  const std::size_t groups = (w.rows + 3) / 4;
+#pragma omp parallel num_threads(team)
+  {
+    const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    const auto n = static_cast<std::size_t>(omp_get_num_threads());
+    const std::size_t begin = std::min<std::size_t>(w.rows, groups * t / n * 4);
+    const std::size_t end = std::min<std::size_t>(w.rows, groups * (t + 1) / n * 4);
+    if (begin < end) run(w, begin, end, x, x_stride, y, y_stride, vectors);
+  }
+}
+
+}  // namespace kvevict
+#endif  // HWY_ONCE
