@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvevict/core/errors.h"
@@ -18,6 +19,7 @@
 #include "kvevict/model/decoder_policies.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/model_writer.h"
+#include "kvevict/model/perplexity.h"
 #include "support.h"
 
 namespace kvevict {
@@ -228,6 +230,49 @@ TEST(WeightKernelsDecoder, StepTogetherRefusesWhatCannotBeOnePass) {
       [&] { Decoder::step_together(pair, bad); },
       "decoder 1: token 999 at position 0 is outside the model's vocabulary of 256");
   EXPECT_EQ(a.position(), 0U);  // checked before anything moved
+  fs::remove_all(dir);
+}
+
+// Perplexity on a model on the weight kernels steps each window's runs
+// together (ModelRunOptions::together): every row must be what the runs give
+// one at a time, to the bit -- decode-time eviction, a paged store, and a
+// prefill's compression alike.
+TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
+  const fs::path dir = scratch();
+  const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(700);
+  const std::vector<RunSpec> specs = {{"h2o", {{"recentWindow", 4}}, 24},
+                                      {"tova", {}, 24},
+                                      {"sliding-window", {}, 16},
+                                      {"expected-attention", {{"sinks", 2}, {"queryWindow", 8}}, 24},
+                                      {"snapkv", {{"obsWindow", 4}, {"recentWindow", 4}}, 32}};
+  ModelRunOptions decode;
+  decode.max_windows = 3;
+  ModelRunOptions paged = decode;
+  paged.paged.block_size = 8;
+  ModelRunOptions prefill = decode;
+  prefill.prefill = 40;
+  prefill.prefill_window = 8;
+  for (const auto& [label, options] : {std::pair<const char*, ModelRunOptions>{"decode", decode},
+                                       {"paged", paged},
+                                       {"prefill", prefill}}) {
+    ModelRunOptions alone = options;
+    alone.together = false;
+    const std::vector<PerplexityRow> a = perplexity(*model, text, specs, alone);
+    const std::vector<PerplexityRow> b = perplexity(*model, text, specs, options);
+    ASSERT_EQ(a.size(), specs.size() + 1) << label;
+    ASSERT_EQ(b.size(), a.size()) << label;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].bits_per_byte, b[i].bits_per_byte) << label << " row " << i;
+      EXPECT_EQ(a[i].perplexity, b[i].perplexity) << label << " row " << i;
+      EXPECT_EQ(a[i].extra_bits_per_byte, b[i].extra_bits_per_byte) << label << " row " << i;
+      EXPECT_EQ(a[i].evicted, b[i].evicted) << label << " row " << i;
+      EXPECT_EQ(a[i].predictions, b[i].predictions) << label << " row " << i;
+      EXPECT_EQ(a[i].peak_blocks, b[i].peak_blocks) << label << " row " << i;
+      EXPECT_EQ(a[i].peak_positions, b[i].peak_positions) << label << " row " << i;
+    }
+    EXPECT_GT(a.back().evicted + a[1].evicted, 0U) << label << ": the policies must evict for the test to mean anything";
+  }
   fs::remove_all(dir);
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "kvevict/core/bank.h"
+#include "kvevict/core/params.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/harness.h"
 #include "kvevict/core/registry.h"
@@ -21,6 +22,17 @@ namespace kvevict {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// "a:b:c" -> {a, b, c} (a policy item's name and its assignments).
+std::vector<std::string> split_list_by(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  for (std::size_t next; (next = text.find(separator, at)) != std::string::npos; at = next + 1) {
+    parts.push_back(text.substr(at, next - at));
+  }
+  parts.push_back(text.substr(at));
+  return parts;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -251,17 +263,40 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
 }
 
 BenchReport run_bench(const BenchOptions& options) {
+  std::vector<std::string> names = options.policies;
+  if (names.empty()) names = policy_names(kSignalAttention);
+  // "name" or "name:key=value[:key=value...]": the parameters under the
+  // budget. Every item is built at every budget before any timing, so a bad
+  // one fails first.
+  auto item_of = [](const std::string& item) {
+    const std::vector<std::string> parts = split_list_by(item, ':');
+    ParamMap params;
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      const auto [key, value] = parse_assignment(parts[i]);
+      set_param(params, key, value);
+    }
+    return std::pair<std::string, ParamMap>(parts.front(), params);
+  };
+  for (const std::string& item : names) {
+    const auto [name, params] = item_of(item);
+    for (const std::int64_t budget : options.budgets) {
+      ParamMap with_budget = params;
+      set_param(with_budget, "budget", budget);
+      (void)make_policy(name, with_budget);
+    }
+  }
   BenchReport report;
   report.simd_target = simd::active_target();
   if (options.progress) options.progress("read bandwidth");
   report.read_bandwidth_gb_s = measure_read_bandwidth();
 
-  std::vector<std::string> names = options.policies;
-  if (names.empty()) names = policy_names(kSignalAttention);
-  for (const std::string& name : names) {
+  for (const std::string& item : names) {
+    const auto [name, item_params] = item_of(item);
     for (const std::int64_t budget : options.budgets) {
-      if (options.progress) options.progress(name + " @ " + std::to_string(budget));
-      auto policy = make_policy(name, {{"budget", budget}});
+      if (options.progress) options.progress(item + " @ " + std::to_string(budget));
+      ParamMap params = item_params;
+      set_param(params, "budget", budget);
+      auto policy = make_policy(name, params);
       // A key-aware policy is given a key per step (its default headDim), and
       // its floor reads that key and the policy's whole held state once: what
       // its step and eviction must at least touch. The others read a row of
@@ -269,7 +304,7 @@ BenchReport run_bench(const BenchOptions& options) {
       const bool keyed = (find_policy(name).signals & kSignalKey) != 0;
       std::size_t head_dim = 0;
       std::size_t groups = 1;
-      for (const auto& [key, value] : find_policy(name).effective({})) {
+      for (const auto& [key, value] : find_policy(name).effective(item_params)) {
         if (keyed && key == "headDim") head_dim = static_cast<std::size_t>(value);
         if (keyed && key == "groups") groups = static_cast<std::size_t>(value);
       }
@@ -375,7 +410,7 @@ BenchReport run_bench(const BenchOptions& options) {
       }
       const std::size_t mid = median_index(ratios);
       BenchRow row;
-      row.policy = name;
+      row.policy = item;
       row.budget = budget;
       row.ns_per_step = step_ns[mid];
       row.attention_bytes = static_cast<double>((len + state.size()) * sizeof(float));

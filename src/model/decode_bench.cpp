@@ -86,6 +86,7 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
   // Every run's policies are built once up front, so a bad parameter fails
   // before any timing.
   for (const RunSpec& spec : request.runs) (void)DecoderPolicies(spec, model->config(), {});
+  if (request.on_start) request.on_start(tokens);
 
   struct Case {
     const RunSpec* spec;

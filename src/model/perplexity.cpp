@@ -7,6 +7,9 @@
 #include <fstream>
 #include <numbers>
 #include <optional>
+#include <span>
+
+#include <omp.h>
 
 #include <fmt/format.h>
 
@@ -110,6 +113,55 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, const Tokeniz
   }
   r.evicted = decoder.evicted();
   r.store = decoder.store();
+  return r;
+}
+
+// The same for several runs over one window, stepped together
+// (Decoder::step_together): one read of each weight a token for all of them,
+// the same bits as each run alone. threads: the products' (1 inside a job
+// that shares the cores with others).
+std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>& model, const TokenizedText& text,
+                                              const Window& w, std::span<const RunSpec* const> specs,
+                                              std::span<const KvFormat* const> kvs, const ModelRunOptions& options) {
+  const PagedOptions& paged = options.paged;
+  const ModelConfig& cfg = model->config();
+  struct One {
+    std::unique_ptr<Decoder> decoder;
+    DecoderPolicies policies;
+    std::optional<PrefillCompressor> compressor;
+  };
+  std::vector<One> runs(specs.size());
+  std::vector<Decoder*> batch;
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    DecoderOptions store;
+    store.capacity = w.length;
+    store.block_size = static_cast<std::uint32_t>(paged.block_size);
+    store.kv = *kvs[k];
+    store.threads = 1;
+    One& one = runs[k];
+    one.decoder = std::make_unique<Decoder>(model, store);
+    if (specs[k] != nullptr && options.prefill > 0) {
+      one.compressor.emplace(cfg, *specs[k], options.prefill, options.prefill_window);
+    } else if (specs[k] != nullptr) {
+      one.policies = DecoderPolicies(*specs[k], cfg, paged);
+      one.policies.attach(*one.decoder);
+    }
+    batch.push_back(one.decoder.get());
+  }
+  std::vector<WindowResult> r(specs.size());
+  std::vector<Token> same(specs.size());
+  for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
+    std::fill(same.begin(), same.end(), token_at(text, w, i));
+    Decoder::step_together(batch, same);
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      if (runs[k].compressor) runs[k].compressor->after_step(*runs[k].decoder, i);
+      if (i + 1 > options.prefill) r[k].nll += negative_log_likelihood(runs[k].decoder->last_logits(), token_at(text, w, i + 1));
+    }
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    r[k].evicted = runs[k].decoder->evicted();
+    r[k].store = runs[k].decoder->store();
+  }
   return r;
 }
 
@@ -326,12 +378,48 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
   std::vector<WindowResult> results(runs * windows.size());
   std::vector<double> seconds(runs * windows.size(), 0.0);
   const std::shared_ptr<const Model> shared = shared_view(model);
-  detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
-    const std::size_t r = job / windows.size();
-    const auto started = std::chrono::steady_clock::now();
-    results[job] = run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv);
-    seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  });
+  if (options.together && model.uses_kernels() && runs > 1) {
+    // Each window's runs in as few groups as keep every core busy, each group
+    // stepped together on one core: a weight is read once a token a group,
+    // not once a run. (kvevict-tiny's Eigen products take one vector at a
+    // time, so a batch would save it nothing: it runs a job a run.)
+    const std::size_t cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    const std::size_t groups = std::clamp<std::size_t>((cores + windows.size() - 1) / windows.size(), 1, runs);
+    std::vector<std::pair<std::size_t, std::size_t>> spans;  // [first run, end) of each group
+    for (std::size_t g = 0; g < groups; ++g) spans.emplace_back(runs * g / groups, runs * (g + 1) / groups);
+    std::uint32_t reported = 0;  // a group finishes its runs' jobs at once: progress counts them all
+    detail::parallel_jobs(groups * windows.size(), ProgressFn{}, [&](std::size_t job) {
+      const std::size_t g = job / windows.size();
+      const std::size_t wi = job % windows.size();
+      std::vector<const RunSpec*> specs;
+      std::vector<const KvFormat*> kvs;
+      for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
+        specs.push_back(runs_in[r].spec);
+        kvs.push_back(&runs_in[r].kv);
+      }
+      const auto started = std::chrono::steady_clock::now();
+      std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
+        results[r * windows.size() + wi] = got[r - spans[g].first];
+        seconds[r * windows.size() + wi] = took / static_cast<double>(specs.size());  // the group's time, shared
+      }
+      if (options.progress) {
+#pragma omp critical(kvevict_model_jobs_progress)
+        {
+          reported += static_cast<std::uint32_t>(specs.size());
+          options.progress(reported, static_cast<std::uint32_t>(results.size()));
+        }
+      }
+    });
+  } else {
+    detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
+      const std::size_t r = job / windows.size();
+      const auto started = std::chrono::steady_clock::now();
+      results[job] = run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv);
+      seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    });
+  }
 
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs; ++r) {

@@ -432,13 +432,17 @@ alone "tasks window"     "PyramidKV prefill: the window (32 rows) is larger than
 alone "tasks grid"       "is more than the 100000 samples one run may make" -- tasks --model "$model" --text "$heldout" --depths 100 --samples 100000
 # bench --model: the decoder's speed and the split of a step, one line for a
 # bad request before any work.
-ok  "bench model"      "| decode | h2o | 40 | 1 | 1 | 0 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --format markdown
+ok  "bench model"      "| decode | h2o | 40 | 1 | 1 | 0 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --threads 1 --format markdown
 ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout" --tokens 8 --rounds 1 --policies tova --budgets 4 --format json
 # A prompt prefilled in chunks (a prefill row), two thread counts, every run together.
-"$tool" bench --model "$model" --text "$heldout" --prompt 40 --prefill-chunk 16 --tokens 8 --rounds 1 --policies h2o --budgets 24 \
+"$tool" bench --model "$model" --text "$heldout" --prompt 48 --prefill-chunk 16 --tokens 8 --rounds 1 --policies h2o --budgets 40 \
   --threads 1,2 --together --format json >"$tmp/bench-model.json" 2>/dev/null
-rows=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(f"{r[\"mode\"]}/{r[\"threads\"]}/{r[\"runs\"]}/{r[\"prompt\"]}" for r in json.load(open(sys.argv[1]))))' "$tmp/bench-model.json" 2>&1)
-if [[ $rows == "prefill/1/1/40 decode/1/1/40 decode/1/1/40 together/1/2/40 prefill/2/1/40 decode/2/1/40 decode/2/1/40 together/2/2/40" ]]; then
+rows=$(/usr/bin/python3 - "$tmp/bench-model.json" 2>&1 <<'PY'
+import json, sys
+print(" ".join(f"{r['mode']}/{r['threads']}/{r['runs']}/{r['prompt']}" for r in json.load(open(sys.argv[1]))))
+PY
+)
+if [[ $rows == "prefill/1/1/48 decode/1/1/48 decode/1/1/48 together/1/2/48 prefill/2/1/48 decode/2/1/48 decode/2/1/48 together/2/2/48" ]]; then
   pass
 else
   fail "bench --model --prompt --threads --together: rows $rows"
@@ -453,6 +457,8 @@ else
   fail "bench --policies h2o,snapkv: bank rows $(grep -c '"instances":' "$tmp/bench.json")"
 fi
 bad "bench text alone" "bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --threads and --together need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
+ok  "bench item"       '"policy": "expected-attention:evictEvery=8",' -- bench --policies knorm,expected-attention:evictEvery=8 --budgets 64 --seconds 0.01 --no-compare --bank-instances 0 --format json
+bad "bench item bad"   "evictEvery" -- bench --policies expected-attention:evictEvery=0 --budgets 64 --seconds 0.01 --no-compare --bank-instances 0
 bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4
 bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
 

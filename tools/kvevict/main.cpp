@@ -687,8 +687,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json", "markdown"}))->capture_default_str();
   bench->add_option("--budgets", bench_budgets, "comma-separated budgets")->capture_default_str();
   bench->add_option("--policies", bench_policies,
-                    "comma-separated names, or all (all ten); the bank benchmark times the banks among them (scissorhands, "
-                    "h2o, tova, sliding-window, streaming-llm)")
+                    "comma-separated names (or name:key=value[:key=value] items, each parameter set), or all (all "
+                    "ten); the bank benchmark times the banks among them (scissorhands, h2o, tova, sliding-window, "
+                    "streaming-llm); with --model, none for the full cache alone")
       ->capture_default_str();
   bench->add_option("--seconds", bench_seconds, "timed seconds per policy and budget")
       ->check(CLI::Range(0.01, 60.0))->capture_default_str();
@@ -1304,10 +1305,12 @@ int main(int argc, char** argv) {
         for (const std::int64_t b : budgets) request.runs.push_back({name, {}, b});
       }
       if (!bench_simd.empty()) simd::select_target(bench_simd);
-      std::cerr << fmt::format("bench: {} runs x {} thread count(s) x {} rounds (each timed, then profiled{}), "
-                               "{} tokens a pass after a prompt of {}\n",
-                               request.runs.size() + 1, request.threads.size(), bench_rounds,
-                               bench_together ? "; and all together" : "", bench_tokens, bench_prompt);
+      request.on_start = [&](std::uint32_t tokens) {
+        std::cerr << fmt::format("bench: {} runs x {} thread count(s) x {} rounds (each timed, then profiled{}), "
+                                 "{} tokens a pass after a prompt of {}\n",
+                                 request.runs.size() + 1, request.threads.size(), bench_rounds,
+                                 bench_together ? "; and all together" : "", tokens, bench_prompt);
+      };
       cli::print_decode_bench(std::cout, bench_decoder(model, text, request), bench_format);
       return 0;
     }
@@ -1321,7 +1324,15 @@ int main(int argc, char** argv) {
       }
       BenchOptions options;
       options.budgets = parse_integer_list(bench_budgets, "--budgets");
-      options.policies = parse_policy_list(bench_policies);
+      // Items with parameters ("expected-attention:evictEvery=8") go to the
+      // library as written; the rest through the registry's list ("all").
+      for (const std::string& item : split_list(bench_policies, "--policies")) {
+        if (item.find(':') != std::string::npos) {
+          options.policies.push_back(item);
+        } else {
+          for (std::string& name : parse_policy_list(item)) options.policies.push_back(std::move(name));
+        }
+      }
       options.seconds_per_case = bench_seconds;
       options.include_compare = !bench_no_compare;
       options.bank_instances = bench_bank_instances;

@@ -12,7 +12,9 @@ namespace kvevict {
 
 struct BenchOptions {
   std::vector<std::int64_t> budgets{512, 4096};
-  // Empty: every registered policy. Also narrows the bank benchmark to the
+  // Empty: every registered policy. An item may set parameters,
+  // "name:key=value[:key=value...]" (its rows are named by the item). Also
+  // narrows the bank benchmark to the
   // bank's policies among these (scissorhands, h2o, tova, sliding-window,
   // streaming-llm); none of them: no bank rows.
   std::vector<std::string> policies;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ struct DecodeBenchRequest {
   std::vector<int> threads = {0};  // the rows again at each count (0: every core, default_threads())
   bool together = false;        // and a "together" row: every run stepped as one batch
   bool profile = true;          // a profiled pass a round (the shares); off: zeros
+  // Called once the request is checked, before any timing, with the tokens
+  // a pass decodes (the tool's progress line).
+  std::function<void(std::uint32_t tokens)> on_start;
 };
 
 struct DecodeBenchRow {

@@ -131,6 +131,11 @@ struct ModelRunOptions {
   // replay decode-time eviction) and no paged options.
   std::uint32_t prefill = 0;
   std::uint32_t prefill_window = 32;
+  // A model on the weight kernels (Model::uses_kernels) steps a window's runs
+  // together (Decoder::step_together: each weight read once a token for a
+  // group of runs); the rows are the bits of the runs one at a time. false:
+  // one run a job, as kvevict-tiny always runs.
+  bool together = true;
 };
 
 // Parameters each (layer, head) instance gets: `params` with the budget set,
