@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvevict/core/simd.h"
@@ -60,6 +61,39 @@ const Case kCases[] = {
 
 std::string label(const Case& c) {
   return std::string(weight_type_info(c.type).name) + " on " + simd::active_target();
+}
+
+// Block scales of every kind a float16 holds -- normal, subnormal, the
+// largest, zero, negative -- decode as the dequantizer's (the kernels convert
+// them themselves, not through half_to_float). Q8_0 and Q4_0 blocks carry
+// the scale in their first two bytes.
+TEST(WeightKernels, EveryKindOfHalfScaleDecodesAsTheDequantizer) {
+  const std::uint16_t scales[] = {0x3C00, 0x0001, 0x03FF, 0x0400, 0x7BFF, 0x0000, 0x8000, 0xBC00, 0x8001, 0x1234};
+  for (const WeightType type : {WeightType::kQ8_0, WeightType::kQ4_0}) {
+    const std::uint32_t blocks = sizeof(scales) / sizeof(scales[0]);
+    const std::uint32_t cols = 32 * blocks;
+    Matrix m = random_matrix(type, 4, cols, 11);
+    const std::size_t block_bytes = weight_type_info(type).block_bytes;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+      for (std::uint32_t b = 0; b < blocks; ++b) {
+        std::uint8_t* at = m.blocks.data() + r * m.w.row_bytes() + b * block_bytes;
+        at[0] = static_cast<std::uint8_t>(scales[b] & 0xFF);
+        at[1] = static_cast<std::uint8_t>(scales[b] >> 8);
+      }
+      dequantize(type, m.blocks.data() + r * m.w.row_bytes(), m.values.data() + std::size_t{r} * cols, cols);
+    }
+    std::vector<float> x(cols, 0.0F);
+    std::vector<float> y(4);
+    for (std::uint32_t j = 0; j < cols; ++j) {
+      x[j] = 1.0F;
+      matmul(m.w, x.data(), cols, y.data(), 4, 1, 1);
+      x[j] = 0.0F;
+      for (std::uint32_t r = 0; r < 4; ++r) {
+        ASSERT_EQ(y[r], m.values[std::size_t{r} * cols + j])
+            << weight_type_info(type).name << " scale " << std::hex << scales[j / 32] << " row " << r;
+      }
+    }
+  }
 }
 
 TEST(WeightKernels, AUnitVectorReadsEachWeightBackExactly) {

@@ -17,6 +17,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cstdint>
@@ -33,10 +34,29 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
 
+// A block's float16 scale, converted here rather than by a call: a call in
+// the middle of a tile spills every accumulator around it (and costs a
+// vzeroupper), which made the quantized kernels three times slower. Every
+// half is a float exactly, so this gives half_to_float's bits.
 HWY_INLINE float Half(const std::uint8_t* p) {
-  std::uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return kvevict::half_to_float(bits);
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  const std::uint32_t sign = std::uint32_t{h & 0x8000U} << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1FU;
+  const std::uint32_t mantissa = h & 0x3FFU;
+  std::uint32_t bits;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000U | (mantissa << 13);  // infinity or NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112U) << 23) | (mantissa << 13);
+  } else {
+    // Zero or subnormal: mantissa x 2^-24, exact in float.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24F;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
 }
 
 // N unsigned bytes from p, as int32 lanes.
@@ -204,6 +224,9 @@ struct Q6_KCodec {
   }
 };
 
+// How far ahead of a row's read the kernels prefetch.
+constexpr std::size_t kPrefetchBytes = 2048;
+
 // Rows [r0, r0 + R) against vectors [v0, v0 + V).
 template <class Codec, int R, int V>
 HWY_INLINE void Tile(const kvevict::WeightMatrix& w, std::size_t r0, const float* HWY_RESTRICT x, std::size_t xs,
@@ -222,6 +245,9 @@ HWY_INLINE void Tile(const kvevict::WeightMatrix& w, std::size_t r0, const float
   std::size_t done = 0;
   if constexpr (Codec::kFloat) {
     for (; done + N <= cols; done += N) {
+      if (done % (64 / Codec::kElemBytes) == 0) {
+        for (int r = 0; r < R; ++r) hwy::Prefetch(rows[r] + done * Codec::kElemBytes + kPrefetchBytes);
+      }
       VF wv[R];
       for (int r = 0; r < R; ++r) wv[r] = Codec::Chunk({}, rows[r], done);
       for (int v = 0; v < V; ++v) {
@@ -236,6 +262,9 @@ HWY_INLINE void Tile(const kvevict::WeightMatrix& w, std::size_t r0, const float
       const std::uint8_t* b[R];
       for (int r = 0; r < R; ++r) {
         b[r] = rows[r] + block * Codec::kBytes;
+        // A decode step reads each weight once, from memory: ask for it
+        // ahead (the rows are short, so the hardware prefetcher never ramps up).
+        hwy::Prefetch(b[r] + kPrefetchBytes);
         k[r] = Codec::Prepare(b[r]);
       }
       for (std::size_t e = 0; e < Codec::kElems; e += N) {
