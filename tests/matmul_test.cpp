@@ -3,6 +3,7 @@
 // simd_<target> tests run this suite at each one the CPU has).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -151,6 +152,109 @@ TEST(WeightKernels, EachOutputIsTheSameWhateverTheVectorsAndThreads) {
       matmul(m.w, x.data() + v * c.cols, c.cols, alone.data(), m.w.rows, 1, 2);
       for (std::uint32_t r = 0; r < m.w.rows; ++r) {
         ASSERT_EQ(alone[r], together[v * m.w.rows + r]) << label(c) << " row " << r << " vector " << v;
+      }
+    }
+  }
+}
+
+// quantize_vectors keeps its stated bound: every element within 2^-29 of its
+// block's largest magnitude m, at a power-of-two scale with m / scale in
+// [2^13, 2^14), each part an int16 under 2^14 in magnitude.
+TEST(WeightKernels, Q8_0VectorsSplitWithinTheirStatedBound) {
+  const std::size_t cols = 32 * 7;
+  std::vector<float> x = random_vectors(cols, 21);
+  // Blocks of very different sizes, a block of zeros, one of a single value.
+  const float magnitudes[] = {1.0F, 3.0e-12F, 7.5e4F, 0.0F, 1.0F, 2.0e-7F, 1.0e30F};
+  for (std::size_t b = 0; b < 7; ++b) {
+    for (std::size_t e = 0; e < 32; ++e) x[b * 32 + e] *= magnitudes[b];
+  }
+  for (std::size_t e = 1; e < 32; ++e) x[4 * 32 + e] = 0.0F;
+  x[4 * 32] = -0.3F;
+  std::vector<std::int16_t> values(cols);
+  std::vector<std::int16_t> residuals(cols);
+  std::vector<float> scales(7);
+  ASSERT_TRUE(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data()));
+  for (std::size_t b = 0; b < 7; ++b) {
+    double m = 0.0;
+    for (std::size_t e = 0; e < 32; ++e) m = std::max(m, std::fabs(double{x[b * 32 + e]}));
+    if (m == 0.0) {
+      EXPECT_EQ(scales[b], 0.0F);
+    } else {
+      int k = 0;
+      const double mantissa = std::frexp(double{scales[b]}, &k);
+      EXPECT_EQ(mantissa, 0.5) << "block " << b << ": the scale is a power of two";
+      EXPECT_GE(m / scales[b], 8192.0) << "block " << b;
+      EXPECT_LT(m / scales[b], 16384.0) << "block " << b;
+    }
+    for (std::size_t e = 0; e < 32; ++e) {
+      const std::size_t i = b * 32 + e;
+      EXPECT_LE(std::abs(int{values[i]}), 16384);
+      EXPECT_LE(std::abs(int{residuals[i]}), 16384);
+      const double back = (static_cast<double>(values[i]) + static_cast<double>(residuals[i]) * 0x1p-15) * scales[b];
+      EXPECT_LE(std::fabs(back - x[i]), m * 0x1p-29) << "block " << b << " element " << e;
+    }
+  }
+  // -0.3 alone in its block: 0.3 = 0.6 x 2^-1, so its scale is 2^-15.
+  EXPECT_EQ(scales[4], 0x1p-15F);
+  EXPECT_EQ(values[4 * 32], static_cast<std::int16_t>(std::lrint(-0.3 * 32768.0)));
+}
+
+TEST(WeightKernels, Q8_0VectorsTheIntegersCannotHoldAreRefused) {
+  const std::size_t cols = 64;
+  std::vector<std::int16_t> values(cols);
+  std::vector<std::int16_t> residuals(cols);
+  std::vector<float> scales(2);
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1.0e-20F}) {
+    std::vector<float> x = random_vectors(cols, 4);
+    for (std::size_t e = 32; e < 64; ++e) x[e] = 0.0F;
+    x[40] = bad;
+    EXPECT_FALSE(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data())) << bad;
+  }
+}
+
+// A chunk of a prompt on a model's own sizes (576 and 1,536 columns, 40
+// vectors: split by the threads themselves), on two threads: each output is
+// what the vector alone gives, bit for bit, and the float64 dot product to
+// float32's rounding; a vector the integers refuse (a NaN, or a block of
+// 1e-20) sends the whole product to the float kernel, with the same answer
+// for the other vectors to that rounding.
+TEST(WeightKernels, Q8_0ChunksOfAPromptAreTheVectorsAlone) {
+  for (const std::uint32_t cols : {576U, 1536U}) {
+    const Matrix m = random_matrix(WeightType::kQ8_0, 96, cols, 17);
+    const std::size_t vectors = 40;
+    std::vector<float> x = random_vectors(vectors * cols, 8);
+    for (std::size_t j = 0; j < cols; ++j) x[3 * cols + j] *= 1.0e4F;  // a vector of another size
+    for (const int variant : {0, 1, 2}) {
+      if (variant == 1) x[7 * cols + 5] = std::nanf("");
+      if (variant == 2) {
+        x[7 * cols + 5] = 0.5F;
+        for (std::size_t j = 64; j < 96; ++j) x[9 * cols + j] = 1.0e-20F;
+      }
+      std::vector<float> y(vectors * m.w.rows);
+      matmul(m.w, x.data(), cols, y.data(), m.w.rows, vectors, 2);
+      std::vector<float> alone(m.w.rows);
+      for (std::size_t v = 0; v < vectors; ++v) {
+        if (variant == 1 && v == 7) {
+          for (std::uint32_t r = 0; r < m.w.rows; ++r) EXPECT_TRUE(std::isnan(y[v * m.w.rows + r])) << r;
+          continue;
+        }
+        if (variant == 0) {
+          matmul(m.w, x.data() + v * cols, cols, alone.data(), m.w.rows, 1, 2);
+        }
+        for (std::uint32_t r = 0; r < m.w.rows; ++r) {
+          if (variant == 0) {
+            ASSERT_EQ(y[v * m.w.rows + r], alone[r]) << cols << " columns, vector " << v << " row " << r;
+          }
+          double exact = 0.0;
+          double scale = 0.0;
+          for (std::uint32_t j = 0; j < cols; ++j) {
+            const double p = double{m.values[std::size_t{r} * cols + j]} * x[v * cols + j];
+            exact += p;
+            scale += std::fabs(p);
+          }
+          EXPECT_NEAR(y[v * m.w.rows + r], exact, 4e-7 * scale * std::sqrt(static_cast<double>(cols)))
+              << cols << " columns, variant " << variant << ", vector " << v << " row " << r;
+        }
       }
     }
   }

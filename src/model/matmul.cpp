@@ -14,12 +14,20 @@
 // same products in the same order (Q4_K's d*sc*q - dmin*m as two roundings,
 // Q6_K's (d*sc)*q), so a product with a unit vector reads a weight back to
 // the bit -- which the tests check on every target.
+//
+// Q8_0 goes the integer way instead (matmul.h): decoding a block of int8
+// into floats and multiplying it by its scale is most of a float kernel's
+// work, so its products are int16 x int16 -> int32 multiply-adds against the
+// vectors split into two int16 parts a block (a coarse value and its
+// residual, at power-of-two steps, so every scale multiplies exactly), and
+// each block's two integer sums are scaled once.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -57,6 +65,19 @@ HWY_INLINE float Half(const std::uint8_t* p) {
   float v;
   std::memcpy(&v, &bits, 4);
   return v;
+}
+
+// Half(p) by the hardware where it converts float16 (F16C, on AVX2 and
+// above): one instruction instead of a dozen, in the Q8_0 kernel's
+// innermost loop. The same bits (every half is a float exactly).
+HWY_INLINE float HalfScale(const std::uint8_t* p) {
+#if HWY_TARGET <= HWY_AVX2
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+#else
+  return Half(p);
+#endif
 }
 
 // N unsigned bytes from p, as int32 lanes.
@@ -224,8 +245,155 @@ struct Q6_KCodec {
   }
 };
 
-// How far ahead of a row's read the kernels prefetch.
-constexpr std::size_t kPrefetchBytes = 2048;
+// How far ahead of a row's read the kernels prefetch: 8 KiB (two to three
+// tiles of a 135M model's rows) kept one thread near its reading speed where
+// 2 KiB left it at two thirds (AMD EPYC, docs/performance.md).
+constexpr std::size_t kPrefetchBytes = 8192;
+
+// Q8_0 against vectors already rounded to integers (QuantizedVectors): rows
+// [r0, r0 + R) against vectors [v0, v0 + V).
+using DI16 = hn::CappedTag<std::int16_t, 32>;
+using DI32 = hn::Repartition<std::int32_t, DI16>;
+using DFI = hn::Rebind<float, DI32>;
+
+template <int R, int V>
+HWY_INLINE void TileQ8(const kvevict::WeightMatrix& w, std::size_t r0, const kvevict::QuantizedVectors& qx,
+                       std::size_t v0, float* HWY_RESTRICT y, std::size_t ys) {
+  const DI16 d16;
+  const DI32 d32;
+  const DFI df;
+  const hn::Rebind<std::int8_t, DI16> d8;
+  const std::size_t N = hn::Lanes(d16);
+  const std::size_t blocks = w.cols / 32;
+  const std::uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.row(static_cast<std::uint32_t>(r0 + r));
+  hn::Vec<DFI> acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (std::size_t block = 0; block < blocks; ++block) {
+    const std::uint8_t* b[R];
+    float d[R];
+    for (int r = 0; r < R; ++r) {
+      b[r] = rows[r] + block * 34;
+      hwy::Prefetch(b[r] + kPrefetchBytes);
+      d[r] = HalfScale(b[r]);
+    }
+    // Each block's products with the rounded values and, apart, with the
+    // rounding's residuals (2^15 times finer).
+    hn::Vec<DI32> sum[R][V];
+    hn::Vec<DI32> odd[R][V];
+    hn::Vec<DI32> fine[R][V];
+    hn::Vec<DI32> fine_odd[R][V];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < V; ++v) {
+        sum[r][v] = hn::Zero(d32);
+        odd[r][v] = hn::Zero(d32);
+        fine[r][v] = hn::Zero(d32);
+        fine_odd[r][v] = hn::Zero(d32);
+      }
+    }
+    for (std::size_t e = 0; e < 32; e += N) {
+      hn::Vec<DI16> q[R];
+      for (int r = 0; r < R; ++r) {
+        q[r] = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(b[r] + 2 + e)));
+      }
+      for (int v = 0; v < V; ++v) {
+        const std::size_t at = (v0 + v) * qx.stride + block * 32 + e;
+        const auto xc = hn::LoadU(d16, qx.values + at);
+        const auto xf = hn::LoadU(d16, qx.residuals + at);
+        for (int r = 0; r < R; ++r) {
+          sum[r][v] = hn::ReorderWidenMulAccumulate(d32, q[r], xc, sum[r][v], odd[r][v]);
+          fine[r][v] = hn::ReorderWidenMulAccumulate(d32, q[r], xf, fine[r][v], fine_odd[r][v]);
+        }
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const float sx = qx.scales[(v0 + v) * blocks + block];
+      for (int r = 0; r < R; ++r) {
+        const float scale = d[r] * sx;  // exact: sx is a power of two
+        const auto coarse = hn::RearrangeToOddPlusEven(sum[r][v], odd[r][v]);
+        const auto residual = hn::RearrangeToOddPlusEven(fine[r][v], fine_odd[r][v]);
+        acc[r][v] = hn::MulAdd(hn::ConvertTo(df, coarse), hn::Set(df, scale), acc[r][v]);
+        acc[r][v] = hn::MulAdd(hn::ConvertTo(df, residual), hn::Set(df, scale * 0x1p-15F), acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) y[(v0 + v) * ys + r0 + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][v]));
+  }
+}
+
+template <int R>
+HWY_INLINE void RowGroupQ8(const kvevict::WeightMatrix& w, std::size_t r0, const kvevict::QuantizedVectors& qx,
+                           float* y, std::size_t ys) {
+  // Two vectors a tile: four rows of two vectors' accumulators and integer
+  // sums already fill AVX-512's 32 registers.
+  std::size_t v = 0;
+  for (; v + 2 <= qx.vectors; v += 2) TileQ8<R, 2>(w, r0, qx, v, y, ys);
+  if (v < qx.vectors) TileQ8<R, 1>(w, r0, qx, v, y, ys);
+}
+
+void MatMulRowsQ8(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end,
+                  const kvevict::QuantizedVectors& qx, float* y, std::size_t ys) {
+  std::size_t r = begin;
+  for (; r + 4 <= end; r += 4) RowGroupQ8<4>(w, r, qx, y, ys);
+  for (; r < end; ++r) RowGroupQ8<1>(w, r, qx, y, ys);
+}
+
+// Splits each 32-element block of each vector into int16 values at a
+// power-of-two step 2^s, s = k - 14 for the block's largest magnitude m in
+// [2^(k-1), 2^k) (every |value| / 2^s < 2^14), and the residuals at a step
+// 2^15 times finer (each under 2^(s-1), so again under 2^14 steps). Both
+// multiplications by powers of two and the residual's subtraction are exact
+// in float, so an element is off by at most half the fine step: m * 2^-29.
+// False (nothing to trust) when a block's largest magnitude is not finite
+// or is below 2^-60 yet not zero: those take the float kernel.
+bool QuantizeVectors(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int16_t* values,
+                     std::int16_t* residuals, float* scales) {
+  const DFI df;
+  const hn::Rebind<std::int16_t, DI32> d16;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t blocks = cols / 32;
+  for (std::size_t v = 0; v < vectors; ++v) {
+    const float* row = x + v * xs;
+    for (std::size_t block = 0; block < blocks; ++block) {
+      const float* at = row + block * 32;
+      auto most = hn::Zero(df);
+      bool finite = true;  // NaN compares false
+      for (std::size_t e = 0; e < 32; e += N) {
+        const auto magnitude = hn::Abs(hn::LoadU(df, at + e));
+        finite = finite && hn::AllTrue(df, hn::Le(magnitude, hn::Set(df, 3.4028235e38F)));
+        most = hn::Max(most, magnitude);
+      }
+      if (!finite) return false;
+      const float m = hn::GetLane(hn::MaxOfLanes(df, most));
+      std::int16_t* out = values + v * cols + block * 32;
+      std::int16_t* rest = residuals + v * cols + block * 32;
+      float& scale = scales[v * blocks + block];
+      if (m == 0.0F) {
+        for (std::size_t e = 0; e < 32; ++e) out[e] = rest[e] = 0;
+        scale = 0.0F;
+        continue;
+      }
+      if (m < 0x1p-60F) return false;
+      int k = 0;
+      (void)std::frexp(m, &k);
+      scale = std::ldexp(1.0F, k - 14);
+      const auto step = hn::Set(df, scale);
+      const auto inverse = hn::Set(df, std::ldexp(1.0F, 14 - k));
+      const auto fine_inverse = hn::Set(df, std::ldexp(1.0F, 29 - k));
+      for (std::size_t e = 0; e < 32; e += N) {
+        const auto value = hn::LoadU(df, at + e);
+        const auto rounded = hn::NearestInt(hn::Mul(value, inverse));
+        const auto residual = hn::Sub(value, hn::Mul(hn::ConvertTo(df, rounded), step));
+        hn::StoreU(hn::DemoteTo(d16, rounded), d16, out + e);
+        hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(residual, fine_inverse))), d16, rest + e);
+      }
+    }
+  }
+  return true;
+}
 
 // Rows [r0, r0 + R) against vectors [v0, v0 + V).
 template <class Codec, int R, int V>
@@ -330,40 +498,119 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
+#include <atomic>
+#include <utility>
+#include <vector>
 
 #include <omp.h>
 
 namespace kvevict {
 namespace kernels {
 HWY_EXPORT(MatMulRows);
+HWY_EXPORT(MatMulRowsQ8);
+HWY_EXPORT(QuantizeVectors);
 }  // namespace kernels
 
 bool has_matmul_kernel(WeightType type) noexcept { return type != WeightType::kQ5_0; }
 
 int default_threads() noexcept { return std::max(1, omp_get_max_threads()); }
 
+bool quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
+                      std::int16_t* values, std::int16_t* residuals, float* scales) noexcept {
+  return HWY_DYNAMIC_DISPATCH(kernels::QuantizeVectors)(x, x_stride, cols, vectors, values, residuals, scales);
+}
+
+void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y, std::size_t y_stride,
+                      std::size_t begin, std::size_t end) noexcept {
+  HWY_DYNAMIC_DISPATCH(kernels::MatMulRowsQ8)(w, begin, end, x, y, y_stride);
+}
+
+namespace {
+
+// The calling thread's room for its vectors in integers: grown to the
+// largest product it has made, then reused (no allocation a step once a
+// decoder has made one of each).
+struct Scratch {
+  std::vector<std::int16_t> values;
+  std::vector<std::int16_t> residuals;
+  std::vector<float> scales;
+};
+
+// Rows [begin, end) for `team` threads: each a contiguous run, a multiple of
+// four, so the split changes which thread computes a row, never how.
+std::pair<std::size_t, std::size_t> share(std::size_t rows, std::size_t t, std::size_t n) {
+  const std::size_t groups = (rows + 3) / 4;
+  return {std::min(rows, groups * t / n * 4), std::min(rows, groups * (t + 1) / n * 4)};
+}
+
+}  // namespace
+
 void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
             std::size_t vectors, int threads) noexcept {
   if (w.rows == 0 || vectors == 0) return;
-  const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
   // A share under ~64 KiB of weights (a quarter of a small matrix) costs
   // more to hand out than to read: those run on this thread.
   const std::size_t bytes = w.bytes();
   const int wanted = threads < 1 ? 1 : threads;
   const int team = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(wanted), std::max<std::size_t>(1, bytes * vectors / 65536)));
-  if (team <= 1 || w.rows < 8) {
+  const bool one = team <= 1 || w.rows < 8;
+  if (w.type == WeightType::kQ8_0) {
+    thread_local Scratch scratch;
+    const std::size_t blocks = w.cols / 32;
+    if (scratch.values.size() < vectors * w.cols) {
+      scratch.values.resize(vectors * w.cols);
+      scratch.residuals.resize(vectors * w.cols);
+    }
+    if (scratch.scales.size() < vectors * blocks) scratch.scales.resize(vectors * blocks);
+    std::int16_t* values = scratch.values.data();
+    std::int16_t* residuals = scratch.residuals.data();
+    float* scales = scratch.scales.data();
+    const QuantizedVectors q{values, residuals, scales, w.cols, vectors};
+    const auto rounded = [&](std::size_t from, std::size_t to) {
+      return quantize_vectors(x + from * x_stride, x_stride, w.cols, to - from, values + from * w.cols,
+                              residuals + from * w.cols, scales + from * blocks);
+    };
+    // A few vectors are rounded here before the threads start; a prompt's
+    // chunk is rounded by the threads, a share of the vectors each.
+    const bool here = one || vectors * w.cols <= 16384;
+    if (here && !rounded(0, vectors)) {
+      // Not finite, or too small for the integers: the float kernel below.
+    } else if (one) {
+      matmul_quantized(w, q, y, y_stride, 0, w.rows);
+      return;
+    } else {
+      const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
+      std::atomic<bool> usable{true};
+#pragma omp parallel num_threads(team)
+      {
+        const auto t = static_cast<std::size_t>(omp_get_thread_num());
+        const auto n = static_cast<std::size_t>(omp_get_num_threads());
+        if (!here) {
+          if (!rounded(vectors * t / n, vectors * (t + 1) / n)) usable.store(false, std::memory_order_relaxed);
+#pragma omp barrier
+        }
+        const auto [begin, end] = share(w.rows, t, n);
+        if (begin < end) {
+          // Every thread takes the same way: the barrier orders the flag.
+          if (usable.load(std::memory_order_relaxed)) {
+            matmul_quantized(w, q, y, y_stride, begin, end);
+          } else {
+            run(w, begin, end, x, x_stride, y, y_stride, vectors);
+          }
+        }
+      }
+      return;
+    }
+  }
+  const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
+  if (one) {
     run(w, 0, w.rows, x, x_stride, y, y_stride, vectors);
     return;
   }
-  // Each thread a contiguous run of rows, a multiple of four: the split
-  // changes which thread computes a row, never how.
-  const std::size_t groups = (w.rows + 3) / 4;
 #pragma omp parallel num_threads(team)
   {
-    const auto t = static_cast<std::size_t>(omp_get_thread_num());
-    const auto n = static_cast<std::size_t>(omp_get_num_threads());
-    const std::size_t begin = std::min<std::size_t>(w.rows, groups * t / n * 4);
-    const std::size_t end = std::min<std::size_t>(w.rows, groups * (t + 1) / n * 4);
+    const auto [begin, end] = share(w.rows, static_cast<std::size_t>(omp_get_thread_num()),
+                                    static_cast<std::size_t>(omp_get_num_threads()));
     if (begin < end) run(w, begin, end, x, x_stride, y, y_stride, vectors);
   }
 }

@@ -10,6 +10,16 @@
 // vectors, the threads or which thread computed it. So a batched prefill and
 // a batch of runs give the logits token-by-token decoding gives, to the bit,
 // on one SIMD target (a different target sums in other lanes: last bits).
+//
+// Q8_0 is the exception to "decoded in registers": its products are integer
+// multiply-adds against the vectors split into two int16 parts a 32-element
+// block (quantize_vectors), each block's sums scaled once, because turning
+// int8 into floats was most of the work and left a decode step far from
+// reading speed. The split costs each element at most 2^-29 of its block's
+// largest magnitude -- below float32's own rounding of the products' sum --
+// and a vector of one non-zero (a unit vector) is exact; a vector with a
+// block that is not finite, or non-zero below 2^-60, makes the whole
+// product take the float kernel.
 #pragma once
 
 #include <cstddef>
@@ -42,9 +52,38 @@ bool has_matmul_kernel(WeightType type) noexcept;
 // and r < w.rows. x holds vectors x w.cols floats at stride x_stride, y
 // vectors x w.rows at y_stride. threads: how many share the rows (1: this
 // thread alone; the work is split only when it is large enough to pay for
-// it). Allocation-free.
+// it). Allocation-free, except that Q8_0 keeps the calling thread's rounded
+// vectors in a buffer that grows to the largest product it has made.
 void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
             std::size_t vectors, int threads) noexcept;
+
+// Vectors split for the Q8_0 kernel: (values[i] + residuals[i] * 2^-15) *
+// scales[v * (stride / 32) + j / 32], i = v * stride + j, is element j of
+// vector v to within 2^-29 of its block's largest magnitude; every scale a
+// power of two (or zero for a block of zeros).
+struct QuantizedVectors {
+  const std::int16_t* values = nullptr;
+  const std::int16_t* residuals = nullptr;
+  const float* scales = nullptr;
+  std::size_t stride = 0;  // the columns, a multiple of 32
+  std::size_t vectors = 0;
+};
+
+// Splits `vectors` vectors of `cols` floats (cols a multiple of 32, at
+// x_stride) into values and residuals[vectors * cols] and scales[vectors *
+// cols / 32]: each block's scale is 2^(k - 14) for its largest magnitude in
+// [2^(k-1), 2^k), each value the element over it rounded to nearest (ties
+// to even), each residual what is left over the scale times 2^-15, rounded
+// the same way. False when a block holds a NaN or infinity or its largest
+// magnitude is non-zero but below 2^-60 (what is written is then
+// meaningless).
+bool quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
+                      std::int16_t* values, std::int16_t* residuals, float* scales) noexcept;
+
+// Rows [begin, end) of a Q8_0 matrix against rounded vectors:
+// y[v * y_stride + r] for v < x.vectors. The kernel matmul uses for Q8_0.
+void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y, std::size_t y_stride,
+                      std::size_t begin, std::size_t end) noexcept;
 
 // The threads a product uses when asked for 0: every core this process may
 // run on (OpenMP's count).
