@@ -15,15 +15,22 @@ written with placeholders (`FILE`, `[--flag]`, `...`) is listed, not run.
 Without `make heldout`'s build/heldout-split.txt, commands read its first
 16 KiB, model/heldout-sample.txt, instead (the same bytes as far as they go).
 
-Usage: scripts/docs-check.py [--build DIR] [--list] [--only TEXT] [--probe SECONDS] [--keep DIR]
+Pages run side by side (--jobs, default one a core; a page's own commands in
+order), each command with OMP_NUM_THREADS set to its share of the cores so
+that no two pages' threads fight over one (what a command prints does not
+depend on its threads); each page's lines print when it is done, in order.
+
+Usage: scripts/docs-check.py [--build DIR] [--list] [--only TEXT] [--probe SECONDS] [--keep DIR] [--jobs N]
   --build DIR      the build the pages' build/ means (default: the clone's build/)
   --list           print the commands and what the check does with each; run nothing
   --only TEXT      check only the commands containing TEXT (repeatable)
   --probe SECONDS  run every command in full, long ones too, stopping each at
                    SECONDS, and print how long each took (to mark long ones)
   --keep DIR       work in DIR (kept) instead of a temporary folder
+  --jobs N         pages checked at once (default: the cores; 1 with --probe)
 Exit status 1 when any command fails or prints something else than its page.
 """
+import concurrent.futures
 import os
 import pathlib
 import pty
@@ -41,6 +48,8 @@ from doc_commands import ROOT, commands, documents, format_seconds, with_flags  
 # A command running longer than this without a time mark fails: mark it.
 UNMARKED_LIMIT_S = 150
 LINKS = {"build": ROOT / "build", "model": ROOT / "model", "vectors": ROOT / "vectors", "docs": ROOT / "docs"}
+# Each command's OpenMP threads: the cores over the pages checked at once.
+THREADS_EACH = os.cpu_count() or 1
 # Files a page names that the reader brings; made here so the command runs.
 STAND_INS = {
     "SmolLM2-135M-Instruct-Q8_0.gguf":
@@ -107,6 +116,7 @@ def environment(folder: pathlib.Path) -> dict:
     env["PATH"] = "/usr/bin:/bin:" + env.get("PATH", "")
     env["PYTHONPATH"] = str(folder / "build" / "python")
     env.pop("NO_COLOR", None)
+    env["OMP_NUM_THREADS"] = str(THREADS_EACH)
     return env
 
 
@@ -212,32 +222,54 @@ def main() -> int:
         LINKS["build"] = pathlib.Path(args[args.index("--build") + 1]).resolve()
     if not (LINKS["build"] / "kvevict").is_file():
         sys.exit(f"kvevict docs: error: {LINKS['build']}/kvevict: not built (cmake --build --preset release)")
+    jobs = int(args[args.index("--jobs") + 1]) if "--jobs" in args else (1 if probe or listing else os.cpu_count() or 1)
+    if jobs < 1:
+        sys.exit("kvevict docs: error: --jobs must be at least 1")
+    global THREADS_EACH
+    THREADS_EACH = max(1, (os.cpu_count() or 1) // jobs)
     work = keep or pathlib.Path(tempfile.mkdtemp(prefix="kvevict-docs-"))
     counts = {"ok": 0, "quick": 0, "placeholder": 0, "FAIL": 0, "probe": 0}
     failures = []
-    try:
-        for doc in documents():
-            folder = work / doc.relative_to(ROOT).with_suffix("").as_posix().replace("/", "-")
-            for cmd in commands(doc):
-                if only and not any(o in cmd.text for o in only):
-                    continue
-                if PLACEHOLDER.search(cmd.text):
-                    counts["placeholder"] += 1
-                    print(f"placeholder  {cmd.where()}  {cmd.text}", flush=True)
-                    continue
-                if listing:
-                    what = f"long ({cmd.took}; quick: {cmd.quick or 'none'})" if cmd.took else cmd.kind
-                    print(f"{what:12} {cmd.where()}  {cmd.text}")
-                    continue
-                prepare(folder)
-                status, seconds, why = check(cmd, folder, probe)
-                counts[status] += 1
-                took = f" (marked {cmd.took})" if cmd.took and not probe else ""
-                print(f"{status:5} {format_seconds(seconds):>10}  {cmd.where()}  {cmd.text}{took}", flush=True)
+
+    def page(doc) -> list:
+        """One page's commands in order: [(status or None, line, why, where)]."""
+        folder = work / doc.relative_to(ROOT).with_suffix("").as_posix().replace("/", "-")
+        done = []
+        for cmd in commands(doc):
+            if only and not any(o in cmd.text for o in only):
+                continue
+            if PLACEHOLDER.search(cmd.text):
+                done.append(("placeholder", f"placeholder  {cmd.where()}  {cmd.text}", "", cmd.where()))
+                if jobs == 1:
+                    print(done[-1][1], flush=True)
+                continue
+            if listing:
+                what = f"long ({cmd.took}; quick: {cmd.quick or 'none'})" if cmd.took else cmd.kind
+                done.append((None, f"{what:12} {cmd.where()}  {cmd.text}", "", cmd.where()))
+                continue
+            prepare(folder)
+            status, seconds, why = check(cmd, folder, probe)
+            took = f" (marked {cmd.took})" if cmd.took and not probe else ""
+            done.append((status, f"{status:5} {format_seconds(seconds):>10}  {cmd.where()}  {cmd.text}{took}",
+                         why, cmd.where()))
+            if jobs == 1:  # one page at a time: each line as it comes
+                print(done[-1][1], flush=True)
                 if why:
                     print(f"      {why}", flush=True)
-                if status == "FAIL":
-                    failures.append(f"{cmd.where()}: {why}")
+        return done
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(page, doc) for doc in documents()]:
+                for status, line, why, where in future.result():
+                    if status is not None:
+                        counts[status] += 1
+                    if jobs > 1 or status is None:
+                        print(line, flush=True)
+                        if why:
+                            print(f"      {why}", flush=True)
+                    if status == "FAIL":
+                        failures.append(f"{where}: {why}")
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -2,7 +2,7 @@
 # Every test suite: the Release build (gcc, with the Python suite in ctest),
 # the Node.js suite, the whole C++ suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (clang), then
-# each libFuzzer target briefly (FUZZ_SECONDS each, default 60).
+# each libFuzzer target briefly (FUZZ_SECONDS each, default 30).
 #
 # Ends with one summary line, "tests: N passed, M failed, K skipped", and fails
 # when any test failed or any suite the README promises did not run: the
@@ -58,7 +58,7 @@ node_tally "$logs/node.log" "$node_rc"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_preset sanitize build-sanitize "${required_sanitize[@]}"
 
-fuzz_seconds=${FUZZ_SECONDS:-60}
+fuzz_seconds=${FUZZ_SECONDS:-30}
 if [[ $fuzz_seconds -gt 0 ]]; then
   echo "== fuzz (${fuzz_seconds}s per target) =="
   bash scripts/fuzz.sh "$fuzz_seconds" 2>&1 | tee "$logs/fuzz.log"
