@@ -536,83 +536,101 @@ struct Scratch {
   std::vector<float> scales;
 };
 
-// Rows [begin, end) for `team` threads: each a contiguous run, a multiple of
-// four, so the split changes which thread computes a row, never how.
-std::pair<std::size_t, std::size_t> share(std::size_t rows, std::size_t t, std::size_t n) {
-  const std::size_t groups = (rows + 3) / 4;
-  return {std::min(rows, groups * t / n * 4), std::min(rows, groups * (t + 1) / n * 4)};
-}
-
 }  // namespace
 
-void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
-            std::size_t vectors, int threads) noexcept {
-  if (w.rows == 0 || vectors == 0) return;
+void matmul_group(const Product* products, std::size_t count, const float* x, std::size_t x_stride,
+                  std::size_t vectors, int threads) noexcept {
+  if (count == 0 || vectors == 0) return;
+  const std::size_t cols = products[0].w->cols;
+  std::size_t bytes = 0;
+  std::size_t groups = 0;  // rows in fours, every matrix's
+  bool any_q8 = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    bytes += products[i].w->bytes();
+    groups += (products[i].w->rows + 3) / 4;
+    any_q8 = any_q8 || products[i].w->type == WeightType::kQ8_0;
+  }
+  if (groups == 0) return;
   // A share under ~64 KiB of weights (a quarter of a small matrix) costs
   // more to hand out than to read: those run on this thread.
-  const std::size_t bytes = w.bytes();
   const int wanted = threads < 1 ? 1 : threads;
-  const int team = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(wanted), std::max<std::size_t>(1, bytes * vectors / 65536)));
-  const bool one = team <= 1 || w.rows < 8;
-  if (w.type == WeightType::kQ8_0) {
+  const int team = static_cast<int>(
+      std::min<std::size_t>({static_cast<std::size_t>(wanted), std::max<std::size_t>(1, bytes * vectors / 65536), groups}));
+  const bool one = team <= 1;
+
+  QuantizedVectors q{};
+  bool here = true;
+  std::atomic<bool> usable{any_q8};
+  std::int16_t* values = nullptr;
+  std::int16_t* residuals = nullptr;
+  float* scales = nullptr;
+  const std::size_t blocks = cols / 32;
+  if (any_q8) {
     thread_local Scratch scratch;
-    const std::size_t blocks = w.cols / 32;
-    if (scratch.values.size() < vectors * w.cols) {
-      scratch.values.resize(vectors * w.cols);
-      scratch.residuals.resize(vectors * w.cols);
+    if (scratch.values.size() < vectors * cols) {
+      scratch.values.resize(vectors * cols);
+      scratch.residuals.resize(vectors * cols);
     }
     if (scratch.scales.size() < vectors * blocks) scratch.scales.resize(vectors * blocks);
-    std::int16_t* values = scratch.values.data();
-    std::int16_t* residuals = scratch.residuals.data();
-    float* scales = scratch.scales.data();
-    const QuantizedVectors q{values, residuals, scales, w.cols, vectors};
-    const auto rounded = [&](std::size_t from, std::size_t to) {
-      return quantize_vectors(x + from * x_stride, x_stride, w.cols, to - from, values + from * w.cols,
-                              residuals + from * w.cols, scales + from * blocks);
-    };
+    values = scratch.values.data();
+    residuals = scratch.residuals.data();
+    scales = scratch.scales.data();
+    q = QuantizedVectors{values, residuals, scales, cols, vectors};
     // A few vectors are rounded here before the threads start; a prompt's
     // chunk is rounded by the threads, a share of the vectors each.
-    const bool here = one || vectors * w.cols <= 16384;
-    if (here && !rounded(0, vectors)) {
-      // Not finite, or too small for the integers: the float kernel below.
-    } else if (one) {
-      matmul_quantized(w, q, y, y_stride, 0, w.rows);
-      return;
-    } else {
-      const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
-      std::atomic<bool> usable{true};
-#pragma omp parallel num_threads(team)
-      {
-        const auto t = static_cast<std::size_t>(omp_get_thread_num());
-        const auto n = static_cast<std::size_t>(omp_get_num_threads());
-        if (!here) {
-          if (!rounded(vectors * t / n, vectors * (t + 1) / n)) usable.store(false, std::memory_order_relaxed);
-#pragma omp barrier
-        }
-        const auto [begin, end] = share(w.rows, t, n);
-        if (begin < end) {
-          // Every thread takes the same way: the barrier orders the flag.
-          if (usable.load(std::memory_order_relaxed)) {
-            matmul_quantized(w, q, y, y_stride, begin, end);
-          } else {
-            run(w, begin, end, x, x_stride, y, y_stride, vectors);
-          }
-        }
-      }
-      return;
+    here = one || vectors * cols <= 16384;
+    if (here && !quantize_vectors(x, x_stride, cols, vectors, values, residuals, scales)) {
+      usable.store(false, std::memory_order_relaxed);  // not finite, or too small: the float kernel
     }
   }
   const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
+  // Groups [from, to) of the matrices one after another: each matrix's rows
+  // in its own kernel, so the split changes which thread computes a row,
+  // never how.
+  const auto rows_of = [&](std::size_t from, std::size_t to) {
+    std::size_t first = 0;  // the first group of products[i]
+    for (std::size_t i = 0; i < count && first < to; ++i) {
+      const Product& p = products[i];
+      const std::size_t mine = (p.w->rows + 3) / 4;
+      const std::size_t begin = std::max(from, first) - first;
+      const std::size_t end = std::min(to, first + mine);
+      if (first + begin < end) {
+        const std::size_t r0 = begin * 4;
+        const std::size_t r1 = std::min<std::size_t>(p.w->rows, (end - first) * 4);
+        if (p.w->type == WeightType::kQ8_0 && usable.load(std::memory_order_relaxed)) {
+          matmul_quantized(*p.w, q, p.y, p.y_stride, r0, r1);
+        } else {
+          run(*p.w, r0, r1, x, x_stride, p.y, p.y_stride, vectors);
+        }
+      }
+      first += mine;
+    }
+  };
   if (one) {
-    run(w, 0, w.rows, x, x_stride, y, y_stride, vectors);
+    rows_of(0, groups);
     return;
   }
 #pragma omp parallel num_threads(team)
   {
-    const auto [begin, end] = share(w.rows, static_cast<std::size_t>(omp_get_thread_num()),
-                                    static_cast<std::size_t>(omp_get_num_threads()));
-    if (begin < end) run(w, begin, end, x, x_stride, y, y_stride, vectors);
+    const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    const auto n = static_cast<std::size_t>(omp_get_num_threads());
+    if (!here) {
+      if (!quantize_vectors(x + vectors * t / n * x_stride, x_stride, cols, vectors * (t + 1) / n - vectors * t / n,
+                            values + vectors * t / n * cols, residuals + vectors * t / n * cols,
+                            scales + vectors * t / n * blocks)) {
+        usable.store(false, std::memory_order_relaxed);
+      }
+      // Every thread takes the same way: the barrier orders the flag.
+#pragma omp barrier
+    }
+    rows_of(groups * t / n, groups * (t + 1) / n);
   }
+}
+
+void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
+            std::size_t vectors, int threads) noexcept {
+  const Product one{&w, y, y_stride};
+  matmul_group(&one, w.rows == 0 ? 0 : 1, x, x_stride, vectors, threads);
 }
 
 }  // namespace kvevict

@@ -1,6 +1,7 @@
 #include "kvevict/model/model.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -786,6 +787,17 @@ void product(const Model& model, const WeightMatrix& w, const float* x, std::siz
   for (std::uint32_t i = 0; i < n; ++i) matvec(floats, x + i * xs, y + i * ys, w.rows, w.cols);
 }
 
+// Several products of the same vectors (q, k, v; gate, up): on the kernels
+// one fork of the threads for all of them (matmul_group), the same bits.
+void products(const Model& model, std::initializer_list<Product> each, const float* x, std::size_t xs,
+              std::uint32_t n, int threads) {
+  if (model.uses_kernels()) {
+    matmul_group(each.begin(), each.size(), x, xs, n, threads);
+    return;
+  }
+  for (const Product& p : each) product(model, *p.w, x, xs, p.y, p.y_stride, n, threads);
+}
+
 }  // namespace
 
 struct Decoder::Lanes {
@@ -932,9 +944,10 @@ void Decoder::forward(Lanes& lanes) {
       if (w.k.empty()) {  // one q | k | v matrix
         product(model, w.q, s.h.data(), width, s.qkv.data(), qkv_width, n, threads);
       } else {
-        product(model, w.q, s.h.data(), width, s.qkv.data(), qkv_width, n, threads);
-        product(model, w.k, s.h.data(), width, s.qkv.data() + w.q.rows, qkv_width, n, threads);
-        product(model, w.v, s.h.data(), width, s.qkv.data() + w.q.rows + w.k.rows, qkv_width, n, threads);
+        products(model,
+                 {Product{&w.q, s.qkv.data(), qkv_width}, Product{&w.k, s.qkv.data() + w.q.rows, qkv_width},
+                  Product{&w.v, s.qkv.data() + w.q.rows + w.k.rows, qkv_width}},
+                 s.h.data(), width, n, threads);
       }
       if (w.qkv_bias != nullptr) {
         for (std::uint32_t i = 0; i < n; ++i) {
@@ -967,8 +980,8 @@ void Decoder::forward(Lanes& lanes) {
           s.ff[j] = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
         }
       } else {
-        product(model, w.gate, s.h.data(), width, s.ff.data(), c.ff, n, threads);
-        product(model, w.up, s.h.data(), width, s.ff_up.data(), c.ff, n, threads);
+        products(model, {Product{&w.gate, s.ff.data(), c.ff}, Product{&w.up, s.ff_up.data(), c.ff}}, s.h.data(),
+                 width, n, threads);
         lap.charge(&DecodeProfile::projections);
         for (std::size_t j = 0; j < hidden; ++j) {  // silu(gate) * up
           const float g = s.ff[j];

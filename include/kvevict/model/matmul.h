@@ -85,6 +85,22 @@ bool quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, st
 void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y, std::size_t y_stride,
                       std::size_t begin, std::size_t end) noexcept;
 
+// One of several products with the same vectors: y[v * y_stride + r] =
+// dot(row r of *w, vector v).
+struct Product {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+  std::size_t y_stride = 0;
+};
+
+// matmul for `count` matrices of the same columns against the same vectors
+// (a layer's q, k and v; its gate and up), their rows shared out over the
+// threads together: one fork and join instead of one a matrix, the vectors
+// rounded once for every Q8_0 matrix, and each output the bits matmul gives
+// it alone.
+void matmul_group(const Product* products, std::size_t count, const float* x, std::size_t x_stride,
+                  std::size_t vectors, int threads) noexcept;
+
 // The threads a product uses when asked for 0: every core this process may
 // run on (OpenMP's count).
 int default_threads() noexcept;
