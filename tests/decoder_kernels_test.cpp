@@ -20,6 +20,8 @@
 #include "kvevict/model/model.h"
 #include "kvevict/model/model_writer.h"
 #include "kvevict/model/perplexity.h"
+#include "kvevict/model/stream.h"
+#include "kvevict/model/tasks.h"
 #include "support.h"
 
 namespace kvevict {
@@ -37,7 +39,7 @@ fs::path scratch() {
 }
 
 std::shared_ptr<const Model> random_model(const std::string& arch, WeightType type, std::uint32_t width,
-                                          const fs::path& dir) {
+                                          const fs::path& dir, std::uint32_t context = 96) {
   RandomModelSpec s;
   s.architecture = arch;
   s.type = type;
@@ -46,7 +48,7 @@ std::shared_ptr<const Model> random_model(const std::string& arch, WeightType ty
   s.heads = 4;
   s.kv_heads = 2;
   s.ff = 2 * width;
-  s.context = 96;
+  s.context = context;
   s.merges = 64;
   const std::vector<std::uint8_t> text = testing::heldout_prefix(4000);
   s.tokenizer_text.assign(text.begin(), text.end());
@@ -272,6 +274,143 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
       EXPECT_EQ(a[i].peak_positions, b[i].peak_positions) << label << " row " << i;
     }
     EXPECT_GT(a.back().evicted + a[1].evicted, 0U) << label << ": the policies must evict for the test to mean anything";
+  }
+  fs::remove_all(dir);
+}
+
+// A sample's answers stepped together (answer_task_together) against each
+// configuration answering alone (answer_task). The answer is the full
+// cache's own greedy continuation, worked out here by plain step() calls, so
+// the full cache must answer right over several tokens while the policies'
+// answers part from it at different tokens -- runs leave the batch at
+// different steps.
+TEST(WeightKernelsDecoder, TaskAnswersTogetherAreEachAlone) {
+  const fs::path dir = scratch();
+  const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
+  const Vocabulary& vocab = model->vocabulary();
+  TaskSample sample;
+  sample.task = "passkey";
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(60);
+  sample.prompt = text;
+  sample.question = 45;
+  const std::vector<Token> prompt = sequence_tokens(*model, sample.prompt);
+  ASSERT_LT(prompt.size() + 24, model->config().context);
+  {
+    Decoder decoder(model, DecoderOptions{.capacity = model->config().context});
+    std::span<const float> logits;
+    for (const Token t : prompt) logits = decoder.step(t);
+    for (int k = 0; k < 6; ++k) {
+      Token best = 0;
+      for (Token v = 1; v < logits.size(); ++v) {
+        if (logits[v] > logits[best]) best = v;
+      }
+      const std::string piece = vocab.piece_bytes(best);
+      ASSERT_FALSE(piece.empty()) << "greedy token " << k << " stands for no bytes";
+      sample.answer += piece;
+      logits = decoder.step(best);
+    }
+  }
+  const std::vector<RunSpec> specs = {{"h2o", {{"recentWindow", 4}}, 12},
+                                      {"tova", {}, 20},
+                                      {"sliding-window", {}, 8},
+                                      {"expected-attention", {{"sinks", 2}, {"queryWindow", 8}}, 16},
+                                      {"snapkv", {{"obsWindow", 4}, {"recentWindow", 4}}, 16}};
+  std::vector<TaskConfig> configs = {{nullptr, Moment::full}};
+  for (const RunSpec& spec : specs) configs.push_back({&spec, Moment::decode});
+  configs.push_back({&specs.back(), Moment::prefill});
+  configs.push_back({&specs.back(), Moment::prefill_query});
+  for (const std::uint32_t chunk : {0U, 24U}) {
+    const std::vector<TaskAnswer> together = answer_task_together(model, sample, configs, 8, chunk, {}, 1);
+    ASSERT_EQ(together.size(), configs.size());
+    std::size_t wrong = 0;
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      std::uint64_t evicted = 0;
+      const bool right = answer_task(model, sample, configs[c].spec, configs[c].moment, 8, &evicted, chunk);
+      EXPECT_EQ(together[c].right, right) << "configuration " << c << ", chunk " << chunk;
+      EXPECT_EQ(together[c].evicted, evicted) << "configuration " << c << ", chunk " << chunk;
+      if (c > 0) {
+        EXPECT_GT(evicted, 0U) << "configuration " << c << " must evict for the test to mean anything";
+      }
+      wrong += right ? 0 : 1;
+    }
+    EXPECT_TRUE(together[0].right) << "the full cache says its own greedy continuation";
+    EXPECT_GT(wrong, 0U) << "some policy must answer otherwise, leaving the batch early";
+  }
+  fs::remove_all(dir);
+}
+
+// run_tasks on a kernel model answers each sample's configurations together
+// (ModelRunOptions::together): the rows must be those of one at a time.
+TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
+  const fs::path dir = scratch();
+  const auto model = random_model("llama", WeightType::kF16, 64, dir, 192);
+  const std::vector<std::uint8_t> filler = testing::heldout_prefix(4000);
+  TaskRequest request;
+  request.tasks = {"passkey", "copy"};
+  request.lengths = {150};
+  request.depths = 2;
+  request.samples = 2;
+  request.policies = {"h2o", "snapkv", "sliding-window"};
+  request.budgets = {24, 40};
+  request.moments = {Moment::decode, Moment::prefill, Moment::prefill_query};
+  request.overrides = {{"h2o.recentWindow", 4}, {"snapkv.recentWindow", 4}, {"snapkv.obsWindow", 4}};
+  request.window = 8;
+  ModelRunOptions alone;
+  alone.together = false;
+  const std::vector<TaskRow> a = run_tasks(model, filler, request, alone);
+  const std::vector<TaskRow> b = run_tasks(model, filler, request, ModelRunOptions{});
+  ASSERT_EQ(a.size(), 2U * 2U * (1U + 3U * 2U * 3U));
+  ASSERT_EQ(b.size(), a.size());
+  std::uint64_t evicted = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].policy, b[i].policy) << "row " << i;
+    EXPECT_EQ(a[i].correct, b[i].correct) << "row " << i;
+    EXPECT_EQ(a[i].evicted, b[i].evicted) << "row " << i;
+    evicted += a[i].evicted;
+  }
+  EXPECT_GT(evicted, 0U);
+  fs::remove_all(dir);
+}
+
+// A stream on a kernel model steps its runs together
+// (ModelRunOptions::together): every row, segment by segment, must be what
+// the runs give one at a time -- the full cache leaving the batch at the
+// context, the policies reading on past it, at both position modes.
+TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
+  const fs::path dir = scratch();
+  const auto model = random_model("llama", WeightType::kQ4_0, 64, dir);
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(400);
+  StreamRequest request;
+  request.specs = stream_specs("h2o,sliding-window,expected-attention:sinks=2:queryWindow=8",
+                               std::vector<std::int64_t>{20, 40}, {{"h2o.recentWindow", 4}});
+  request.tokens = 220;
+  request.segment = 50;
+  request.recompute_window = 16;
+  request.recompute_tokens = 30;
+  ModelRunOptions alone;
+  alone.together = false;
+  const std::vector<StreamRow> a = stream_perplexity(*model, text, request, alone);
+  const std::vector<StreamRow> b = stream_perplexity(*model, text, request, ModelRunOptions{});
+  ASSERT_EQ(a.size(), 1U + 3U * 2U * 2U + 1U);
+  ASSERT_EQ(b.size(), a.size());
+  EXPECT_EQ(a.front().tokens, model->config().context) << "the full cache stops at the context";
+  EXPECT_EQ(a[1].tokens, 220U) << "a policy reads the whole stream";
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].policy, b[i].policy) << "row " << i;
+    EXPECT_EQ(a[i].positions, b[i].positions) << "row " << i;
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "row " << i;
+    EXPECT_EQ(a[i].nll, b[i].nll) << "row " << i;
+    EXPECT_EQ(a[i].bits_per_byte, b[i].bits_per_byte) << "row " << i;
+    EXPECT_EQ(a[i].evicted, b[i].evicted) << "row " << i;
+    EXPECT_EQ(a[i].peak_positions, b[i].peak_positions) << "row " << i;
+    ASSERT_EQ(a[i].segments.size(), b[i].segments.size()) << "row " << i;
+    for (std::size_t k = 0; k < a[i].segments.size(); ++k) {
+      EXPECT_EQ(a[i].segments[k].nll, b[i].segments[k].nll) << "row " << i << " segment " << k;
+      EXPECT_EQ(a[i].segments[k].predictions, b[i].segments[k].predictions) << "row " << i << " segment " << k;
+    }
+    if (i > 0 && i + 1 < a.size()) {
+      EXPECT_GT(a[i].evicted, 0U) << "row " << i << " must evict for the test to mean anything";
+    }
   }
   fs::remove_all(dir);
 }

@@ -499,7 +499,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <algorithm>
 #include <atomic>
-#include <utility>
 #include <vector>
 
 #include <omp.h>

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
@@ -82,39 +83,96 @@ void score(StreamRow& row, std::uint64_t t, std::uint32_t segment, double nll, s
   ++row.predictions;
 }
 
+// One run's decoder, its policies and its row as it fills. The full cache
+// reads as far as the context holds it (`fed` tokens) and predicts within
+// it, positions 1 ... fed-1; a policy's cache reads the whole stream.
+struct StreamState {
+  StreamState(const std::shared_ptr<const Model>& model, const StreamTokens& s, const StreamRun& run,
+              const KvFormat& kv, int threads)
+      : decoder(model, options(model->config(), s, run, kv, threads)) {
+    row.positions = run.positions;
+    row.kv_precision = std::string(precision_name(kv.precision));
+    row.tokenizer = s.tokenizer;
+    const auto n = static_cast<std::uint64_t>(s.tokens.size());
+    fed = run.spec == nullptr ? options(model->config(), s, run, kv, threads).capacity : n;
+    if (run.spec != nullptr) {
+      policies = DecoderPolicies(*run.spec, model->config(), PagedOptions{});
+      policies.attach(decoder);
+    }
+  }
+  static DecoderOptions options(const ModelConfig& cfg, const StreamTokens& s, const StreamRun& run,
+                                const KvFormat& kv, int threads) {
+    DecoderOptions o;
+    o.kv = kv;
+    o.positions = run.positions;
+    o.threads = threads;
+    o.capacity = run.spec == nullptr ? static_cast<std::uint32_t>(std::min<std::uint64_t>(s.tokens.size(), cfg.context))
+                                     : static_cast<std::uint32_t>(run.spec->budget + 1);
+    return o;
+  }
+  // Whether token t is still to be fed.
+  bool feeds(std::uint64_t t, std::uint64_t n) const noexcept { return t + 1 < n && t < fed; }
+  // After token t is fed: its prediction of token t + 1, when within what it reads.
+  void scored(const StreamTokens& s, std::uint64_t t, std::uint32_t segment) {
+    if (t + 1 < fed) {
+      score(row, t + 1, segment, detail::negative_log_likelihood(decoder.last_logits(), s.tokens[t + 1]),
+            s.bytes[t + 1]);
+    }
+  }
+  StreamRow finish(const StreamRun& run, std::uint64_t n, std::uint32_t trained_context) {
+    row.tokens = std::min(fed, n);
+    row.evicted = decoder.evicted();
+    row.peak_positions = decoder.store().peak_cache;
+    row.past_trained_context = run.positions == PositionMode::kOriginal && row.tokens > trained_context;
+    return std::move(row);
+  }
+
+  Decoder decoder;
+  DecoderPolicies policies;
+  StreamRow row;
+  std::uint64_t fed = 0;
+};
+
 StreamRow run_stream(const std::shared_ptr<const Model>& model, const StreamTokens& s, const StreamRun& run,
                      std::uint32_t segment, const KvFormat& kv) {
-  const ModelConfig& cfg = model->config();
-  StreamRow row;
-  row.positions = run.positions;
-  row.kv_precision = std::string(precision_name(kv.precision));
-  row.tokenizer = s.tokenizer;
+  StreamState state(model, s, run, kv, DecoderOptions{}.threads);
   const auto n = static_cast<std::uint64_t>(s.tokens.size());
-  DecoderOptions options;
-  options.kv = kv;
-  options.positions = run.positions;
-  if (run.spec == nullptr) {  // the full cache, as far as the context holds it
-    options.capacity = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, cfg.context));
-  } else {
-    options.capacity = static_cast<std::uint32_t>(run.spec->budget + 1);
+  for (std::uint64_t t = 0; state.feeds(t, n); ++t) {
+    state.decoder.step(s.tokens[t]);
+    state.scored(s, t, segment);
   }
-  Decoder decoder(model, options);
-  DecoderPolicies policies;
-  if (run.spec != nullptr) {
-    policies = DecoderPolicies(*run.spec, cfg, PagedOptions{});
-    policies.attach(decoder);
+  return state.finish(run, n, model->config().trained_context);
+}
+
+// The same for several runs, stepped together (Decoder::step_together): one
+// read of each weight a token for all of them, the rows of each run alone to
+// the bit; a run leaves the batch where it stops reading (the full cache at
+// the context). On the calling thread (one core a group).
+std::vector<StreamRow> run_streams_together(const std::shared_ptr<const Model>& model, const StreamTokens& s,
+                                            std::span<const StreamRun* const> runs, std::uint32_t segment,
+                                            const KvFormat& kv) {
+  std::vector<std::unique_ptr<StreamState>> states;
+  for (const StreamRun* run : runs) states.push_back(std::make_unique<StreamState>(model, s, *run, kv, 1));
+  const auto n = static_cast<std::uint64_t>(s.tokens.size());
+  std::vector<Decoder*> batch;
+  std::vector<Token> tokens;
+  for (std::uint64_t t = 0;; ++t) {
+    batch.clear();
+    for (const auto& state : states) {
+      if (state->feeds(t, n)) batch.push_back(&state->decoder);
+    }
+    if (batch.empty()) break;
+    tokens.assign(batch.size(), s.tokens[t]);
+    Decoder::step_together(batch, tokens);
+    for (const auto& state : states) {
+      if (state->feeds(t, n)) state->scored(s, t, segment);
+    }
   }
-  const std::uint64_t fed = run.spec == nullptr ? options.capacity : n;
-  for (std::uint64_t t = 0; t + 1 < n && t < fed; ++t) {
-    const std::span<const float> logits = decoder.step(s.tokens[t]);
-    // The full cache reads its whole context and predicts within it: positions 1 ... capacity-1.
-    if (t + 1 < fed) score(row, t + 1, segment, detail::negative_log_likelihood(logits, s.tokens[t + 1]), s.bytes[t + 1]);
+  std::vector<StreamRow> rows;
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    rows.push_back(states[k]->finish(*runs[k], n, model->config().trained_context));
   }
-  row.tokens = std::min(fed, n);
-  row.evicted = decoder.evicted();
-  row.peak_positions = decoder.store().peak_cache;
-  row.past_trained_context = run.positions == PositionMode::kOriginal && row.tokens > cfg.trained_context;
-  return row;
+  return rows;
 }
 
 // StreamingLLM's "sliding window with re-computation": token t predicted by
@@ -188,14 +246,57 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
 
   std::vector<StreamRow> rows(runs.size());
   const std::shared_ptr<const Model> shared = detail::shared_view(model);
-  detail::parallel_jobs(runs.size(), options.progress, [&](std::size_t r) {
-    const auto started = std::chrono::steady_clock::now();
-    const StreamRun& run = runs[r];
-    rows[r] = run.recompute ? run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment,
-                                            options.kv)
-                            : run_stream(shared, s, run, segment, options.kv);
-    rows[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  });
+  // The runs that read the stream token by token (not the recomputed window).
+  std::vector<std::size_t> stepped;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    if (!runs[r].recompute) stepped.push_back(r);
+  }
+  if (options.together && model.uses_kernels() && stepped.size() > 1) {
+    // The stepped runs in as many groups as cores, each stepped together on
+    // one core (a weight read once a token a group); the recomputed window
+    // is a job of its own. A group's time is shared among its runs.
+    const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    const std::size_t groups = std::min(cores, stepped.size());
+    const bool recompute = stepped.size() < runs.size();
+    std::uint32_t reported = 0;
+    detail::parallel_jobs(groups + (recompute ? 1 : 0), ProgressFn{}, [&](std::size_t job) {
+      const auto started = std::chrono::steady_clock::now();
+      std::vector<std::size_t> mine;
+      if (job < groups) {
+        for (std::size_t k = stepped.size() * job / groups; k < stepped.size() * (job + 1) / groups; ++k) {
+          mine.push_back(stepped[k]);
+        }
+        std::vector<const StreamRun*> group;
+        for (const std::size_t r : mine) group.push_back(&runs[r]);
+        std::vector<StreamRow> got = run_streams_together(shared, s, group, segment, options.kv);
+        const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        for (std::size_t k = 0; k < mine.size(); ++k) {
+          rows[mine[k]] = std::move(got[k]);
+          rows[mine[k]].seconds = took / static_cast<double>(mine.size());
+        }
+      } else {
+        mine.push_back(runs.size() - 1);
+        rows.back() = run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment, options.kv);
+        rows.back().seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      }
+      if (options.progress) {
+#pragma omp critical(kvevict_stream_jobs_progress)
+        {
+          reported += static_cast<std::uint32_t>(mine.size());
+          options.progress(reported, static_cast<std::uint32_t>(runs.size()));
+        }
+      }
+    });
+  } else {
+    detail::parallel_jobs(runs.size(), options.progress, [&](std::size_t r) {
+      const auto started = std::chrono::steady_clock::now();
+      const StreamRun& run = runs[r];
+      rows[r] = run.recompute ? run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment,
+                                              options.kv)
+                              : run_stream(shared, s, run, segment, options.kv);
+      rows[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    });
+  }
   for (std::size_t r = 0; r < runs.size(); ++r) {
     StreamRow& row = rows[r];
     if (runs[r].spec != nullptr) {

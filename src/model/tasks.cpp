@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/prefill.h"
@@ -234,75 +235,166 @@ std::uint32_t task_tokens(const Model& model, const TaskSample& sample) {
   return static_cast<std::uint32_t>(prompt_tokens(model, sample).tokens.size());
 }
 
-bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
-                 const KvFormat& kv) {
-  const ModelConfig& cfg = model->config();
-  const Vocabulary& vocab = model->vocabulary();
-  const bool bytes = vocab.kind() == Vocabulary::Kind::kBytes;
+namespace {
+
+// The prompt a model reads for a sample: its bytes for kvevict-tiny, its
+// tokens for a model with a tokenizer. Refused (InputError) when the prompt
+// and one token an answer byte would pass the model's context: every answer
+// token stands for at least one byte (a token of none, such as EOS, ends the
+// answer wrong), so the answer's bytes bound its tokens.
+PromptTokens read_prompt(const Model& model, const TaskSample& sample) {
+  const bool bytes = model.vocabulary().kind() == Vocabulary::Kind::kBytes;
   PromptTokens prompt;
   if (bytes) {
     prompt.tokens.assign(sample.prompt.begin(), sample.prompt.end());
     prompt.question = sample.question;
   } else {
-    prompt = prompt_tokens(*model, sample);
+    prompt = prompt_tokens(model, sample);
   }
-  // Every answer token stands for at least one byte (a token of none, such
-  // as EOS, ends the answer wrong), so the answer's bytes bound its tokens.
   const std::size_t needed = prompt.tokens.size() + sample.answer.size();
-  if (needed > cfg.context) {
+  if (needed > model.config().context) {
     throw InputError(fmt::format("task {}: {} {} are more than the model's context of {}", sample.task, needed,
                                  bytes ? "bytes" : "tokens (the prompt's, and at most one an answer byte)",
-                                 cfg.context));
+                                 model.config().context));
   }
-  Decoder decoder(model, DecoderOptions{.capacity = static_cast<std::uint32_t>(needed), .kv = kv});
-  std::vector<std::unique_ptr<Policy>> policies;
-  const bool at_decode = spec != nullptr && moment == Moment::decode;
-  if (at_decode) {
-    const PolicyInfo& info = find_policy(spec->policy);
-    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-      policies.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
-      decoder.set_policy(h, policies.back().get(), spec->budget);
+  return prompt;
+}
+
+// One configuration answering one sample: its decoder, its policies (decode
+// moment) or its compressor (prefill moments), and where its greedy answer
+// stands. The caller feeds the prompt (step or step_together), calling
+// after_prompt_step after each token, then asks next() for each answer
+// token to feed until it says the answer is settled. Alone or stepped
+// together with others, the calls are the same, so the answers are too.
+class TaskRun {
+ public:
+  TaskRun(const std::shared_ptr<const Model>& model, const TaskSample& sample, const PromptTokens& prompt,
+          const RunSpec* spec, Moment moment, std::uint32_t window, std::uint32_t chunk, const KvFormat& kv,
+          int threads)
+      : model_(model),
+        sample_(sample),
+        decoder_(model, DecoderOptions{.capacity = static_cast<std::uint32_t>(prompt.tokens.size() + sample.answer.size()),
+                                       .kv = kv,
+                                       .threads = threads}) {
+    const ModelConfig& cfg = model->config();
+    if (spec != nullptr && moment == Moment::decode) {
+      const PolicyInfo& info = find_policy(spec->policy);
+      for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+        policies_.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
+        decoder_.set_policy(h, policies_.back().get(), spec->budget);
+      }
+    }
+    if (spec != nullptr && (moment == Moment::prefill || moment == Moment::prefill_query)) {
+      const auto after = static_cast<std::uint32_t>(moment == Moment::prefill ? prompt.question : prompt.tokens.size());
+      compressor_.emplace(cfg, *spec, after, window, chunk);
     }
   }
-  const bool compress = spec != nullptr && (moment == Moment::prefill || moment == Moment::prefill_query);
-  const auto compress_after = static_cast<std::uint32_t>(moment == Moment::prefill ? prompt.question
-                                                                                     : prompt.tokens.size());
-  std::optional<PrefillCompressor> compressor;
-  if (compress) compressor.emplace(cfg, *spec, compress_after, window, chunk);
+
+  Decoder& decoder() noexcept { return decoder_; }
+
+  void after_prompt_step(std::uint32_t i) {
+    if (compressor_) compressor_->after_step(decoder_, i);
+  }
+
+  // The next answer token to feed, given the logits after the last one fed;
+  // none once the answer is settled (right() then says how).
+  std::optional<Token> next(std::span<const float> logits) {
+    const Vocabulary& vocab = model_->vocabulary();
+    const std::string& answer = sample_.answer;
+    if (said_.size() >= answer.size()) {  // an empty answer: nothing to say
+      right_ = true;
+      return std::nullopt;
+    }
+    const auto guess = static_cast<Token>(argmax(logits));
+    if (vocab.kind() == Vocabulary::Kind::kBytes) {
+      // Byte by byte: each greedy byte must be the answer's next.
+      if (guess != static_cast<unsigned char>(answer[said_.size()])) return std::nullopt;
+      said_ += static_cast<char>(guess);
+    } else {
+      // Greedy tokens until their bytes cover the answer: right when those
+      // bytes begin with it (the last token may run past its end).
+      const std::string piece = guess < vocab.size() ? vocab.piece_bytes(guess) : std::string();
+      said_ += piece;
+      const std::size_t common = std::min(said_.size(), answer.size());
+      if (piece.empty() || said_.compare(0, common, answer, 0, common) != 0) return std::nullopt;
+    }
+    if (said_.size() >= answer.size()) {
+      right_ = true;
+      return std::nullopt;
+    }
+    return guess;
+  }
+
+  bool right() const noexcept { return right_; }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  const TaskSample& sample_;
+  Decoder decoder_;
+  std::vector<std::unique_ptr<Policy>> policies_;
+  std::optional<PrefillCompressor> compressor_;
+  std::string said_;
+  bool right_ = false;
+};
+
+}  // namespace
+
+bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
+                 const KvFormat& kv) {
+  const PromptTokens prompt = read_prompt(*model, sample);
+  TaskRun run(model, sample, prompt, spec, moment, window, chunk, kv, DecoderOptions{}.threads);
   std::span<const float> logits;
   for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
-    logits = decoder.step(prompt.tokens[i]);
-    if (compressor) compressor->after_step(decoder, static_cast<std::uint32_t>(i));
+    logits = run.decoder().step(prompt.tokens[i]);
+    run.after_prompt_step(static_cast<std::uint32_t>(i));
   }
-  bool right = true;
-  if (bytes) {
-    for (std::size_t j = 0; j < sample.answer.size(); ++j) {
-      const std::size_t guess = argmax(logits);
-      if (guess != static_cast<unsigned char>(sample.answer[j])) {
-        right = false;
-        break;
-      }
-      if (j + 1 < sample.answer.size()) logits = decoder.step(static_cast<Token>(guess));
-    }
-  } else {
-    // Greedy tokens until their bytes cover the answer: right when those
-    // bytes begin with it (the last token may run past its end).
-    std::string said;
-    while (said.size() < sample.answer.size()) {
-      const auto guess = static_cast<Token>(argmax(logits));
-      const std::string piece = guess < vocab.size() ? vocab.piece_bytes(guess) : std::string();
-      said += piece;
-      const std::size_t common = std::min(said.size(), sample.answer.size());
-      if (piece.empty() || said.compare(0, common, sample.answer, 0, common) != 0) {
-        right = false;
-        break;
-      }
-      if (said.size() < sample.answer.size()) logits = decoder.step(guess);
-    }
+  while (const std::optional<Token> t = run.next(logits)) logits = run.decoder().step(*t);
+  if (evicted != nullptr) *evicted += run.decoder().evicted();
+  return run.right();
+}
+
+std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
+                                             std::span<const TaskConfig> configs, std::uint32_t window,
+                                             std::uint32_t chunk, const KvFormat& kv, int threads) {
+  const PromptTokens prompt = read_prompt(*model, sample);
+  std::vector<std::unique_ptr<TaskRun>> runs;
+  std::vector<Decoder*> batch;
+  for (const TaskConfig& c : configs) {
+    runs.push_back(std::make_unique<TaskRun>(model, sample, prompt, c.spec, c.moment, window, chunk, kv, threads));
+    batch.push_back(&runs.back()->decoder());
   }
-  if (evicted != nullptr) *evicted += decoder.evicted();
-  return right;
+  std::vector<TaskAnswer> answers(configs.size());
+  if (runs.empty()) return answers;
+  std::vector<Token> tokens(runs.size());
+  for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
+    std::fill(tokens.begin(), tokens.end(), prompt.tokens[i]);
+    Decoder::step_together(batch, tokens);
+    for (const auto& run : runs) run->after_prompt_step(static_cast<std::uint32_t>(i));
+  }
+  // The answers: each run feeds its own greedy tokens; a run whose answer is
+  // settled leaves the batch.
+  std::vector<std::size_t> going(runs.size());
+  for (std::size_t k = 0; k < going.size(); ++k) going[k] = k;
+  while (!going.empty()) {
+    batch.clear();
+    tokens.clear();
+    std::vector<std::size_t> still;
+    for (const std::size_t k : going) {
+      if (const std::optional<Token> t = runs[k]->next(runs[k]->decoder().last_logits())) {
+        still.push_back(k);
+        batch.push_back(&runs[k]->decoder());
+        tokens.push_back(*t);
+      }
+    }
+    if (!batch.empty()) Decoder::step_together(batch, tokens);
+    going = std::move(still);
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    answers[k].right = runs[k]->right();
+    answers[k].evicted = runs[k]->decoder().evicted();
+  }
+  return answers;
 }
 
 std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> filler,
@@ -450,12 +542,44 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   const std::size_t per_sample = 1 + configs.size();
   std::vector<std::uint8_t> right(samples.size() * per_sample, 0);
   std::vector<std::uint64_t> evicted(samples.size() * per_sample, 0);
-  detail::parallel_jobs(right.size(), options.progress, [&](std::size_t job) {
-    const std::size_t s = job / per_sample, c = job % per_sample;
-    const RunSpec* spec = c == 0 ? nullptr : &configs[c - 1].spec;
-    const Moment m = c == 0 ? Moment::full : configs[c - 1].moment;
-    right[job] = answer_task(model, samples[s], spec, m, request.window, &evicted[job], request.chunk, options.kv) ? 1 : 0;
-  });
+  std::vector<TaskConfig> all;  // the full cache, then each configuration
+  all.push_back({});
+  for (const Config& c : configs) all.push_back({&c.spec, c.moment});
+  if (options.together && model->uses_kernels() && per_sample > 1) {
+    // Each sample's configurations in as few groups as keep every core busy,
+    // each group stepped together on one core: a weight is read once a token
+    // a group, not once a configuration. (kvevict-tiny's Eigen products take
+    // one vector at a time: it answers a job a configuration.)
+    const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+    const std::size_t groups = std::clamp<std::size_t>((cores + samples.size() - 1) / samples.size(), 1, per_sample);
+    std::uint32_t reported = 0;  // a group settles its configurations' answers at once
+    detail::parallel_jobs(groups * samples.size(), ProgressFn{}, [&](std::size_t job) {
+      const std::size_t g = job / samples.size(), s = job % samples.size();
+      const std::size_t first = per_sample * g / groups, end = per_sample * (g + 1) / groups;
+      const std::vector<TaskAnswer> got =
+          answer_task_together(model, samples[s], std::span(all).subspan(first, end - first), request.window,
+                               request.chunk, options.kv, 1);
+      for (std::size_t c = first; c < end; ++c) {
+        right[s * per_sample + c] = got[c - first].right ? 1 : 0;
+        evicted[s * per_sample + c] = got[c - first].evicted;
+      }
+      if (options.progress) {
+#pragma omp critical(kvevict_task_jobs_progress)
+        {
+          reported += static_cast<std::uint32_t>(end - first);
+          options.progress(reported, static_cast<std::uint32_t>(right.size()));
+        }
+      }
+    });
+  } else {
+    detail::parallel_jobs(right.size(), options.progress, [&](std::size_t job) {
+      const std::size_t s = job / per_sample, c = job % per_sample;
+      right[job] = answer_task(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[job],
+                               request.chunk, options.kv)
+                       ? 1
+                       : 0;
+    });
+  }
   std::vector<TaskRow> rows;
   for (std::size_t cell = 0; cell < cells.size(); ++cell) {
     for (std::size_t c = 0; c < per_sample; ++c) {

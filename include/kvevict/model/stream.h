@@ -76,6 +76,11 @@ struct StreamRow {
 // room below the context (budget + 1 <= context), and a run with `original`
 // positions past the trained context is allowed (past_trained_context says so).
 // Runs go in parallel, one per job; options.progress counts finished runs.
+// On a model on the weight kernels (Model::uses_kernels) with
+// options.together, the runs that read the stream step together instead, in
+// one group a core (Decoder::step_together: each weight read once a token a
+// group), the rows of one run at a time to the bit (tested); a row's seconds
+// are then its group's time shared among the group's runs.
 // options.kv sets the stores' precision; max_windows, paged and prefill are
 // refused (a stream has no windows and runs token by token).
 std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std::uint8_t> text,

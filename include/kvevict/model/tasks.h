@@ -103,12 +103,36 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
                  Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr, std::uint32_t chunk = 0,
                  const KvFormat& kv = {});
 
+// One configuration of a sample's answers: a policy (null: the full cache)
+// at a moment of compression.
+struct TaskConfig {
+  const RunSpec* spec = nullptr;
+  Moment moment = Moment::full;
+};
+struct TaskAnswer {
+  bool right = false;
+  std::uint64_t evicted = 0;  // positions removed
+};
+
+// answer_task for every configuration at once, stepped together
+// (Decoder::step_together): the prompt's tokens are the same for all, so
+// each weight is read once a token for every configuration; then each feeds
+// its own greedy answer, leaving the batch once its answer is settled. The
+// answers are each configuration's answer_task, to the bit (tested).
+// `threads`: the products' (DecoderOptions::threads).
+std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
+                                             std::span<const TaskConfig> configs, std::uint32_t window,
+                                             std::uint32_t chunk = 0, const KvFormat& kv = {}, int threads = 0);
+
 // Every task x length x depth: the full cache, then each policy x budget x
 // moment, in that order. Every request is checked -- each policy built with
 // each layer's parameters, the grid against kMaxTaskSamples, kMaxTaskDepths
 // and kMaxTaskJobs, and (once every sample is generated) each prefill
 // moment's window against each layer's budget wherever a sample is longer
-// than the budget -- before any work; work runs on every core.
+// than the budget -- before any work; work runs on every core. On a model on
+// the weight kernels (Model::uses_kernels) with options.together, each
+// sample's configurations are answered stepped together
+// (answer_task_together), the answers of one at a time to the bit.
 // The positions a sample's prompt takes on `model`: its bytes for
 // kvevict-tiny, its tokens (BOS included) for a model with a tokenizer.
 std::uint32_t task_tokens(const Model& model, const TaskSample& sample);
