@@ -215,7 +215,8 @@ def decode_section(tmp):
                          f"{p['speedup']:.1f}x | {pt:.1f} | {d['tokensPerSecond'] / pt:.2f}x |")
     lines += ["", "Many runs, one weight read a token (`Decoder::step_together`: each run its own caches and",
               "policies, the same token): every run's tokens a second stepped together, against the same",
-              "runs one at a time.", "",
+              "runs one at a time. `perplexity`, `compare --model`, `sweep --model`, `tasks` and `stream`",
+              "step their runs this way on a model on the weight kernels, with the rows of one at a time.", "",
               f"`build/kvevict bench --model M-f16.gguf {' '.join(BATCH)}` and "
               f"`build/kvevict bench --model model/kvevict-tiny.kvm {' '.join(TINY_BATCH)}`:", "",
               "| model | runs | threads | one at a time, tokens/s | together, run-tokens/s | speed-up |",
