@@ -67,6 +67,20 @@ std::vector<Token> tokens_for(const Model& model, std::size_t n) {
   return t;
 }
 
+// What a run's progress callback was told: counts must rise to the total.
+struct ProgressSeen {
+  std::uint32_t last = 0;
+  std::uint32_t total = 0;
+  bool rising = true;
+  ProgressFn callback() {
+    return [this](std::uint32_t done, std::uint32_t of) {
+      rising = rising && done > last && (total == 0 || of == total);
+      last = done;
+      total = of;
+    };
+  }
+};
+
 struct PolicySetup {
   const char* label;
   std::optional<RunSpec> spec;  // none: the full cache
@@ -261,7 +275,13 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
     ModelRunOptions alone = options;
     alone.together = false;
     const std::vector<PerplexityRow> a = perplexity(*model, text, specs, alone);
-    const std::vector<PerplexityRow> b = perplexity(*model, text, specs, options);
+    ProgressSeen seen;
+    ModelRunOptions together = options;
+    together.progress = seen.callback();
+    const std::vector<PerplexityRow> b = perplexity(*model, text, specs, together);
+    EXPECT_TRUE(seen.rising) << label;
+    EXPECT_EQ(seen.last, seen.total) << label << ": progress ends at its total";
+    EXPECT_EQ(seen.total, (specs.size() + 1) * 3) << label << ": a unit a run a window";
     ASSERT_EQ(a.size(), specs.size() + 1) << label;
     ASSERT_EQ(b.size(), a.size()) << label;
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -358,7 +378,13 @@ TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
   ModelRunOptions alone;
   alone.together = false;
   const std::vector<TaskRow> a = run_tasks(model, filler, request, alone);
-  const std::vector<TaskRow> b = run_tasks(model, filler, request, ModelRunOptions{});
+  ProgressSeen seen;
+  ModelRunOptions together;
+  together.progress = seen.callback();
+  const std::vector<TaskRow> b = run_tasks(model, filler, request, together);
+  EXPECT_TRUE(seen.rising);
+  EXPECT_EQ(seen.last, seen.total) << "progress ends at its total";
+  EXPECT_EQ(seen.total, 2U * 2U * 2U * (1U + 3U * 2U * 3U)) << "a unit a sample a configuration";
   ASSERT_EQ(a.size(), 2U * 2U * (1U + 3U * 2U * 3U));
   ASSERT_EQ(b.size(), a.size());
   std::uint64_t evicted = 0;
@@ -390,7 +416,13 @@ TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
   ModelRunOptions alone;
   alone.together = false;
   const std::vector<StreamRow> a = stream_perplexity(*model, text, request, alone);
-  const std::vector<StreamRow> b = stream_perplexity(*model, text, request, ModelRunOptions{});
+  ProgressSeen seen;
+  ModelRunOptions together;
+  together.progress = seen.callback();
+  const std::vector<StreamRow> b = stream_perplexity(*model, text, request, together);
+  EXPECT_TRUE(seen.rising);
+  EXPECT_EQ(seen.last, seen.total) << "progress ends at its total";
+  EXPECT_EQ(seen.total, a.size()) << "a unit a run";
   ASSERT_EQ(a.size(), 1U + 3U * 2U * 2U + 1U);
   ASSERT_EQ(b.size(), a.size());
   EXPECT_EQ(a.front().tokens, model->config().context) << "the full cache stops at the context";

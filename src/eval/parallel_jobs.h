@@ -16,16 +16,19 @@ namespace kvevict::detail {
 
 // Runs `jobs` (index -> work) on every core, in any order, and rethrows the
 // first failure -- the work's or the progress callback's -- after all have
-// stopped. Progress is reported in completion order, one call at a time.
-template <typename Job>
-void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
+// stopped. Progress is reported in completion order, one call at a time:
+// in units of work out of `total`, job i finishing units(i) of them (runs
+// stepped together finish a group's runs at once).
+template <typename Job, typename Units>
+void parallel_jobs(std::size_t jobs, const ProgressFn& progress, std::size_t total_units, Units units, Job job) {
   // Progress counts in 32 bits; callers bound their work far below this.
-  if (jobs > std::numeric_limits<std::uint32_t>::max()) {
-    throw ContractError(fmt::format("{} jobs are more than progress can count (at most 2^32 - 1)", jobs));
+  if (jobs > std::numeric_limits<std::uint32_t>::max() || total_units > std::numeric_limits<std::uint32_t>::max()) {
+    throw ContractError(fmt::format("{} jobs of {} units are more than progress can count (at most 2^32 - 1)", jobs,
+                                    total_units));
   }
   std::exception_ptr failure;
   std::uint32_t done = 0;
-  const auto total = static_cast<std::uint32_t>(jobs);
+  const auto total = static_cast<std::uint32_t>(total_units);
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::size_t i = 0; i < jobs; ++i) {
     bool skip = false;
@@ -41,7 +44,7 @@ void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
 #pragma omp critical(kvevict_model_jobs)
     {
       if (mine && !failure) failure = mine;
-      ++done;
+      done += static_cast<std::uint32_t>(units(i));
       if (progress && !failure) {
         try {
           progress(done, total);
@@ -52,6 +55,12 @@ void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
     }
   }
   if (failure) std::rethrow_exception(failure);
+}
+
+// The same, each job one unit of work.
+template <typename Job>
+void parallel_jobs(std::size_t jobs, const ProgressFn& progress, Job job) {
+  parallel_jobs(jobs, progress, jobs, [](std::size_t) { return std::size_t{1}; }, job);
 }
 
 }  // namespace kvevict::detail

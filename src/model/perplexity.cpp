@@ -387,8 +387,12 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
     const std::size_t groups = std::clamp<std::size_t>((cores + windows.size() - 1) / windows.size(), 1, runs);
     std::vector<std::pair<std::size_t, std::size_t>> spans;  // [first run, end) of each group
     for (std::size_t g = 0; g < groups; ++g) spans.emplace_back(runs * g / groups, runs * (g + 1) / groups);
-    std::uint32_t reported = 0;  // a group finishes its runs' jobs at once: progress counts them all
-    detail::parallel_jobs(groups * windows.size(), ProgressFn{}, [&](std::size_t job) {
+    // A group finishes its runs' jobs at once: progress counts them all.
+    const auto group_runs = [&](std::size_t job) {
+      const std::size_t g = job / windows.size();
+      return spans[g].second - spans[g].first;
+    };
+    detail::parallel_jobs(groups * windows.size(), options.progress, results.size(), group_runs, [&](std::size_t job) {
       const std::size_t g = job / windows.size();
       const std::size_t wi = job % windows.size();
       std::vector<const RunSpec*> specs;
@@ -403,13 +407,6 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
       for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
         results[r * windows.size() + wi] = got[r - spans[g].first];
         seconds[r * windows.size() + wi] = took / static_cast<double>(specs.size());  // the group's time, shared
-      }
-      if (options.progress) {
-#pragma omp critical(kvevict_model_jobs_progress)
-        {
-          reported += static_cast<std::uint32_t>(specs.size());
-          options.progress(reported, static_cast<std::uint32_t>(results.size()));
-        }
       }
     });
   } else {

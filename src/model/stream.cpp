@@ -258,11 +258,13 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
     const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
     const std::size_t groups = std::min(cores, stepped.size());
     const bool recompute = stepped.size() < runs.size();
-    std::uint32_t reported = 0;
-    detail::parallel_jobs(groups + (recompute ? 1 : 0), ProgressFn{}, [&](std::size_t job) {
+    const auto group_runs = [&](std::size_t job) {
+      return job < groups ? stepped.size() * (job + 1) / groups - stepped.size() * job / groups : std::size_t{1};
+    };
+    detail::parallel_jobs(groups + (recompute ? 1 : 0), options.progress, runs.size(), group_runs, [&](std::size_t job) {
       const auto started = std::chrono::steady_clock::now();
-      std::vector<std::size_t> mine;
       if (job < groups) {
+        std::vector<std::size_t> mine;
         for (std::size_t k = stepped.size() * job / groups; k < stepped.size() * (job + 1) / groups; ++k) {
           mine.push_back(stepped[k]);
         }
@@ -275,16 +277,8 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
           rows[mine[k]].seconds = took / static_cast<double>(mine.size());
         }
       } else {
-        mine.push_back(runs.size() - 1);
         rows.back() = run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment, options.kv);
         rows.back().seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      }
-      if (options.progress) {
-#pragma omp critical(kvevict_stream_jobs_progress)
-        {
-          reported += static_cast<std::uint32_t>(mine.size());
-          options.progress(reported, static_cast<std::uint32_t>(runs.size()));
-        }
       }
     });
   } else {

@@ -552,8 +552,12 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
     // one vector at a time: it answers a job a configuration.)
     const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
     const std::size_t groups = std::clamp<std::size_t>((cores + samples.size() - 1) / samples.size(), 1, per_sample);
-    std::uint32_t reported = 0;  // a group settles its configurations' answers at once
-    detail::parallel_jobs(groups * samples.size(), ProgressFn{}, [&](std::size_t job) {
+    // A group settles its configurations' answers at once: progress counts them all.
+    const auto group_size = [&](std::size_t job) {
+      const std::size_t g = job / samples.size();
+      return per_sample * (g + 1) / groups - per_sample * g / groups;
+    };
+    detail::parallel_jobs(groups * samples.size(), options.progress, right.size(), group_size, [&](std::size_t job) {
       const std::size_t g = job / samples.size(), s = job % samples.size();
       const std::size_t first = per_sample * g / groups, end = per_sample * (g + 1) / groups;
       const std::vector<TaskAnswer> got =
@@ -562,13 +566,6 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
       for (std::size_t c = first; c < end; ++c) {
         right[s * per_sample + c] = got[c - first].right ? 1 : 0;
         evicted[s * per_sample + c] = got[c - first].evicted;
-      }
-      if (options.progress) {
-#pragma omp critical(kvevict_task_jobs_progress)
-        {
-          reported += static_cast<std::uint32_t>(end - first);
-          options.progress(reported, static_cast<std::uint32_t>(right.size()));
-        }
       }
     });
   } else {
