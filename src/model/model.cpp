@@ -971,21 +971,30 @@ void Decoder::forward(Lanes& lanes) {
         rms_norm(s.x.data() + std::size_t{i} * width, w.mlp_norm, s.h.data() + std::size_t{i} * width, width,
                  c.norm_eps);
       }
-      const std::size_t hidden = std::size_t{n} * c.ff;
+      const auto hidden = static_cast<std::ptrdiff_t>(std::size_t{n} * c.ff);
+      // A chunk's or a batch's activation is split over the products'
+      // threads (each element its own, so the bits do not change); one
+      // token's is too small to pay for waking them, and kvevict-tiny runs
+      // on the calling thread.
+      const bool split = threads > 1 && n > 1 && model.uses_kernels();
+      float* const ff = s.ff.data();
+      const float* const up = s.ff_up.data();
       if (c.mlp == MlpKind::kGelu) {
         product(model, w.up, s.h.data(), width, s.ff.data(), c.ff, n, threads);
         lap.charge(&DecodeProfile::projections);
-        for (std::size_t j = 0; j < hidden; ++j) {
-          const float u = s.ff[j];
-          s.ff[j] = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
+#pragma omp parallel for num_threads(threads) if (split) schedule(static)
+        for (std::ptrdiff_t j = 0; j < hidden; ++j) {
+          const float u = ff[j];
+          ff[j] = 0.5F * u * (1.0F + std::erf(u * static_cast<float>(M_SQRT1_2)));
         }
       } else {
         products(model, {Product{&w.gate, s.ff.data(), c.ff}, Product{&w.up, s.ff_up.data(), c.ff}}, s.h.data(),
                  width, n, threads);
         lap.charge(&DecodeProfile::projections);
-        for (std::size_t j = 0; j < hidden; ++j) {  // silu(gate) * up
-          const float g = s.ff[j];
-          s.ff[j] = g / (1.0F + std::exp(-g)) * s.ff_up[j];
+#pragma omp parallel for num_threads(threads) if (split) schedule(static)
+        for (std::ptrdiff_t j = 0; j < hidden; ++j) {  // silu(gate) * up
+          const float g = ff[j];
+          ff[j] = g / (1.0F + std::exp(-g)) * up[j];
         }
       }
       lap.charge(&DecodeProfile::activation);
