@@ -126,6 +126,20 @@ void expect_same_caches(const Decoder& a, const Decoder& b, const std::string& w
     const auto hb = b.held(h);
     ASSERT_EQ(std::vector<Position>(ha.begin(), ha.end()), std::vector<Position>(hb.begin(), hb.end()))
         << where << " cache " << h;
+    // What the last token left for the signals: its attention, over which
+    // positions, and its queries.
+    const auto aa = a.attended(h);
+    const auto ab = b.attended(h);
+    ASSERT_EQ(std::vector<Position>(aa.begin(), aa.end()), std::vector<Position>(ab.begin(), ab.end()))
+        << where << " cache " << h;
+    const auto wa = a.attention(h);
+    const auto wb = b.attention(h);
+    ASSERT_EQ(std::vector<float>(wa.begin(), wa.end()), std::vector<float>(wb.begin(), wb.end()))
+        << where << " cache " << h;
+    const auto qa = a.queries(h);
+    const auto qb = b.queries(h);
+    ASSERT_EQ(std::vector<float>(qa.begin(), qa.end()), std::vector<float>(qb.begin(), qb.end()))
+        << where << " cache " << h;
   }
 }
 

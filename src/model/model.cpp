@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 #include <fmt/format.h>
+#include <omp.h>
 #include <zlib.h>
 
 #include "kvevict/core/errors.h"
@@ -448,6 +449,26 @@ struct Decoder::Impl {
   // eviction. Returns the positions evicted.
   std::uint64_t attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out, Lap& lap);
 
+  // Whether a prefill chunk's attention in layer l may run its tokens side
+  // by side (attend_chunk): no cache evicts (no policy, no layer budget), so
+  // a token's attention is over every position before it and itself; and
+  // the store hands out its own rows, unrotated by index (contiguous,
+  // fp32, original positions), so reading them needs no shared scratch.
+  bool chunk_attention(std::uint32_t l) const noexcept;
+  // attend() for `n` tokens of one sequence at once: their keys and values
+  // join the caches in order (the store's counts and peaks as attend()
+  // leaves them), then every token's query heads attend, side by side on
+  // `threads` threads -- each with attend()'s own arithmetic over the
+  // positions held at its turn, so each output has attend()'s bits. The
+  // last token's attention, positions and queries are kept, as attend()
+  // would have left them.
+  void attend_chunk(std::uint32_t l, const std::uint32_t* pos, const std::uint64_t* hash, float* qkv,
+                    std::size_t qkv_width, float* out, std::size_t out_width, std::uint32_t n, int team);
+  // attend_chunk's room: each thread's scores and weights, [threads x
+  // capacity]; each token's positions held before it, [chunk x kv_heads].
+  std::vector<float> chunk_scores, chunk_weights;
+  std::vector<std::uint32_t> chunk_held;
+
   void empty_store() noexcept {
     store->clear();
     for (HeadCache& hc : heads) hc.attended_count = 0;
@@ -522,6 +543,11 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.step_value.assign(d, 0.0F);
   m.scores.assign(capacity, 0.0F);
   m.query_weights.assign(capacity, 0.0F);
+  if (m.threads > 1 && m.chunk > 1) {
+    m.chunk_scores.assign(std::size_t{capacity} * static_cast<std::size_t>(m.threads), 0.0F);
+    m.chunk_weights.assign(m.chunk_scores.size(), 0.0F);
+    m.chunk_held.assign(std::size_t{m.chunk} * m.cfg.kv_heads, 0);
+  }
   // RoPE angles as the trainer makes them (rope.h), tabled for the
   // positions a cache can hold: every index, and the original positions
   // until the sequence outgrows the capacity.
@@ -773,6 +799,92 @@ std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uin
   return evicted;
 }
 
+bool Decoder::Impl::chunk_attention(std::uint32_t l) const noexcept {
+  if (chunk_held.empty() || layer_budgets[l] != nullptr || positions != PositionMode::kOriginal ||
+      store->format().quantized() || store->pool() != nullptr) {
+    return false;
+  }
+  for (std::uint32_t kv = 0; kv < cfg.kv_heads; ++kv) {
+    if (heads[l * cfg.kv_heads + kv].policy != nullptr) return false;
+  }
+  return true;
+}
+
+void Decoder::Impl::attend_chunk(std::uint32_t l, const std::uint32_t* pos, const std::uint64_t* hash, float* qkv,
+                                 std::size_t qkv_width, float* out, std::size_t out_width, std::uint32_t n,
+                                 int team) {
+  const ModelConfig& c = cfg;
+  const std::uint32_t d = c.head_dim();
+  const std::uint32_t group = c.group();
+  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
+  SequenceStore& st = *store;
+  // In order, as attend() would: each token's queries rotated and scaled,
+  // its keys and values stored (the last token's queries kept as
+  // projected, for the signals).
+  for (std::uint32_t i = 0; i < n; ++i) {
+    float* row = qkv + i * qkv_width;
+    if (i + 1 == n) std::copy_n(row, std::size_t{c.heads} * d, raw_queries.data());
+    for (std::uint32_t hd = 0; hd < c.heads; ++hd) rope->rotate(row + std::size_t{hd} * d, pos[i], scale);
+    const float* k_rows = row + std::size_t{c.heads} * d;
+    const float* v_rows = k_rows + std::size_t{c.kv_heads} * d;
+    for (std::uint32_t kv = 0; kv < c.kv_heads; ++kv) {
+      const std::uint32_t cache = l * c.kv_heads + kv;
+      chunk_held[std::size_t{i} * c.kv_heads + kv] = st.count(cache);
+      const auto [k, v] = st.append(cache, pos[i]);
+      std::copy_n(k_rows + std::size_t{kv} * d, d, k);
+      rope->rotate(k, pos[i], 1.0F);
+      std::copy_n(v_rows + std::size_t{kv} * d, d, v);
+      st.seal(cache, hash[i]);
+    }
+  }
+  // Side by side: every token x KV head, over the positions held at its turn.
+  const auto tasks = static_cast<std::ptrdiff_t>(std::size_t{n} * c.kv_heads);
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+  for (std::ptrdiff_t t = 0; t < tasks; ++t) {
+    const auto i = static_cast<std::uint32_t>(t / c.kv_heads);
+    const auto kv = static_cast<std::uint32_t>(t % c.kv_heads);
+    const std::uint32_t cache = l * c.kv_heads + kv;
+    const std::uint32_t held = chunk_held[static_cast<std::size_t>(t)];
+    const std::uint32_t count = held + 1;
+    const bool final_token = i + 1 == n;
+    HeadCache& hc = heads[cache];
+    const auto [keys, values] = st.rows(cache);
+    const std::size_t me = static_cast<std::size_t>(omp_get_thread_num()) * capacity;
+    float* const score = chunk_scores.data() + me;
+    const float* q_rows = qkv + i * qkv_width;
+    for (std::uint32_t g = 0; g < group; ++g) {
+      const std::uint32_t hd = kv * group + g;
+      float* weights = final_token && group == 1 ? hc.weights.data() : chunk_weights.data() + me;
+      Eigen::Map<Eigen::VectorXf> score_view(score, count);
+      score_view.noalias() = MatrixView(keys, count, d) * VecView(q_rows + std::size_t{hd} * d, d);
+      const float top = score_view.maxCoeff();
+      float sum = 0.0F;
+      for (std::uint32_t j = 0; j < count; ++j) {
+        const float e = std::exp(score[j] - top);
+        weights[j] = e;
+        sum += e;
+      }
+      for (std::uint32_t j = 0; j < count; ++j) weights[j] /= sum;
+      VecMut(out + i * out_width + std::size_t{hd} * d, d).noalias() =
+          MatrixView(values, count, d).transpose() * VecView(weights, count);
+      if (!final_token || group == 1) continue;
+      if (g == 0) {
+        std::copy_n(weights, count, hc.weights.data());
+      } else {
+        for (std::uint32_t j = 0; j < count; ++j) hc.weights[j] += weights[j];
+      }
+    }
+    if (!final_token) continue;
+    if (group > 1) {
+      const auto share = static_cast<float>(group);
+      for (std::uint32_t j = 0; j < count; ++j) hc.weights[j] /= share;
+    }
+    std::copy_n(st.positions(cache).data(), count, hc.attended.data());
+    hc.attended_count = count;
+    std::copy_n(raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
+  }
+}
+
 namespace {
 
 // y = W x for each of n vectors: the weight kernels, or kvevict-tiny's
@@ -956,10 +1068,17 @@ void Decoder::forward(Lanes& lanes) {
         }
       }
       lap.charge(&DecodeProfile::projections);
-      for (lane = 0; lane < n; ++lane) {
-        Decoder& dec = *lanes.decoders[lane];
-        dec.evicted_ += dec.impl_->attend(l, s.pos[lane], s.hash[lane], s.qkv.data() + lane * qkv_width,
-                                          s.attn_out.data() + std::size_t{lane} * c.q_width(), lap);
+      if (n > 1 && lanes.decoders[0] == lanes.decoders[n - 1] && lead.chunk_attention(l)) {
+        // One sequence's chunk that nothing evicts from: its tokens attend side by side.
+        lead.attend_chunk(l, s.pos.data(), s.hash.data(), s.qkv.data(), qkv_width, s.attn_out.data(), c.q_width(),
+                          n, threads);
+        lap.charge(&DecodeProfile::attention);
+      } else {
+        for (lane = 0; lane < n; ++lane) {
+          Decoder& dec = *lanes.decoders[lane];
+          dec.evicted_ += dec.impl_->attend(l, s.pos[lane], s.hash[lane], s.qkv.data() + lane * qkv_width,
+                                            s.attn_out.data() + std::size_t{lane} * c.q_width(), lap);
+        }
       }
       lane = 0;
       lap.skip();
