@@ -655,6 +655,44 @@ std::span<const float> Decoder::attention(std::uint32_t h) const noexcept {
 
 std::span<const float> Decoder::queries(std::uint32_t h) const noexcept { return impl_->heads[h].queries; }
 
+namespace {
+
+// One KV head's query heads (`queries`, [group x d], rotated and scaled)
+// over its `count` held keys and values: scores, softmax, each head's
+// output to `out` ([group x d]). `mean`, when given, receives the softmax
+// averaged over the group (the policy's attention row); `score` and
+// `weights` are room for count floats each.
+void group_attention(const float* keys, const float* values, std::uint32_t count, std::uint32_t d,
+                     std::uint32_t group, const float* queries, float* out, float* score, float* weights,
+                     float* mean) {
+  for (std::uint32_t g = 0; g < group; ++g) {
+    float* w = group == 1 && mean != nullptr ? mean : weights;
+    Eigen::Map<Eigen::VectorXf> score_view(score, count);
+    score_view.noalias() = MatrixView(keys, count, d) * VecView(queries + std::size_t{g} * d, d);
+    const float top = score_view.maxCoeff();
+    float sum = 0.0F;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const float e = std::exp(score[i] - top);
+      w[i] = e;
+      sum += e;
+    }
+    for (std::uint32_t i = 0; i < count; ++i) w[i] /= sum;
+    VecMut(out + std::size_t{g} * d, d).noalias() = MatrixView(values, count, d).transpose() * VecView(w, count);
+    if (group == 1 || mean == nullptr) continue;
+    if (g == 0) {
+      std::copy_n(w, count, mean);
+    } else {
+      for (std::uint32_t i = 0; i < count; ++i) mean[i] += w[i];
+    }
+  }
+  if (group > 1 && mean != nullptr) {
+    const auto share = static_cast<float>(group);
+    for (std::uint32_t i = 0; i < count; ++i) mean[i] /= share;
+  }
+}
+
+}  // namespace
+
 std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out,
                                     Lap& lap) {
   const ModelConfig& c = cfg;
@@ -701,33 +739,8 @@ std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uin
     std::copy_n(values + std::size_t{held} * d, d, step_value.data());
     // Each query head of the group: scores over the held positions and the
     // new token itself, softmax, output. The policy sees their mean.
-    for (std::uint32_t g = 0; g < group; ++g) {
-      const std::uint32_t hd = kv * group + g;
-      const float* q = qkv + std::size_t{hd} * d;
-      float* weights = group == 1 ? hc.weights.data() : query_weights.data();
-      Eigen::Map<Eigen::VectorXf> score_view(scores.data(), n);
-      score_view.noalias() = MatrixView(keys, n, d) * VecView(q, d);
-      const float top = score_view.maxCoeff();
-      float sum = 0.0F;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        const float e = std::exp(scores[i] - top);
-        weights[i] = e;
-        sum += e;
-      }
-      for (std::uint32_t i = 0; i < n; ++i) weights[i] /= sum;
-      VecMut(out + std::size_t{hd} * d, d).noalias() =
-          MatrixView(values, n, d).transpose() * VecView(weights, n);
-      if (group == 1) continue;
-      if (g == 0) {
-        std::copy_n(weights, n, hc.weights.data());
-      } else {
-        for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] += weights[i];
-      }
-    }
-    if (group > 1) {
-      const auto share = static_cast<float>(group);
-      for (std::uint32_t i = 0; i < n; ++i) hc.weights[i] /= share;
-    }
+    group_attention(keys, values, n, d, group, qkv + std::size_t{kv} * group * d, out + std::size_t{kv} * group * d,
+                    scores.data(), query_weights.data(), hc.weights.data());
     std::copy_n(st.positions(cache).data(), n, hc.attended.data());
     hc.attended_count = n;
     std::copy_n(raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
@@ -851,34 +864,10 @@ void Decoder::Impl::attend_chunk(std::uint32_t l, const std::uint32_t* pos, cons
     const auto [keys, values] = st.rows(cache);
     const std::size_t me = static_cast<std::size_t>(omp_get_thread_num()) * capacity;
     float* const score = chunk_scores.data() + me;
-    const float* q_rows = qkv + i * qkv_width;
-    for (std::uint32_t g = 0; g < group; ++g) {
-      const std::uint32_t hd = kv * group + g;
-      float* weights = final_token && group == 1 ? hc.weights.data() : chunk_weights.data() + me;
-      Eigen::Map<Eigen::VectorXf> score_view(score, count);
-      score_view.noalias() = MatrixView(keys, count, d) * VecView(q_rows + std::size_t{hd} * d, d);
-      const float top = score_view.maxCoeff();
-      float sum = 0.0F;
-      for (std::uint32_t j = 0; j < count; ++j) {
-        const float e = std::exp(score[j] - top);
-        weights[j] = e;
-        sum += e;
-      }
-      for (std::uint32_t j = 0; j < count; ++j) weights[j] /= sum;
-      VecMut(out + i * out_width + std::size_t{hd} * d, d).noalias() =
-          MatrixView(values, count, d).transpose() * VecView(weights, count);
-      if (!final_token || group == 1) continue;
-      if (g == 0) {
-        std::copy_n(weights, count, hc.weights.data());
-      } else {
-        for (std::uint32_t j = 0; j < count; ++j) hc.weights[j] += weights[j];
-      }
-    }
+    group_attention(keys, values, count, d, group, qkv + i * qkv_width + std::size_t{kv} * group * d,
+                    out + i * out_width + std::size_t{kv} * group * d, score, chunk_weights.data() + me,
+                    final_token ? hc.weights.data() : nullptr);
     if (!final_token) continue;
-    if (group > 1) {
-      const auto share = static_cast<float>(group);
-      for (std::uint32_t j = 0; j < count; ++j) hc.weights[j] /= share;
-    }
     std::copy_n(st.positions(cache).data(), count, hc.attended.data());
     hc.attended_count = count;
     std::copy_n(raw_queries.data() + std::size_t{kv} * group * d, std::size_t{group} * d, hc.queries.data());
