@@ -20,6 +20,7 @@ sum_passed=0
 sum_failed=0
 sum_skipped=0
 sum_notes=()     # why each allowed skip happened
+sum_why=()       # what each failed test printed about its failure
 sum_problems=()  # why the run is incomplete or failed, beyond ctest's own list
 
 sum_problem() {
@@ -94,6 +95,32 @@ ctest_tally() {
   for name in $(printf '%s\n' "${!not_run[@]}" | sort); do
     sum_notes+=("skipped: $label/$name: $(skip_reason "$name" "$lastlog")")
   done
+
+  # "\t  5 - name (Failed)" under "The following tests FAILED:": each one's
+  # own failure lines, repeated by the summary (a long run's log is read
+  # from its end, far from where the test printed them).
+  local why
+  while IFS= read -r name; do
+    [[ -n $name ]] || continue
+    why=$(failure_lines "$name" "$lastlog")
+    [[ -n $why ]] || why="(it printed no failure line; see its output above)"
+    while IFS= read -r line; do sum_why+=("failed: $label/$name: $line"); done <<<"$why"
+  done < <(awk '
+    /^The following tests FAILED:/ { inside = 1; next }
+    inside && /^[ \t]+[0-9]+ - .* \([A-Za-z ]+\)$/ {
+      line = $0; sub(/^[ \t]+[0-9]+ - /, "", line); sub(/ \([A-Za-z ]+\)$/, "", line); print line; next
+    }
+    inside { inside = 0 }' "$out")
+}
+
+# failure_lines NAME LASTTEST_LOG: at most 8 lines where the test says what
+# failed -- GoogleTest's failures and their next line, a docs check's FAIL line
+# and its reason, an error message.
+failure_lines() {
+  [[ -f $2 ]] || return 0
+  test_output "$1" "$2" |
+    grep -aE -A1 '^FAIL |^\[  FAILED  \] [A-Za-z]|: Failure$|error:|Error:|^not ok ' |
+    grep -avE '^--$' | cut -c1-300 | head -8
 }
 
 # test_output NAME LASTTEST_LOG: everything a test printed (ctest keeps a
@@ -182,11 +209,12 @@ fuzz_tally() {
   fi
 }
 
-# sum_print: the notes, the problems, then the summary line last. Returns 1
-# when anything failed.
+# sum_print: the notes, the failed tests' own lines, the problems, then the
+# summary line last. Returns 1 when anything failed.
 sum_print() {
   local line
   for line in "${sum_notes[@]}"; do echo "$line"; done
+  for line in "${sum_why[@]}"; do echo "$line"; done
   for line in "${sum_problems[@]}"; do echo "kvevict: FAILED: $line"; done
   echo "tests: $sum_passed passed, $sum_failed failed, $sum_skipped skipped"
   [[ $sum_failed -eq 0 ]]

@@ -91,6 +91,36 @@ tally "required skipped" "tests: 3 passed, 2 failed, 2 skipped" 1 \
   "skipped: release/old_case: no reason printed" -- \
   ctest_tally release "$tmp/ctest.log" "$tmp/LastTest.log" cli report_browser python
 
+# A failed test's own failure lines are repeated above the summary: a
+# GoogleTest failure (with its next line), a docs check's FAIL and its
+# reason; a failed test that printed none says so.
+cat "$tmp/LastTest.log" >"$tmp/LastTest-fail.log"
+cat >>"$tmp/LastTest-fail.log" <<'LOG'
+5/7 Testing: Bank.Drain
+5/7 Test: Bank.Drain
+Output:
+----------------------------------------------------------
+[ RUN      ] Bank.Drain
+tests/bank_test.cpp:41: Failure
+Expected equality of these values:
+[  FAILED  ] Bank.Drain (2 ms)
+FAIL  2 min 31 s  docs/real-model.md:784  build/kvevict tasks --model m.kvm
+      took 151 s (150 s of CPU), over 150 s: mark it with its time and a quick variant
+docs commands: 3 ran and matched their pages, 1 failed
+<end of output>
+Test Failed.
+LOG
+tally "failure lines" "tests: 3 passed, 2 failed, 2 skipped" 1 \
+  "failed: release/Bank.Drain: tests/bank_test.cpp:41: Failure" \
+  "failed: release/Bank.Drain: Expected equality of these values:" \
+  "failed: release/Bank.Drain: [  FAILED  ] Bank.Drain (2 ms)" \
+  "failed: release/Bank.Drain: FAIL  2 min 31 s  docs/real-model.md:784" \
+  "failed: release/Bank.Drain:       took 151 s (150 s of CPU), over 150 s" -- \
+  ctest_tally release "$tmp/ctest.log" "$tmp/LastTest-fail.log" cli report_browser python
+tally "failure without lines" "tests: 3 passed, 2 failed, 2 skipped" 1 \
+  "failed: release/Bank.Drain: (it printed no failure line; see its output above)" -- \
+  ctest_tally release "$tmp/ctest.log" "$tmp/LastTest.log" cli report_browser python
+
 # A required suite missing from the run (the Python binding left at configure).
 tally "required absent" "tests: 5 passed, 1 failed, 1 skipped" 1 \
   "kvevict: FAILED: release: install is not in the ctest run" -- \
