@@ -6,7 +6,6 @@
 // The suite's name puts it in the simd_<target> runs (each target's kernels).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -28,15 +27,6 @@ namespace kvevict {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("kvevict-kernels-test-" + std::to_string(::getpid()) + "-" +
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::shared_ptr<const Model> random_model(const std::string& arch, WeightType type, std::uint32_t width,
                                           const fs::path& dir, std::uint32_t context = 96) {
@@ -178,11 +168,10 @@ void check_prefill(const std::shared_ptr<const Model>& model, const std::string&
 }
 
 TEST(WeightKernelsDecoder, APrefillGivesEachTokensLogitsAsStepsDo) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   check_prefill(random_model("llama", WeightType::kQ8_0, 64, dir), "llama Q8_0");
   check_prefill(random_model("qwen2", WeightType::kF16, 64, dir), "qwen2 F16");
   check_prefill(random_model("mistral", WeightType::kQ4_K, 256, dir), "mistral Q4_K");
-  fs::remove_all(dir);
 }
 
 TEST(WeightKernelsDecoder, TheTinyModelsPrefillKeepsItsArithmetic) {
@@ -192,7 +181,7 @@ TEST(WeightKernelsDecoder, TheTinyModelsPrefillKeepsItsArithmetic) {
 }
 
 TEST(WeightKernelsDecoder, StepTogetherIsEachDecoderStepAlone) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   for (const auto& model : {random_model("llama", WeightType::kF16, 64, dir), tiny()}) {
     const std::vector<Token> tokens = tokens_for(*model, 50);
     std::vector<DecodeRun> alone;
@@ -220,7 +209,6 @@ TEST(WeightKernelsDecoder, StepTogetherIsEachDecoderStepAlone) {
       expect_same_caches(*alone[i].decoder, *group[i], setups()[i].label);
     }
   }
-  fs::remove_all(dir);
 }
 
 TEST(WeightKernelsDecoder, APrefillPastTheChunkOrTheCapacityIsRefusedChangingNothing) {
@@ -241,7 +229,7 @@ TEST(WeightKernelsDecoder, APrefillPastTheChunkOrTheCapacityIsRefusedChangingNot
 }
 
 TEST(WeightKernelsDecoder, StepTogetherRefusesWhatCannotBeOnePass) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   const auto model = tiny();
   const auto other = random_model("llama", WeightType::kF32, 64, dir);
   Decoder a(model);
@@ -260,7 +248,6 @@ TEST(WeightKernelsDecoder, StepTogetherRefusesWhatCannotBeOnePass) {
       [&] { Decoder::step_together(pair, bad); },
       "decoder 1: token 999 at position 0 is outside the model's vocabulary of 256");
   EXPECT_EQ(a.position(), 0U);  // checked before anything moved
-  fs::remove_all(dir);
 }
 
 // Perplexity on a model on the weight kernels steps each window's runs
@@ -268,7 +255,7 @@ TEST(WeightKernelsDecoder, StepTogetherRefusesWhatCannotBeOnePass) {
 // one at a time, to the bit -- decode-time eviction, a paged store, and a
 // prefill's compression alike.
 TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
   const std::vector<std::uint8_t> text = testing::heldout_prefix(700);
   const std::vector<RunSpec> specs = {{"h2o", {{"recentWindow", 4}}, 24},
@@ -309,7 +296,6 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
     }
     EXPECT_GT(a.back().evicted + a[1].evicted, 0U) << label << ": the policies must evict for the test to mean anything";
   }
-  fs::remove_all(dir);
 }
 
 // A sample's answers stepped together (answer_task_together) against each
@@ -319,7 +305,7 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
 // answers part from it at different tokens -- runs leave the batch at
 // different steps.
 TEST(WeightKernelsDecoder, TaskAnswersTogetherAreEachAlone) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
   const Vocabulary& vocab = model->vocabulary();
   TaskSample sample;
@@ -370,13 +356,12 @@ TEST(WeightKernelsDecoder, TaskAnswersTogetherAreEachAlone) {
     EXPECT_TRUE(together[0].right) << "the full cache says its own greedy continuation";
     EXPECT_GT(wrong, 0U) << "some policy must answer otherwise, leaving the batch early";
   }
-  fs::remove_all(dir);
 }
 
 // run_tasks on a kernel model answers each sample's configurations together
 // (ModelRunOptions::together): the rows must be those of one at a time.
 TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   const auto model = random_model("llama", WeightType::kF16, 64, dir, 192);
   const std::vector<std::uint8_t> filler = testing::heldout_prefix(4000);
   TaskRequest request;
@@ -409,7 +394,6 @@ TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
     evicted += a[i].evicted;
   }
   EXPECT_GT(evicted, 0U);
-  fs::remove_all(dir);
 }
 
 // A stream on a kernel model steps its runs together
@@ -417,7 +401,7 @@ TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
 // the runs give one at a time -- the full cache leaving the batch at the
 // context, the policies reading on past it, at both position modes.
 TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-kernels-test");
   const auto model = random_model("llama", WeightType::kQ4_0, 64, dir);
   const std::vector<std::uint8_t> text = testing::heldout_prefix(400);
   StreamRequest request;
@@ -458,7 +442,6 @@ TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
       EXPECT_GT(a[i].evicted, 0U) << "row " << i << " must evict for the test to mean anything";
     }
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

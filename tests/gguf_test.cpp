@@ -2,7 +2,6 @@
 // tensor type, alignments 32 and 64) and the reader refusing bad files, each
 // with a one-line message naming the file and the problem -- hostile counts
 // refused at once, without allocating.
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -20,16 +19,17 @@
 #include "alloc_counter.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/model/gguf.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_folder() {
-  const fs::path dir = fs::temp_directory_path() / ("kvevict-gguf-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
+// This process's scratch folder, removed as it exits.
+const fs::path& temp_folder() {
+  static const testing::ScratchFolder dir("kvevict-gguf-test");
+  return dir.path();
 }
 
 // Little-endian bytes, built field by field.

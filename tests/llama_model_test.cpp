@@ -6,7 +6,6 @@
 // model commands read text through the model's own tokenizer. (The logits
 // against an independent PyTorch forward pass, every architecture and
 // weight type: tests/model/reference_logits_test.py.)
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -32,15 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::heldout_prefix;
-
-fs::path scratch() {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("kvevict-llama-test-" + std::to_string(::getpid()) + "-" +
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 RandomModelSpec small(std::string arch, std::string format, WeightType type) {
   RandomModelSpec s;
@@ -82,7 +72,7 @@ void expect_input_error(F&& f, const std::vector<std::string>& phrases) {
 }
 
 TEST(LlamaModel, GgufDeclaresWhatItHolds) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   RandomModelSpec spec = small("llama", "gguf", WeightType::kQ8_0);
   write_random_model(spec, dir / "m.gguf");
   const auto model = Model::load(dir / "m.gguf");
@@ -107,11 +97,10 @@ TEST(LlamaModel, GgufDeclaresWhatItHolds) {
   EXPECT_NE(model->output().data, model->embed().data);
   EXPECT_EQ(model->output().type, WeightType::kQ8_0);  // kept as stored, for the weight kernels
   EXPECT_TRUE(model->uses_kernels());
-  fs::remove_all(dir);
 }
 
 TEST(LlamaModel, Qwen2TiesItsOutputAndHasBiases) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   write_random_model(small("qwen2", "safetensors", WeightType::kBF16), dir / "q");
   const auto model = Model::load(dir / "q");
   EXPECT_EQ(model->config().architecture, "qwen2");
@@ -121,7 +110,6 @@ TEST(LlamaModel, Qwen2TiesItsOutputAndHasBiases) {
   EXPECT_EQ(model->output().data, model->embed().data);
   EXPECT_EQ(model->embed().type, WeightType::kBF16);
   EXPECT_NE(model->layer(1).qkv_bias, nullptr);
-  fs::remove_all(dir);
 }
 
 // llama.cpp's converter permutes each head's Q and K rows so that rotating
@@ -130,7 +118,7 @@ TEST(LlamaModel, Qwen2TiesItsOutputAndHasBiases) {
 // ways must decode alike -- the two loaders and the two rope modes checked
 // against each other.
 TEST(LlamaModel, GgufNormalRopeEqualsSafetensorsNeox) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   RandomModelSpec spec = small("llama", "safetensors", WeightType::kF32);
   spec.llama3_scaling = true;  // the divisors must agree too: config.json's rule vs rope_freqs
   write_random_model(spec, dir / "hf");
@@ -208,13 +196,12 @@ TEST(LlamaModel, GgufNormalRopeEqualsSafetensorsNeox) {
   EXPECT_LT(worst, 1e-4F * std::max(1.0F, scale)) << "largest logit " << scale;
   // Without the permutation the modes disagree once positions grow: the
   // check above could fail.
-  fs::remove_all(dir);
 }
 
 // kvevict's own model through the GGUF reader: the same float32 weights,
 // the same arithmetic, so the same logits to the bit; quantized, close.
 TEST(LlamaModel, TinyAsGgufDecodesToTheBit) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   const auto kvm = testing::committed_model();
   write_gguf_of(*kvm, dir / "tiny.gguf");
   const auto gguf = Model::load(dir / "tiny.gguf");
@@ -238,11 +225,10 @@ TEST(LlamaModel, TinyAsGgufDecodesToTheBit) {
   EXPECT_LT(worst, 0.5);  // but close: logits of the trained model span about 30
   EXPECT_THROW(write_gguf_of(*kvm, dir / "tiny.gguf"), InputError);  // exists
   EXPECT_THROW(write_gguf_of(*gguf, dir / "x.gguf", WeightType::kQ4_K), ParameterError);  // width 128 < 256
-  fs::remove_all(dir);
 }
 
 TEST(LlamaModel, TokensOutsideTheVocabularyAreRefused) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   write_random_model(small("mistral", "gguf", WeightType::kF16), dir / "m.gguf");
   const auto model = Model::load(dir / "m.gguf");
   Decoder decoder(model);
@@ -254,22 +240,20 @@ TEST(LlamaModel, TokensOutsideTheVocabularyAreRefused) {
   }
   EXPECT_EQ(decoder.position(), 0U);  // nothing changed: the decoder goes on
   EXPECT_NO_THROW(decoder.step(1));
-  fs::remove_all(dir);
 }
 
 TEST(LlamaModel, ContextRunsShorterNeverLonger) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   write_random_model(small("llama", "gguf", WeightType::kF32), dir / "m.gguf");
   const auto model = Model::load(dir / "m.gguf", ModelOptions{.context = 64});
   EXPECT_EQ(model->config().context, 64U);
   EXPECT_EQ(model->config().trained_context, 128U);
   expect_input_error([&] { Model::load(dir / "m.gguf", ModelOptions{.context = 129}); },
                      {(dir / "m.gguf").string(), "over the 128 positions the model was trained on"});
-  fs::remove_all(dir);
 }
 
 TEST(LlamaModel, PerplexityReadsTheModelsTokens) {
-  const fs::path dir = scratch();
+  const testing::ScratchFolder dir("kvevict-llama-test");
   write_random_model(small("llama", "gguf", WeightType::kQ4_0), dir / "m.gguf");
   const auto model = Model::load(dir / "m.gguf");
   const std::vector<std::uint8_t> text = heldout_prefix(1500);
@@ -292,15 +276,12 @@ TEST(LlamaModel, PerplexityReadsTheModelsTokens) {
   EXPECT_GT(rows[1].evicted, 0U);
   // The whole model's KV bytes a position: 2 layers x 2 KV heads x (16 + 16) floats.
   EXPECT_EQ(rows[0].model_bytes_per_position, 2.0 * 2.0 * 32.0 * 4.0);
-  fs::remove_all(dir);
 }
 
 // ---- files that contradict themselves ------------------------------------------
 
 class LlamaBadFiles : public ::testing::Test {
  protected:
-  void SetUp() override { dir = scratch(); }
-  void TearDown() override { fs::remove_all(dir); }
   // A GGUF like the random llama's, with `change` applied to its parts.
   fs::path gguf(const std::function<void(GgufWriter&, std::vector<std::pair<std::string, std::vector<std::uint64_t>>>&)>& change,
                 const std::string& arch = "llama") {
@@ -354,7 +335,7 @@ class LlamaBadFiles : public ::testing::Test {
     w.write(dir / "bad.gguf", true);
     return dir / "bad.gguf";
   }
-  fs::path dir;
+  const testing::ScratchFolder dir{"kvevict-llama-test"};
 };
 
 TEST_F(LlamaBadFiles, AMissingTensorIsNamed) {

@@ -434,8 +434,8 @@ TEST(Model, BudgetOneRunsAndHoldsOnePositionPerHead) {
 TEST(Model, RecordedAttentionReplaysAsATrace) {
   const auto model = committed_model();
   const std::vector<std::uint8_t> text = heldout_prefix(96);
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "kvevict-model-record.npy";
-  std::filesystem::remove(file);
+  const testing::ScratchFolder dir("kvevict-model-test");
+  const std::filesystem::path file = dir / "attention.npy";
   EXPECT_EQ(record_attention(*model, text, file, false), 96U);
   EXPECT_THROW(record_attention(*model, text, file, false), InputError);  // never overwritten silently
   const auto heads = open_trace_heads(file.string());
@@ -632,14 +632,14 @@ TEST(Decoder, AStepThatAPolicyThrowsInRefusesFurtherStepsUntilReset) {
 }
 
 TEST(Text, TooShortOrMissingIsAClearError) {
-  const std::filesystem::path file = std::filesystem::temp_directory_path() / "kvevict-one-byte.txt";
+  const testing::ScratchFolder dir("kvevict-model-test");
+  const std::filesystem::path file = dir / "one-byte.txt";
   {
     std::ofstream out(file);
     out << "a";
   }
   EXPECT_THROW(read_text(file), InputError);
   EXPECT_THROW(read_text(file.string() + ".missing"), InputError);
-  std::filesystem::remove(file);
 }
 
 TEST(Persistence, UniformAttentionNeverBeatsFairShareAndAStickyPositionAlwaysDoes) {

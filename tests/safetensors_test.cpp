@@ -1,7 +1,6 @@
 // safetensors: writer -> reader round trips (one file, a folder, an index
 // over shards) and the reader refusing bad files with one-line messages
 // naming the file and the problem.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/model/safetensors.h"
 #include "kvevict/model/weight_types.h"
+#include "support.h"
 
 namespace kvevict {
 namespace {
@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 
 // A fresh folder per test, under one per process (ctest runs programs in parallel).
 fs::path test_folder(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("kvevict-safetensors-test-" + std::to_string(::getpid())) / name;
+  static const testing::ScratchFolder root("kvevict-safetensors-test");  // removed as the process exits
+  const fs::path dir = root / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -11,7 +11,6 @@
 //    at most budget + 1 positions; the full cache stops with one line;
 //  - the stream's rows: segments tile the predictions, the full cache stops at
 //    the context, the recomputed window costs what it says; bad requests refused.
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -38,8 +37,8 @@ using testing::heldout_prefix;
 
 // A random llama of `layers` layers (GGUF, NORMAL rope) in a scratch folder.
 std::shared_ptr<const Model> random_llama(std::uint32_t layers, std::uint32_t context = 256) {
-  const fs::path dir = fs::temp_directory_path() / ("kvevict-stream-test-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  static const testing::ScratchFolder cache("kvevict-stream-test");  // the process's models, removed as it exits
+  const fs::path& dir = cache.path();
   const fs::path file = dir / ("llama-" + std::to_string(layers) + "-" + std::to_string(context) + ".gguf");
   if (!fs::exists(file)) {
     RandomModelSpec s;

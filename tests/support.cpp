@@ -1,7 +1,10 @@
 #include "support.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <system_error>
 
 #include "kvevict/model/perplexity.h"
 
@@ -24,6 +27,25 @@ std::vector<std::uint8_t> heldout_prefix(std::size_t bytes) {
 }
 
 std::filesystem::path source_dir() { return KVEVICT_SOURCE_DIR; }
+
+ScratchFolder::ScratchFolder(const std::string& prefix) {
+  std::string name = prefix + "-" + std::to_string(::getpid());
+  if (const auto* test = ::testing::UnitTest::GetInstance()->current_test_info(); test != nullptr) {
+    name += std::string("-") + test->test_suite_name() + "." + test->name();
+  }
+  std::replace(name.begin(), name.end(), '/', '_');  // a parameterised test's name has slashes
+  path_ = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+ScratchFolder::ScratchFolder(ScratchFolder&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+
+ScratchFolder::~ScratchFolder() {
+  if (path_.empty()) return;
+  std::error_code ignored;  // a destructor must not throw; what is left is only litter
+  std::filesystem::remove_all(path_, ignored);
+}
 
 std::optional<std::filesystem::path> conformance_dir() {
   const std::filesystem::path dir = KVEVICT_CONFORMANCE_DIR;

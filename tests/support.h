@@ -21,6 +21,29 @@
 namespace kvevict::testing {
 
 std::filesystem::path source_dir();
+
+// A scratch folder under the system's temporary folder, named
+// PREFIX-PID-TEST (ctest runs test programs side by side; TEST is the running
+// test's name, left out outside a test), made empty, and removed with
+// everything in it when this goes out of scope -- also when an assertion ends
+// the test early, which a remove_all on the test's last line never reaches.
+// A static one lives for the process: a cache its tests share.
+class ScratchFolder {
+ public:
+  explicit ScratchFolder(const std::string& prefix);
+  ~ScratchFolder();
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  ScratchFolder(ScratchFolder&& other) noexcept;
+  ScratchFolder& operator=(ScratchFolder&&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  operator const std::filesystem::path&() const { return path_; }  // NOLINT: a folder is its path
+  std::filesystem::path operator/(const std::filesystem::path& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
 // The model folder: KVEVICT_MODEL_DIR points the tests at a freshly trained
 // model before it is committed; by default they check the committed one.
 std::filesystem::path model_dir();

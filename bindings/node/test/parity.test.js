@@ -144,10 +144,13 @@ test('benchModel() reads the tool\'s default text and names bad arguments', () =
 // ---- replay from recorded keys, values and queries ------------------------------------
 
 let recorded;
+let recordDir;
+// The recorded files serve every test below; removed once the file's tests end.
+test.after(() => { if (recordDir !== undefined) fs.rmSync(recordDir, { recursive: true, force: true }); });
 function record() {
   if (recorded === undefined) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvevict-node-record-'));
-    recorded = Object.fromEntries(['attention', 'keys', 'values', 'queries'].map((k) => [k, path.join(dir, `${k}.npy`)]));
+    recordDir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvevict-node-record-'));
+    recorded = Object.fromEntries(['attention', 'keys', 'values', 'queries'].map((k) => [k, path.join(recordDir, `${k}.npy`)]));
     execFileSync(toolFile, ['record', '--model', kvm, '--text', sampleFile, '--tokens', '96', '--out', recorded.attention,
       '--keys', recorded.keys, '--values', recorded.values, '--queries', recorded.queries], { stdio: 'ignore' });
   }
