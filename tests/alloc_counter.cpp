@@ -9,9 +9,13 @@
 namespace {
 thread_local bool counting = false;
 thread_local std::size_t allocations = 0;
+thread_local std::size_t allocated_bytes = 0;
 
 void* allocate(std::size_t n) {
-  if (counting) ++allocations;
+  if (counting) {
+    ++allocations;
+    allocated_bytes += n;
+  }
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
@@ -38,8 +42,9 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); 
 
 namespace kvevict::testing {
 
-CountAllocations::CountAllocations() : start_(allocations) { counting = true; }
+CountAllocations::CountAllocations() : start_(allocations), start_bytes_(allocated_bytes) { counting = true; }
 CountAllocations::~CountAllocations() { counting = false; }
 std::size_t CountAllocations::count() const { return allocations - start_; }
+std::size_t CountAllocations::bytes() const { return allocated_bytes - start_bytes_; }
 
 }  // namespace kvevict::testing

@@ -13,9 +13,12 @@ class CountAllocations {
   CountAllocations(const CountAllocations&) = delete;
   CountAllocations& operator=(const CountAllocations&) = delete;
   std::size_t count() const;
+  // The bytes those allocations asked for (freed or not).
+  std::size_t bytes() const;
 
  private:
   std::size_t start_;
+  std::size_t start_bytes_;
 };
 
 }  // namespace kvevict::testing

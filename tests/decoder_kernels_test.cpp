@@ -211,6 +211,36 @@ TEST(WeightKernelsDecoder, StepTogetherIsEachDecoderStepAlone) {
   }
 }
 
+// Each decoder of a step_together owns its logits: the lead stepping again
+// (alone, or leading another group) leaves the others' as they were, until
+// they step themselves (they pointed into the lead's scratch).
+TEST(WeightKernelsDecoder, LogitsAfterStepTogetherStayTheDecodersOwn) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
+  const std::vector<Token> tokens = tokens_for(*model, 6);
+  Decoder lead(model);
+  Decoder other(model);
+  Decoder third(model);
+  Decoder reference(model);
+  std::vector<Decoder*> pair = {&lead, &other};
+  const std::vector<Token> two = {tokens[0], tokens[1]};
+  Decoder::step_together(pair, two);
+  const auto expected = reference.step(tokens[1]);
+  const std::vector<float> want(expected.begin(), expected.end());
+  const auto seen = other.last_logits();
+  ASSERT_EQ(std::vector<float>(seen.begin(), seen.end()), want);
+  lead.step(tokens[2]);  // the lead alone
+  std::vector<Decoder*> next = {&lead, &third};
+  const std::vector<Token> more = {tokens[3], tokens[4]};
+  Decoder::step_together(next, more);  // the lead leading another group
+  const auto still = other.last_logits();
+  EXPECT_EQ(std::vector<float>(still.begin(), still.end()), want);
+  // Stepping itself moves them on.
+  const auto moved = other.step(tokens[5]);
+  const auto again = reference.step(tokens[5]);
+  EXPECT_EQ(std::vector<float>(moved.begin(), moved.end()), std::vector<float>(again.begin(), again.end()));
+}
+
 TEST(WeightKernelsDecoder, APrefillPastTheChunkOrTheCapacityIsRefusedChangingNothing) {
   const auto model = tiny();
   Decoder decoder(model, DecoderOptions{.capacity = 10, .prefill_chunk = 8});

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -327,7 +329,14 @@ class LlamaBadFiles : public ::testing::Test {
     for (const auto& [name, ne] : tensors) {
       std::uint64_t n = 1;
       for (const auto x : ne) n *= x;
-      std::vector<float> v(n, 0.01F);
+      // Not all equal: a model of equal weights gives equal logits whatever
+      // a bias adds (every element the same, then normalised away).
+      const auto given = values.find(name);
+      const float scale = given == values.end() ? 0.01F : given->second;
+      std::vector<float> v(n);
+      for (std::uint64_t i = 0; i < n; ++i) {
+        v[i] = scale * static_cast<float>(1.0 + 0.5 * std::sin(0.37 * static_cast<double>(i) + static_cast<double>(name.size())));
+      }
       std::vector<std::uint8_t> bytes(n * 4);
       std::memcpy(bytes.data(), v.data(), bytes.size());
       w.add_tensor(name, ne, WeightType::kF32, std::move(bytes));
@@ -335,8 +344,182 @@ class LlamaBadFiles : public ::testing::Test {
     w.write(dir / "bad.gguf", true);
     return dir / "bad.gguf";
   }
+  // The scale of a tensor's values, by name (0.01 for the others).
+  std::map<std::string, float> values;
   const testing::ScratchFolder dir{"kvevict-llama-test"};
 };
+
+using GgufTensors = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
+
+// Adds llama.cpp's optional llama biases to every layer: q, k, v (width 64
+// and 32, 32: 4 heads and 2 KV heads of 16), the output, gate, up, down.
+void add_biases(GgufTensors& t) {
+  for (int l = 0; l < 2; ++l) {
+    const std::string g = "blk." + std::to_string(l) + ".";
+    t.push_back({g + "attn_q.bias", {64}});
+    t.push_back({g + "attn_k.bias", {32}});
+    t.push_back({g + "attn_v.bias", {32}});
+    t.push_back({g + "attn_output.bias", {64}});
+    t.push_back({g + "ffn_gate.bias", {96}});
+    t.push_back({g + "ffn_up.bias", {96}});
+    t.push_back({g + "ffn_down.bias", {64}});
+  }
+}
+
+// ---- every tensor read, every setting applied or refused (hardening 5) --------
+
+// A llama file's biases are read, as llama.cpp reads them: biases of zero
+// give the logits of the file without them to the bit, biases of 5 other ones
+// (they were dropped: the same perplexity either way). Their arithmetic
+// against an independent forward pass: reference_logits_test.py's --biases case.
+TEST_F(LlamaBadFiles, ALlamaFilesBiasesAreRead) {
+  const std::vector<Token> tokens = {1, 40, 41, 42, 300, 7};
+  const auto plain = Model::load(gguf([](GgufWriter&, auto&) {}));
+  const std::vector<float> without = logits_of(plain, tokens);
+  for (const float b : {0.0F, 5.0F}) {
+    values.clear();
+    for (int l = 0; l < 2; ++l) {
+      for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+        values["blk." + std::to_string(l) + "." + n + ".bias"] = b;
+      }
+    }
+    const auto biased = Model::load(gguf([](GgufWriter&, auto& t) { add_biases(t); }));
+    EXPECT_EQ(biased->parameter_count(), plain->parameter_count() + 2 * (64 + 32 + 32 + 64 + 96 + 96 + 64));
+    const std::vector<float> with = logits_of(biased, tokens);
+    if (b == 0.0F) {
+      EXPECT_EQ(with, without);
+    } else {
+      EXPECT_NE(with, without);
+    }
+  }
+}
+
+TEST_F(LlamaBadFiles, QkvBiasesComeAsThree) {
+  const fs::path f = gguf([](GgufWriter&, auto& t) { t.push_back({"blk.0.attn_q.bias", {64}}); });
+  expect_input_error([&] { Model::load(f); }, {f.string(), "tensor 'blk.0.attn_k.bias' is missing"});
+}
+
+TEST_F(LlamaBadFiles, ATensorTheArchitectureDoesNotNameIsRefused) {
+  const fs::path f = gguf([](GgufWriter&, auto& t) { t.push_back({"blk.0.attn_q_norm.weight", {16}}); });
+  expect_input_error([&] { Model::load(f); },
+                     {f.string(), "tensor 'blk.0.attn_q_norm.weight' is not part of a llama model with these settings"});
+}
+
+TEST_F(LlamaBadFiles, ABlockCountBelowTheLayersHeldIsRefused) {
+  const fs::path f = gguf([](GgufWriter& w, auto&) { w.set_u32("llama.block_count", 1); });
+  expect_input_error([&] { Model::load(f); }, {f.string(), "tensors 'blk.1.attn_norm.weight', 'blk.1.attn_q.weight', "
+                                                           "'blk.1.attn_k.weight' and 6 more are not part of a llama "
+                                                           "model with these settings (1 layers)"});
+}
+
+// Many tensors no llama names (the 100,000 of a hostile 4 MB file) are
+// refused by name, with every lookup by index: linear in the file.
+TEST_F(LlamaBadFiles, ManyUnnamedTensorsAreRefusedByName) {
+  const fs::path f = gguf([](GgufWriter&, auto& t) {
+    for (int i = 0; i < 100000; ++i) t.push_back({"x." + std::to_string(i), {1}});
+  });
+  expect_input_error([&] { Model::load(f); }, {f.string(), "tensors 'x.0', 'x.1', 'x.2' and 99997 more are not part"});
+}
+
+TEST_F(LlamaBadFiles, InfiniteRopeScalingIsRefused) {
+  for (const float factor : {INFINITY, NAN}) {
+    const fs::path f = gguf([&](GgufWriter& w, auto&) {
+      w.set_string("llama.rope.scaling.type", "linear");
+      w.set_f32("llama.rope.scaling.factor", factor);
+    });
+    expect_input_error([&] { Model::load(f); }, {f.string(), "llama.rope.scaling.factor is", "not finite"});
+  }
+}
+
+TEST_F(LlamaBadFiles, SettingsTheDecoderDoesNotApplyAreRefused) {
+  const fs::path f = gguf([](GgufWriter& w, auto&) { w.set_f32("llama.attn_logit_softcapping", 30.0F); });
+  expect_input_error([&] { Model::load(f); }, {f.string(), "llama.attn_logit_softcapping is 30, which kvevict does not apply"});
+  const fs::path g = gguf([](GgufWriter& w, auto&) { w.set_u32("llama.expert_count", 8); });
+  expect_input_error([&] { Model::load(g); }, {g.string(), "mixture of experts"});
+}
+
+// config.json: every key that changes the arithmetic is applied or refused.
+TEST_F(LlamaBadFiles, ConfigKeysThatChangeTheArithmetic) {
+  write_random_model(small("llama", "safetensors", WeightType::kF32), dir / "m");
+  nlohmann::json original;
+  {
+    std::ifstream in(dir / "m" / "config.json");
+    original = nlohmann::json::parse(in);
+  }
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json config = original;
+    change(config);
+    std::ofstream out(dir / "m" / "config.json");
+    out << config.dump();
+  };
+  with([](nlohmann::json& c) { c["hidden_act"] = "gelu"; });
+  expect_input_error([&] { Model::load(dir / "m"); }, {"\"hidden_act\" is \"gelu\""});
+  with([](nlohmann::json& c) { c["partial_rotary_factor"] = 0.5; });
+  expect_input_error([&] { Model::load(dir / "m"); }, {"\"partial_rotary_factor\" is 0.5"});
+  with([](nlohmann::json& c) { c["attention_bias"] = true; });
+  expect_input_error([&] { Model::load(dir / "m"); }, {"tensor 'model.layers.0.self_attn.q_proj.bias' is missing"});
+  with([](nlohmann::json& c) { c["mlp_bias"] = true; });
+  expect_input_error([&] { Model::load(dir / "m"); }, {"tensor 'model.layers.0.mlp.gate_proj.bias' is missing"});
+  with([](nlohmann::json& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1e300}}; });
+  expect_input_error([&] { Model::load(dir / "m"); }, {"rope_scaling's factor is 1e+300, which is not finite as a float"});
+  with([](nlohmann::json& c) { c["attention_bias"] = false; c["mlp_bias"] = false; c["hidden_act"] = "silu"; });
+  EXPECT_NO_THROW(Model::load(dir / "m"));
+}
+
+// A folder written with every bias: config.json says so, and the biases
+// change the logits; the same file without attention_bias refuses the
+// biases it would drop.
+TEST_F(LlamaBadFiles, SafetensorsBiasesAreReadOrRefused) {
+  RandomModelSpec spec = small("llama", "safetensors", WeightType::kF32);
+  spec.biases = true;
+  write_random_model(spec, dir / "b");
+  const auto model = Model::load(dir / "b");
+  EXPECT_NE(model->layer(0).proj_bias, nullptr);
+  EXPECT_NE(model->layer(1).down_bias, nullptr);
+  nlohmann::json config;
+  {
+    std::ifstream in(dir / "b" / "config.json");
+    config = nlohmann::json::parse(in);
+  }
+  config.erase("attention_bias");
+  {
+    std::ofstream out(dir / "b" / "config.json");
+    out << config.dump();
+  }
+  expect_input_error([&] { Model::load(dir / "b"); }, {"'model.layers.0.self_attn.q_proj.bias'", "not part of a llama model"});
+}
+
+// Llama-3's tokenizer_config.json names bos_token and leaves add_bos_token
+// out: the post-processor's template adds BOS, as Hugging Face does (it was
+// dropped, and the GGUF of the same model added it). add_bos_token, where
+// given, overrides the template; without either, no BOS.
+TEST_F(LlamaBadFiles, ATokenizerJsonsTemplateAddsBos) {
+  write_random_model(small("llama", "safetensors", WeightType::kF32), dir / "t");
+  auto write_config = [&](const nlohmann::json& config) {
+    std::ofstream out(dir / "t" / "tokenizer_config.json");
+    out << config.dump();
+  };
+  write_config({{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  const auto llama3 = load_vocabulary(dir / "t");
+  ASSERT_TRUE(llama3->bos().has_value());
+  EXPECT_TRUE(llama3->adds_bos());
+  EXPECT_EQ(llama3->encode("the", true).front(), *llama3->bos());
+  write_config({{"bos_token", "<s>"}, {"add_bos_token", false}});
+  EXPECT_FALSE(load_vocabulary(dir / "t")->adds_bos());
+  nlohmann::json tokenizer;
+  {
+    std::ifstream in(dir / "t" / "tokenizer.json");
+    tokenizer = nlohmann::json::parse(in);
+  }
+  ASSERT_EQ(tokenizer["post_processor"]["type"], "TemplateProcessing");
+  tokenizer["post_processor"] = {{"type", "ByteLevel"}, {"trim_offsets", false}};
+  {
+    std::ofstream out(dir / "t" / "tokenizer.json");
+    out << tokenizer.dump();
+  }
+  write_config({{"bos_token", "<s>"}});
+  EXPECT_FALSE(load_vocabulary(dir / "t")->adds_bos());
+}
 
 TEST_F(LlamaBadFiles, AMissingTensorIsNamed) {
   const fs::path f = gguf([](GgufWriter&, auto& t) {

@@ -164,16 +164,20 @@ TEST(WeightKernels, Q8_0VectorsSplitWithinTheirStatedBound) {
   const std::size_t cols = 32 * 7;
   std::vector<float> x = random_vectors(cols, 21);
   // Blocks of very different sizes, a block of zeros, one of a single value.
-  const float magnitudes[] = {1.0F, 3.0e-12F, 7.5e4F, 0.0F, 1.0F, 2.0e-7F, 1.0e30F};
+  // The last block reaches just under 2^127, the largest the integers hold.
+  const float magnitudes[] = {1.0F, 3.0e-12F, 7.5e4F, 0.0F, 1.0F, 2.0e-7F, 1.0e38F};
   for (std::size_t b = 0; b < 7; ++b) {
     for (std::size_t e = 0; e < 32; ++e) x[b * 32 + e] *= magnitudes[b];
   }
   for (std::size_t e = 1; e < 32; ++e) x[4 * 32 + e] = 0.0F;
   x[4 * 32] = -0.3F;
+  x[6 * 32 + 3] = std::nextafter(0x1p127F, 0.0F);  // rounds to 2^14 steps of 2^113: 2^127, still finite
   std::vector<std::int16_t> values(cols);
   std::vector<std::int16_t> residuals(cols);
   std::vector<float> scales(7);
-  ASSERT_TRUE(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data()));
+  std::vector<std::uint8_t> usable(1);
+  ASSERT_EQ(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data(), usable.data()), 1U);
+  ASSERT_EQ(usable[0], 1);
   for (std::size_t b = 0; b < 7; ++b) {
     double m = 0.0;
     for (std::size_t e = 0; e < 32; ++e) m = std::max(m, std::fabs(double{x[b * 32 + e]}));
@@ -204,20 +208,44 @@ TEST(WeightKernels, Q8_0VectorsTheIntegersCannotHoldAreRefused) {
   std::vector<std::int16_t> values(cols);
   std::vector<std::int16_t> residuals(cols);
   std::vector<float> scales(2);
-  for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1.0e-20F}) {
+  std::vector<std::uint8_t> usable(1);
+  // 2^127 and FLT_MAX: 2^14 steps of 2^114 would be 2^128, past float's range.
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1.0e-20F, 0x1p127F, -3.4028235e38F}) {
     std::vector<float> x = random_vectors(cols, 4);
     for (std::size_t e = 32; e < 64; ++e) x[e] = 0.0F;
     x[40] = bad;
-    EXPECT_FALSE(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data())) << bad;
+    EXPECT_EQ(quantize_vectors(x.data(), cols, cols, 1, values.data(), residuals.data(), scales.data(), usable.data()), 0U)
+        << bad;
+    EXPECT_EQ(usable[0], 0) << bad;
+  }
+}
+
+// Near float's largest values the products take the float kernel: the
+// answer is the float64 dot product to float32's rounding (the integer path
+// gave 6.1e-5 of the largest element there).
+TEST(WeightKernels, Q8_0VectorsNearFloatsLargestAreExactToRounding) {
+  const std::uint32_t cols = 64;
+  const Matrix m = random_matrix(WeightType::kQ8_0, 8, cols, 5);
+  std::vector<float> x(cols, 0.0F);
+  x[3] = 3.4e38F;
+  x[40] = -1.2e38F;
+  std::vector<float> y(m.w.rows);
+  matmul(m.w, x.data(), cols, y.data(), m.w.rows, 1, 1);
+  for (std::uint32_t r = 0; r < m.w.rows; ++r) {
+    const double exact = double{m.values[std::size_t{r} * cols + 3]} * x[3] + double{m.values[std::size_t{r} * cols + 40]} * x[40];
+    if (std::fabs(exact) > 3.4028235e38) {
+      EXPECT_TRUE(std::isinf(y[r])) << r;
+    } else {
+      EXPECT_NEAR(y[r], exact, std::fabs(exact) * 1e-6) << r;
+    }
   }
 }
 
 // A chunk of a prompt on a model's own sizes (576 and 1,536 columns, 40
 // vectors: split by the threads themselves), on two threads: each output is
 // what the vector alone gives, bit for bit, and the float64 dot product to
-// float32's rounding; a vector the integers refuse (a NaN, or a block of
-// 1e-20) sends the whole product to the float kernel, with the same answer
-// for the other vectors to that rounding.
+// float32's rounding -- also when a vector the integers refuse (a NaN, or a
+// block of 1e-20) takes the float kernel beside the others.
 TEST(WeightKernels, Q8_0ChunksOfAPromptAreTheVectorsAlone) {
   for (const std::uint32_t cols : {576U, 1536U}) {
     const Matrix m = random_matrix(WeightType::kQ8_0, 96, cols, 17);
@@ -238,13 +266,10 @@ TEST(WeightKernels, Q8_0ChunksOfAPromptAreTheVectorsAlone) {
           for (std::uint32_t r = 0; r < m.w.rows; ++r) EXPECT_TRUE(std::isnan(y[v * m.w.rows + r])) << r;
           continue;
         }
-        if (variant == 0) {
-          matmul(m.w, x.data() + v * cols, cols, alone.data(), m.w.rows, 1, 2);
-        }
+        matmul(m.w, x.data() + v * cols, cols, alone.data(), m.w.rows, 1, 2);
         for (std::uint32_t r = 0; r < m.w.rows; ++r) {
-          if (variant == 0) {
-            ASSERT_EQ(y[v * m.w.rows + r], alone[r]) << cols << " columns, vector " << v << " row " << r;
-          }
+          ASSERT_EQ(y[v * m.w.rows + r], alone[r])
+              << cols << " columns, variant " << variant << ", vector " << v << " row " << r;
           double exact = 0.0;
           double scale = 0.0;
           for (std::uint32_t j = 0; j < cols; ++j) {

@@ -212,6 +212,13 @@ TEST(SafetensorsBadFiles, Offsets) {
   const fs::path no_pair =
       raw_file(dir / "pair.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4);
   expect_refused([&] { Safetensors::open(no_pair); }, no_pair.string(), "not a [begin, end] pair");
+  // Two tensors sharing bytes would read as each other's weights.
+  const fs::path overlap = raw_file(
+      dir / "overlap.safetensors",
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      16);
+  expect_refused([&] { Safetensors::open(overlap); }, overlap.string(),
+                 "tensors 'a' (data_offsets [0, 16)) and 'b' (from 8) overlap");
 }
 
 TEST(SafetensorsBadFiles, UnknownDtype) {

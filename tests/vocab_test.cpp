@@ -220,6 +220,28 @@ TEST(VocabSentencePiece, ByteFallback) {
   for (const Token t : vocab->encode("<s></s>", false)) EXPECT_NE(vocab_detail::TokenType::kControl, static_cast<const vocab_detail::TableVocabulary&>(*vocab).type(t));
 }
 
+// The bytes each token stands for add up to the text's: the dummy prefix's
+// U+2581 is no byte of it ("hello world" was 12 bytes of 11).
+TEST(VocabSentencePiece, TextBytesLeaveOutTheDummyPrefix) {
+  const auto vocab = vocab_detail::build_vocabulary(spm_parts(true));
+  for (const std::string text : {"abc", "ab c", " abc", "\xC3\xA9 a\n", "aaa bc ab"}) {
+    for (const bool bos : {false, true}) {
+      const std::vector<Token> tokens = vocab->encode(text, bos);
+      std::uint64_t sum = 0;
+      for (const std::uint32_t b : text_bytes_of(*vocab, tokens)) sum += b;
+      EXPECT_EQ(sum, text.size()) << "'" << text << "' bos " << bos;
+    }
+  }
+  // "▁abc" is [▁a, bc]: the first token stands for "a" alone.
+  EXPECT_EQ(text_bytes_of(*vocab, vocab->encode("abc", false)), (std::vector<std::uint32_t>{1, 2}));
+  // Byte-level BPE has no dummy prefix: every piece counts whole.
+  const auto bpe = Vocabulary::train_byte_pairs("hello world hello world", 5, "llama-bpe");
+  const std::vector<Token> tokens = bpe->encode(" hello world", false);
+  std::uint64_t sum = 0;
+  for (const std::uint32_t b : text_bytes_of(*bpe, tokens)) sum += b;
+  EXPECT_EQ(sum, 12U);
+}
+
 // ---- training, and the round trips --------------------------------------------
 
 const std::string kTrainingText =

@@ -88,6 +88,17 @@ class Reader {
   Reader(const std::uint8_t* base, std::uint64_t size, const std::string& file)
       : base_(base), size_(size), file_(file) {}
 
+  // parse(), with running out of memory named as the file's fault: every
+  // count is checked against the file's bytes, but what is held costs more
+  // than it takes on disk (a string's header, a number as a double).
+  Parsed parse_bounded() {
+    try {
+      return parse();
+    } catch (const std::bad_alloc&) {
+      fail(fmt::format("its metadata ({} bytes) does not fit in memory as read", pos_));
+    }
+  }
+
   Parsed parse() {
     Parsed out;
     if (size_ < 4) fail(fmt::format("not a GGUF file (only {} bytes)", size_));
@@ -158,6 +169,20 @@ class Reader {
                            t.name, t.offset, t.bytes, data_bytes));
         }
         t.data = base_ + data_start + t.offset;
+      }
+      // Two tensors sharing bytes would be read as each other's weights.
+      std::vector<const GgufTensor*> by_offset;
+      by_offset.reserve(out.tensors.size());
+      for (const GgufTensor& t : out.tensors) by_offset.push_back(&t);
+      std::sort(by_offset.begin(), by_offset.end(),
+                [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+      for (std::size_t i = 1; i < by_offset.size(); ++i) {
+        const GgufTensor& a = *by_offset[i - 1];
+        const GgufTensor& b = *by_offset[i];
+        if (b.offset < a.offset + a.bytes) {
+          fail(fmt::format("tensors '{}' (bytes {} ... {}) and '{}' (from byte {}) overlap in the data section",
+                           a.name, a.offset, a.offset + a.bytes, b.name, b.offset));
+        }
       }
     }
     return out;
@@ -261,11 +286,13 @@ class Reader {
         if (keep) v.strings.push_back(std::move(s));
       }
     } else if (element == GgufType::kArray) {
-      for (std::uint64_t i = 0; i < count; ++i) {  // each at least 12 bytes: bounded by the file
+      // Nested arrays are checked and skipped, never held: nothing kvevict
+      // reads is one (llama.cpp refuses them), and held they would cost
+      // many times their 12 bytes each -- a small file could exhaust memory.
+      for (std::uint64_t i = 0; i < count; ++i) {
         GgufValue inner;
         inner.type = GgufType::kArray;
-        read_array(inner, key, depth + 1, keep);
-        if (keep) v.items.push_back(std::move(inner));
+        read_array(inner, key, depth + 1, false);
       }
     } else {
       if (keep) v.numbers.reserve(static_cast<std::size_t>(count));
@@ -412,11 +439,12 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   file->path_ = path.string();
   file->mapping_ = std::make_unique<Mapping>();
   file->mapping_->file = std::make_unique<detail::MappedFile>(path);
-  Parsed parsed = Reader(file->mapping_->file->data(), file->mapping_->file->size(), file->path_).parse();
+  Parsed parsed = Reader(file->mapping_->file->data(), file->mapping_->file->size(), file->path_).parse_bounded();
   file->version_ = parsed.version;
   file->alignment_ = parsed.alignment;
   file->metadata_ = std::move(parsed.metadata);
   file->tensors_ = std::move(parsed.tensors);
+  file->index();
   return file;
 }
 
@@ -426,21 +454,28 @@ std::unique_ptr<GgufFile> GgufFile::parse(std::span<const std::uint8_t> bytes, c
   file->mapping_ = std::make_unique<Mapping>();
   file->mapping_->bytes.assign(bytes.begin(), bytes.end());
   const std::vector<std::uint8_t>& held = file->mapping_->bytes;
-  Parsed parsed = Reader(held.data(), held.size(), file->path_).parse();
+  Parsed parsed = Reader(held.data(), held.size(), file->path_).parse_bounded();
   file->version_ = parsed.version;
   file->alignment_ = parsed.alignment;
   file->metadata_ = std::move(parsed.metadata);
   file->tensors_ = std::move(parsed.tensors);
+  file->index();
   return file;
 }
 
 GgufFile::~GgufFile() = default;
 
+void GgufFile::index() {
+  // The views point into the strings the vectors hold, which stay put.
+  key_index_.reserve(metadata_.size());
+  for (std::size_t i = 0; i < metadata_.size(); ++i) key_index_.emplace(metadata_[i].first, i);
+  tensor_index_.reserve(tensors_.size());
+  for (std::size_t i = 0; i < tensors_.size(); ++i) tensor_index_.emplace(tensors_[i].name, i);
+}
+
 const GgufValue* GgufFile::find(std::string_view key) const noexcept {
-  for (const auto& [k, v] : metadata_) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+  const auto it = key_index_.find(key);
+  return it == key_index_.end() ? nullptr : &metadata_[it->second].second;
 }
 
 std::optional<std::uint64_t> GgufFile::get_uint_if(std::string_view key) const {
@@ -501,10 +536,8 @@ std::optional<bool> GgufFile::get_bool_if(std::string_view key) const {
 }
 
 const GgufTensor* GgufFile::tensor(std::string_view name) const noexcept {
-  for (const GgufTensor& t : tensors_) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  const auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 // ---- GgufWriter -------------------------------------------------------------
@@ -603,9 +636,7 @@ void GgufWriter::add_tensor(std::string name, std::vector<std::uint64_t> ne, Wei
   if (name.size() > kMaxTensorNameBytes) {
     throw ParameterError(fmt::format("{}: name is {} bytes long (at most {})", what, name.size(), kMaxTensorNameBytes));
   }
-  for (const Pending& t : tensors_) {
-    if (t.name == name) throw ParameterError(what + ": added twice");
-  }
+  if (tensor_names_.contains(name)) throw ParameterError(what + ": added twice");
   if (ne.empty() || ne.size() > kMaxDims) throw ParameterError(fmt::format("{}: {} dimensions (1 to 4)", what, ne.size()));
   std::uint64_t elements = 1;
   for (const std::uint64_t n : ne) {
@@ -621,6 +652,7 @@ void GgufWriter::add_tensor(std::string name, std::vector<std::uint64_t> ne, Wei
     throw ParameterError(fmt::format("{}: {} bytes of data, {} {} elements take {}", what, data.size(), elements,
                                      info.name, weight_bytes(type, elements)));
   }
+  tensor_names_.insert(name);
   tensors_.push_back(Pending{std::move(name), std::move(ne), type, std::move(data)});
 }
 

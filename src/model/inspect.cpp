@@ -33,7 +33,8 @@ nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
       if (v.element == GgufType::kString) {
         for (const std::string& s : v.strings) out.push_back(s);
       } else if (v.element == GgufType::kArray) {
-        for (const GgufValue& item : v.items) out.push_back(gguf_value_json(item));
+        // The reader checks nested arrays and skips them (gguf.h): say so.
+        return fmt::format("<{} nested arrays, not read>", v.count);
       } else if (v.element == GgufType::kU64) {
         for (const std::uint64_t x : v.bits64) out.push_back(x);
       } else if (v.element == GgufType::kI64) {
@@ -76,7 +77,13 @@ std::string inspect_file_json(const std::filesystem::path& path, int indent) {
     out["version"] = gguf->version();
     out["alignment"] = gguf->alignment();
     nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : gguf->metadata()) metadata[key] = gguf_value_json(value);
+    // The reader refused duplicate keys: each is appended as it is, without
+    // ordered_json's search for an equal key (quadratic in a file of many).
+    auto& entries = metadata.get_ref<nlohmann::ordered_json::object_t&>();
+    entries.reserve(gguf->metadata().size());
+    for (const auto& [key, value] : gguf->metadata()) {
+      entries.nlohmann::ordered_json::object_t::Container::emplace_back(key, gguf_value_json(value));
+    }
     out["metadata"] = std::move(metadata);
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     for (const GgufTensor& t : gguf->tensors()) {

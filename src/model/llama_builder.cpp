@@ -15,6 +15,7 @@
 #include <map>
 #include <numbers>
 #include <optional>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -66,6 +67,11 @@ class TensorSource {
   // The tensor's name as the file spells it, for errors and lookups.
   virtual std::string name_of(const std::string& role, std::uint32_t layer) const = 0;
   virtual bool has(const std::string& name) const = 0;
+  // Every tensor the file holds, so that none goes unused unnoticed.
+  virtual std::vector<std::string_view> names() const = 0;
+  // A tensor the file may hold that the model does not need: derived from
+  // the settings, or a duplicate of one it reads (never weights it drops).
+  virtual bool ignorable(std::string_view name, const ModelConfig& c) const = 0;
   virtual std::vector<std::uint64_t> shape(const std::string& name) const = 0;
   // The type for the row's weight summary ("Q4_K", "BF16"); refuses (by name)
   // a type kvevict does not read.
@@ -91,13 +97,22 @@ class GgufSource final : public TensorSource {
         {"v", "attn_v.weight"},             {"q_bias", "attn_q.bias"},       {"k_bias", "attn_k.bias"},
         {"v_bias", "attn_v.bias"},          {"o", "attn_output.weight"},     {"mlp_norm", "ffn_norm.weight"},
         {"gate", "ffn_gate.weight"},        {"up", "ffn_up.weight"},         {"down", "ffn_down.weight"},
-        {"qkv", "attn_qkv.weight"},
+        {"qkv", "attn_qkv.weight"},         {"o_bias", "attn_output.bias"},  {"gate_bias", "ffn_gate.bias"},
+        {"up_bias", "ffn_up.bias"},         {"down_bias", "ffn_down.bias"},
     };
     const std::string& n = kNames.at(role);
     if (role == "embed" || role == "output" || role == "final_norm") return n;
     return fmt::format("blk.{}.{}", layer, n);
   }
   bool has(const std::string& name) const override { return gguf_.tensor(name) != nullptr; }
+  std::vector<std::string_view> names() const override {
+    std::vector<std::string_view> out;
+    out.reserve(gguf_.tensors().size());
+    for (const GgufTensor& t : gguf_.tensors()) out.emplace_back(t.name);
+    return out;
+  }
+  // rope_freqs.weight is read with the settings (build_gguf_model).
+  bool ignorable(std::string_view name, const ModelConfig&) const override { return name == "rope_freqs.weight"; }
   std::vector<std::uint64_t> shape(const std::string& name) const override {
     std::vector<std::uint64_t> s = gguf_.tensor(name)->ne;
     std::reverse(s.begin(), s.end());  // ggml's ne[0] is the fastest: PyTorch's last
@@ -139,6 +154,10 @@ class SafetensorsSource final : public TensorSource {
         {"k_bias", "self_attn.k_proj.bias"},
         {"v_bias", "self_attn.v_proj.bias"},
         {"o", "self_attn.o_proj.weight"},
+        {"o_bias", "self_attn.o_proj.bias"},
+        {"gate_bias", "mlp.gate_proj.bias"},
+        {"up_bias", "mlp.up_proj.bias"},
+        {"down_bias", "mlp.down_proj.bias"},
         {"mlp_norm", "post_attention_layernorm.weight"},
         {"gate", "mlp.gate_proj.weight"},
         {"up", "mlp.up_proj.weight"},
@@ -150,6 +169,20 @@ class SafetensorsSource final : public TensorSource {
     return fmt::format("model.layers.{}.{}", layer, kNames.at(role));
   }
   bool has(const std::string& name) const override { return st_.tensor(name) != nullptr; }
+  std::vector<std::string_view> names() const override {
+    std::vector<std::string_view> out;
+    out.reserve(st_.tensors().size());
+    for (const SafetensorsTensor& t : st_.tensors()) out.emplace_back(t.name);
+    return out;
+  }
+  // As Hugging Face loads them: a tied model's lm_head (the config ties it
+  // to the embedding) and old checkpoints' rotary inv_freq buffers (derived
+  // from rope_theta) are not read.
+  bool ignorable(std::string_view name, const ModelConfig& c) const override {
+    constexpr std::string_view kInvFreq = ".rotary_emb.inv_freq";
+    return (c.tied_output && name == "lm_head.weight") ||
+           (name.size() > kInvFreq.size() && name.substr(name.size() - kInvFreq.size()) == kInvFreq);
+  }
   std::vector<std::uint64_t> shape(const std::string& name) const override { return st_.tensor(name)->shape; }
   std::string type_of(const std::string& name) const override {
     const SafetensorsTensor& t = *st_.tensor(name);
@@ -183,10 +216,43 @@ struct Planned {
   WeightType type = WeightType::kF32;  // as held (a matrix)
 };
 
+// Which biases beyond q, k and v (ModelConfig::qkv_bias) a model has. A
+// GGUF llama file's are optional, each read when present (as llama.cpp
+// does); config.json's attention_bias and mlp_bias require them.
+enum class Biases { kNone, kWherePresent, kRequired };
+struct BiasPlan {
+  Biases output = Biases::kNone;  // attn_output / o_proj
+  Biases mlp = Biases::kNone;     // ffn_gate, ffn_up, ffn_down
+};
+
+// Every tensor in the file is read or refused by name: one the model would
+// not use (a layer past block_count, a bias the settings leave out, another
+// architecture's tensor) would make it compute something else than the file
+// means, with no warning. Linear in the file's tensors.
+void refuse_unused(const TensorSource& src, const std::vector<Planned>& plan, const ModelConfig& c) {
+  std::unordered_set<std::string_view> used;
+  used.reserve(plan.size());
+  for (const Planned& p : plan) used.insert(p.name);
+  std::vector<std::string_view> unused;
+  for (const std::string_view name : src.names()) {
+    if (!used.contains(name) && !src.ignorable(name, c)) unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  const std::size_t shown = std::min<std::size_t>(unused.size(), 3);
+  fail(src.file(), fmt::format("tensor{} '{}'{} {} not part of a {} model with these settings ({} layers{}{}); "
+                               "kvevict refuses a file whose tensors it would not all use",
+                               unused.size() > 1 ? "s" : "",
+                               fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(shown), "', '"),
+                               unused.size() > shown ? fmt::format(" and {} more", unused.size() - shown) : "",
+                               unused.size() > 1 ? "are" : "is", c.architecture, c.layers,
+                               c.tied_output ? ", tied output" : "", c.qkv_bias ? ", q/k/v biases" : ""));
+}
+
 // Builds the model once the configuration is known: checks every tensor's
-// presence and shape, sizes the weights, reads them.
+// presence and shape, sizes the weights, reads them; refuses a tensor the
+// model would not use.
 std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, std::shared_ptr<const Vocabulary> vocab,
-                                      std::vector<float> rope_divisors, const std::string& path) {
+                                      std::vector<float> rope_divisors, const std::string& path, BiasPlan biases) {
   const std::string& file = src.file();
   const std::uint64_t d = c.head_dim();
   const std::uint64_t w = c.width;
@@ -223,8 +289,14 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     plan.push_back(std::move(p));
     return plan.size() - 1;
   };
+  constexpr std::size_t kAbsent = static_cast<std::size_t>(-1);
+  auto take_bias = [&](Biases rule, const std::string& name, std::uint64_t n) -> std::size_t {
+    if (rule == Biases::kNone || (rule == Biases::kWherePresent && !src.has(name))) return kAbsent;
+    return take(name, {n});
+  };
   struct LayerAt {
     std::size_t attn_norm, q, k = 0, v = 0, q_bias = 0, k_bias = 0, v_bias = 0, o, mlp_norm, gate = 0, up, down;
+    std::size_t o_bias = kAbsent, gate_bias = kAbsent, up_bias = kAbsent, down_bias = kAbsent;
   };
   const std::size_t embed_at = take(src.name_of("embed", 0), {c.vocab, w});
   std::vector<LayerAt> at(c.layers);
@@ -248,10 +320,17 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     if (c.mlp == MlpKind::kSwiGlu) a.gate = take(src.name_of("gate", l), {c.ff, w});
     a.up = take(src.name_of("up", l), {c.ff, w});
     a.down = take(src.name_of("down", l), {w, c.ff});
+    if (c.architecture != kTiny) {
+      a.o_bias = take_bias(biases.output, src.name_of("o_bias", l), w);
+      if (c.mlp == MlpKind::kSwiGlu) a.gate_bias = take_bias(biases.mlp, src.name_of("gate_bias", l), c.ff);
+      a.up_bias = take_bias(biases.mlp, src.name_of("up_bias", l), c.ff);
+      a.down_bias = take_bias(biases.mlp, src.name_of("down_bias", l), w);
+    }
   }
   const std::size_t norm_at = take(src.name_of("final_norm", 0), {w});
   std::size_t output_at = embed_at;
   if (!c.tied_output) output_at = take(src.name_of("output", 0), {c.vocab, w});
+  refuse_unused(src, plan, c);
 
   // The types, counted (and any type kvevict does not read refused by name)
   // before the weights are allocated.
@@ -326,6 +405,11 @@ std::shared_ptr<const Model> assemble(const TensorSource& src, ModelConfig c, st
     if (c.mlp == MlpKind::kSwiGlu) layer.gate = matrix(a.gate);
     layer.up = matrix(a.up);
     layer.down = matrix(a.down);
+    auto bias = [&](std::size_t i) { return i == kAbsent ? nullptr : vector(i); };
+    layer.proj_bias = bias(a.o_bias);
+    layer.gate_bias = bias(a.gate_bias);
+    layer.up_bias = bias(a.up_bias);
+    layer.down_bias = bias(a.down_bias);
     m.layers.push_back(layer);
   }
   c.rope_divisors = std::move(rope_divisors);
@@ -353,6 +437,37 @@ void check_shape(const std::string& file, ModelConfig& c) {
   if (d < 2 || d % 2 != 0 || d > 1024) fail(file, fmt::format("the head size {} is not an even number in 2 ... 1024", d));
   if (!std::isfinite(c.rope_base) || c.rope_base <= 1.0F) fail(file, fmt::format("the rope base {} is not above 1", c.rope_base));
   if (!std::isfinite(c.norm_eps) || c.norm_eps <= 0.0F) fail(file, fmt::format("the norm epsilon {} is not positive", c.norm_eps));
+}
+
+// A rope scaling factor divides every angle: infinite (or past float's
+// range, which a double in config.json can be) makes every angle 0.
+void check_rope_factor(const std::string& file, const std::string& what, double factor) {
+  if (!std::isfinite(static_cast<float>(factor))) {
+    fail(file, fmt::format("{} is {}, which is not finite as a float", what, factor));
+  }
+  if (!(factor >= 1.0)) fail(file, fmt::format("{} {} is below 1", what, factor));
+}
+
+// GGUF settings that change the arithmetic of a llama.cpp architecture but
+// that the decoder does not apply: refused unless neutral, never ignored.
+void refuse_gguf_settings(const GgufFile& gguf, const std::string& p) {
+  const std::string& file = gguf.path();
+  for (const char* key : {"expert_count", "expert_used_count"}) {
+    if (const auto n = gguf.get_uint_if(p + key); n && *n > 0) {
+      fail(file, fmt::format("{}{} is {}: a mixture of experts, which kvevict does not run", p, key, *n));
+    }
+  }
+  // (key, the value that changes nothing)
+  for (const auto& [key, neutral] : {std::pair<const char*, double>{"logit_scale", 1.0}, {"embedding_scale", 1.0},
+                                     {"residual_scale", 1.0}, {"attention.scale", 0.0},
+                                     {"attn_logit_softcapping", 0.0}, {"final_logit_softcapping", 0.0},
+                                     {"rope.scaling.attn_factor", 1.0}}) {
+    const std::optional<double> v = gguf.get_float_if(p + key);
+    if (v && *v != neutral) fail(file, fmt::format("{}{} is {}, which kvevict does not apply", p, key, *v));
+  }
+  if (const auto n = gguf.get_uint_if(p + "attention.sliding_window"); n && *n > 0) {
+    fail(file, fmt::format("{}attention.sliding_window is {}, which kvevict does not apply", p, *n));
+  }
 }
 
 const char* kSupported = "llama, qwen2, mistral";
@@ -433,6 +548,7 @@ std::shared_ptr<const Model> build_gguf_model(const std::filesystem::path& path,
   }
   c.rope_base = static_cast<float>(gguf->get_float_if(p + "rope.freq_base").value_or(10000.0));
   c.norm_eps = static_cast<float>(gguf->get_float_if(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  refuse_gguf_settings(*gguf, p);
   const GgufTensor* embed = gguf->tensor("token_embd.weight");
   if (embed == nullptr) fail(file, "tensor 'token_embd.weight' is missing");
   if (embed->ne.size() != 2) fail(file, fmt::format("tensor 'token_embd.weight' has {} dimensions, not 2", embed->ne.size()));
@@ -459,7 +575,7 @@ std::shared_ptr<const Model> build_gguf_model(const std::filesystem::path& path,
       fail(file, fmt::format("rope scaling '{}' is not supported (kvevict runs none, linear and Llama-3's)", *scaling));
     }
     const double factor = gguf->get_float(p + "rope.scaling.factor");
-    if (!(factor >= 1.0)) fail(file, fmt::format("{}rope.scaling.factor {} is below 1", p, factor));
+    check_rope_factor(file, p + "rope.scaling.factor", factor);
     if (divisors.empty()) divisors.assign(c.head_dim() / 2, 1.0F);
     for (float& f : divisors) f *= static_cast<float>(factor);
   }
@@ -469,7 +585,15 @@ std::shared_ptr<const Model> build_gguf_model(const std::filesystem::path& path,
     fail(file, fmt::format("the tokenizer has {} tokens but token_embd.weight only {} rows", vocab->size(), c.vocab));
   }
   const GgufSource src(*gguf);
-  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), file);
+  BiasPlan biases;
+  if (c.architecture != kTiny && c.architecture != "qwen2") {
+    // llama.cpp's llama builder reads each of these biases when the file
+    // has it; q, k and v come as three (the decoder adds them together).
+    c.qkv_bias = src.has(src.name_of("q_bias", 0)) || src.has(src.name_of("k_bias", 0)) ||
+                 src.has(src.name_of("v_bias", 0));
+    biases = {Biases::kWherePresent, Biases::kWherePresent};
+  }
+  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), file, biases);
 }
 
 namespace {
@@ -507,6 +631,39 @@ std::uint32_t json_count(const nlohmann::json& config, const std::string& file, 
   return static_cast<std::uint32_t>(v);
 }
 
+// config.json keys that change the arithmetic: applied (biases) or
+// refused, never accepted and ignored.
+BiasPlan config_arithmetic(const nlohmann::json& config, const std::string& file, const std::string& arch,
+                           ModelConfig& c) {
+  auto flag = [&](const char* key) {
+    const auto it = config.find(key);
+    if (it == config.end() || it->is_null()) return false;
+    if (!it->is_boolean()) fail(file, fmt::format("\"{}\" is not true or false", key));
+    return it->get<bool>();
+  };
+  if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null()) {
+    if (!it->is_string()) fail(file, "\"hidden_act\" is not a string");
+    const std::string act = it->get<std::string>();
+    if (act != "silu" && act != "swish") {
+      fail(file, fmt::format("\"hidden_act\" is \"{}\"; a {} model's MLP is SwiGLU (silu), the one kvevict runs", act,
+                             arch));
+    }
+  }
+  if (const auto it = config.find("partial_rotary_factor"); it != config.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() != 1.0) {
+      fail(file, fmt::format("\"partial_rotary_factor\" is {}; kvevict runs rope over whole heads (1.0)", it->dump()));
+    }
+  }
+  BiasPlan biases;
+  if (flag("attention_bias")) {
+    if (arch == "qwen2") fail(file, "\"attention_bias\" is true: Qwen2's attention has q, k and v biases only");
+    c.qkv_bias = true;  // HF's Llama: q, k, v and o all have one
+    biases.output = Biases::kRequired;
+  }
+  if (flag("mlp_bias")) biases.mlp = Biases::kRequired;
+  return biases;
+}
+
 }  // namespace
 
 std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path& path, const ModelOptions& options) {
@@ -537,6 +694,7 @@ std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path
   }
   c.rope_base = static_cast<float>(json_number(config, file, "rope_theta", 10000.0));
   c.norm_eps = static_cast<float>(json_number(config, file, "rms_norm_eps", 1e-6));
+  const BiasPlan biases = config_arithmetic(config, file, arch, c);
   bool tied = false;  // HF's default
   if (const auto it = config.find("tie_word_embeddings"); it != config.end() && !it->is_null()) {
     if (!it->is_boolean()) fail(file, "\"tie_word_embeddings\" is not true or false");
@@ -556,11 +714,14 @@ std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path
     if (!it->is_object()) fail(file, "\"rope_scaling\" is not an object");
     std::string type = it->value("rope_type", it->value("type", std::string()));
     const double factor = json_number(*it, file, "factor", std::nullopt);
-    if (!(factor >= 1.0)) fail(file, fmt::format("rope_scaling's factor {} is below 1", factor));
+    check_rope_factor(file, "rope_scaling's factor", factor);
     if (type == "llama3") {
       const double low = json_number(*it, file, "low_freq_factor", std::nullopt);
       const double high = json_number(*it, file, "high_freq_factor", std::nullopt);
       const double original = json_number(*it, file, "original_max_position_embeddings", std::nullopt);
+      for (const double v : {low, high, original}) {
+        if (!std::isfinite(static_cast<float>(v))) fail(file, fmt::format("rope_scaling holds {}, which is not finite as a float", v));
+      }
       if (!(high > low) || !(low > 0) || !(original > 0)) {
         fail(file, "rope_scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
       }
@@ -586,7 +747,7 @@ std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path
   // A tied model's file may still carry lm_head (equal to the embedding);
   // the config decides.
   const SafetensorsSource src(*st, weights.string());
-  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), folder.string());
+  return assemble(src, std::move(c), std::move(vocab), std::move(divisors), folder.string(), biases);
 }
 
 }  // namespace kvevict

@@ -347,36 +347,42 @@ void MatMulRowsQ8(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t
 // 2^15 times finer (each under 2^(s-1), so again under 2^14 steps). Both
 // multiplications by powers of two and the residual's subtraction are exact
 // in float, so an element is off by at most half the fine step: m * 2^-29.
-// False (nothing to trust) when a block's largest magnitude is not finite
-// or is below 2^-60 yet not zero: those take the float kernel.
-bool QuantizeVectors(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int16_t* values,
-                     std::int16_t* residuals, float* scales) {
+// A vector is unusable (usable[v] = 0, its parts zeroed: the float kernel
+// computes its products) when a block's largest magnitude is not finite, is
+// below 2^-60 yet not zero, or is 2^127 or more (its value times the step
+// could round up to 2^128, past float's range). Returns the usable vectors.
+std::size_t QuantizeVectors(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors,
+                            std::int16_t* values, std::int16_t* residuals, float* scales, std::uint8_t* usable) {
   const DFI df;
   const hn::Rebind<std::int16_t, DI32> d16;
   const std::size_t N = hn::Lanes(df);
   const std::size_t blocks = cols / 32;
+  std::size_t good = 0;
   for (std::size_t v = 0; v < vectors; ++v) {
     const float* row = x + v * xs;
-    for (std::size_t block = 0; block < blocks; ++block) {
+    bool ok = true;
+    for (std::size_t block = 0; block < blocks && ok; ++block) {
       const float* at = row + block * 32;
       auto most = hn::Zero(df);
       bool finite = true;  // NaN compares false
       for (std::size_t e = 0; e < 32; e += N) {
         const auto magnitude = hn::Abs(hn::LoadU(df, at + e));
-        finite = finite && hn::AllTrue(df, hn::Le(magnitude, hn::Set(df, 3.4028235e38F)));
+        finite = finite && hn::AllTrue(df, hn::Lt(magnitude, hn::Set(df, 0x1p127F)));
         most = hn::Max(most, magnitude);
       }
-      if (!finite) return false;
       const float m = hn::GetLane(hn::MaxOfLanes(df, most));
       std::int16_t* out = values + v * cols + block * 32;
       std::int16_t* rest = residuals + v * cols + block * 32;
       float& scale = scales[v * blocks + block];
-      if (m == 0.0F) {
+      if (finite && m == 0.0F) {
         for (std::size_t e = 0; e < 32; ++e) out[e] = rest[e] = 0;
         scale = 0.0F;
         continue;
       }
-      if (m < 0x1p-60F) return false;
+      if (!finite || m < 0x1p-60F) {
+        ok = false;
+        break;
+      }
       int k = 0;
       (void)std::frexp(m, &k);
       scale = std::ldexp(1.0F, k - 14);
@@ -391,8 +397,15 @@ bool QuantizeVectors(const float* x, std::size_t xs, std::size_t cols, std::size
         hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(residual, fine_inverse))), d16, rest + e);
       }
     }
+    if (!ok) {  // zeros: the integer kernel's sums for it are defined (and replaced)
+      std::memset(values + v * cols, 0, cols * sizeof(std::int16_t));
+      std::memset(residuals + v * cols, 0, cols * sizeof(std::int16_t));
+      std::memset(scales + v * blocks, 0, blocks * sizeof(float));
+    }
+    usable[v] = ok ? 1 : 0;
+    good += ok ? 1 : 0;
   }
-  return true;
+  return good;
 }
 
 // Rows [r0, r0 + R) against vectors [v0, v0 + V).
@@ -514,9 +527,10 @@ bool has_matmul_kernel(WeightType type) noexcept { return type != WeightType::kQ
 
 int default_threads() noexcept { return std::max(1, omp_get_max_threads()); }
 
-bool quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                      std::int16_t* values, std::int16_t* residuals, float* scales) noexcept {
-  return HWY_DYNAMIC_DISPATCH(kernels::QuantizeVectors)(x, x_stride, cols, vectors, values, residuals, scales);
+std::size_t quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
+                             std::int16_t* values, std::int16_t* residuals, float* scales,
+                             std::uint8_t* usable) noexcept {
+  return HWY_DYNAMIC_DISPATCH(kernels::QuantizeVectors)(x, x_stride, cols, vectors, values, residuals, scales, usable);
 }
 
 void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y, std::size_t y_stride,
@@ -533,6 +547,7 @@ struct Scratch {
   std::vector<std::int16_t> values;
   std::vector<std::int16_t> residuals;
   std::vector<float> scales;
+  std::vector<std::uint8_t> usable;  // per vector: 0 takes the float kernel
 };
 
 }  // namespace
@@ -559,10 +574,14 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
 
   QuantizedVectors q{};
   bool here = true;
-  std::atomic<bool> usable{any_q8};
+  // Vectors the integers hold: each vector's products take the integer
+  // kernel or, when it cannot hold it, the float kernel -- its own way
+  // whatever its neighbours, so a vector's bits never depend on the others.
+  std::atomic<std::size_t> usable{0};
   std::int16_t* values = nullptr;
   std::int16_t* residuals = nullptr;
   float* scales = nullptr;
+  std::uint8_t* usable_vector = nullptr;
   const std::size_t blocks = cols / 32;
   if (any_q8) {
     thread_local Scratch scratch;
@@ -571,16 +590,16 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
       scratch.residuals.resize(vectors * cols);
     }
     if (scratch.scales.size() < vectors * blocks) scratch.scales.resize(vectors * blocks);
+    if (scratch.usable.size() < vectors) scratch.usable.resize(vectors);
     values = scratch.values.data();
     residuals = scratch.residuals.data();
     scales = scratch.scales.data();
+    usable_vector = scratch.usable.data();
     q = QuantizedVectors{values, residuals, scales, cols, vectors};
     // A few vectors are rounded here before the threads start; a prompt's
     // chunk is rounded by the threads, a share of the vectors each.
     here = one || vectors * cols <= 16384;
-    if (here && !quantize_vectors(x, x_stride, cols, vectors, values, residuals, scales)) {
-      usable.store(false, std::memory_order_relaxed);  // not finite, or too small: the float kernel
-    }
+    if (here) usable.store(quantize_vectors(x, x_stride, cols, vectors, values, residuals, scales, usable_vector));
   }
   const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
   // Groups [from, to) of the matrices one after another: each matrix's rows
@@ -596,8 +615,12 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
       if (first + begin < end) {
         const std::size_t r0 = begin * 4;
         const std::size_t r1 = std::min<std::size_t>(p.w->rows, (end - first) * 4);
-        if (p.w->type == WeightType::kQ8_0 && usable.load(std::memory_order_relaxed)) {
+        const std::size_t held = p.w->type == WeightType::kQ8_0 ? usable.load(std::memory_order_relaxed) : 0;
+        if (held > 0) {
           matmul_quantized(*p.w, q, p.y, p.y_stride, r0, r1);
+          for (std::size_t v = 0; held < vectors && v < vectors; ++v) {
+            if (usable_vector[v] == 0) run(*p.w, r0, r1, x + v * x_stride, x_stride, p.y + v * p.y_stride, p.y_stride, 1);
+          }
         } else {
           run(*p.w, r0, r1, x, x_stride, p.y, p.y_stride, vectors);
         }
@@ -614,12 +637,12 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
     const auto t = static_cast<std::size_t>(omp_get_thread_num());
     const auto n = static_cast<std::size_t>(omp_get_num_threads());
     if (!here) {
-      if (!quantize_vectors(x + vectors * t / n * x_stride, x_stride, cols, vectors * (t + 1) / n - vectors * t / n,
-                            values + vectors * t / n * cols, residuals + vectors * t / n * cols,
-                            scales + vectors * t / n * blocks)) {
-        usable.store(false, std::memory_order_relaxed);
-      }
-      // Every thread takes the same way: the barrier orders the flag.
+      const std::size_t first = vectors * t / n;
+      usable.fetch_add(quantize_vectors(x + first * x_stride, x_stride, cols, vectors * (t + 1) / n - first,
+                                        values + first * cols, residuals + first * cols, scales + first * blocks,
+                                        usable_vector + first),
+                       std::memory_order_relaxed);
+      // Every thread sees every share's count and flags past the barrier.
 #pragma omp barrier
     }
     rows_of(groups * t / n, groups * (t + 1) / n);

@@ -429,6 +429,10 @@ struct Decoder::Impl {
   Scratch own;          // prefill_chunk lanes: step() and prefill()
   Scratch together;     // step_together()'s, grown to the largest group this decoder led
   const float* last = nullptr;  // the last token's logits
+  // This decoder's logits when another decoder led its step_together(): a
+  // copy, so they stay valid until this decoder steps again (the leader's
+  // scratch is overwritten whenever the leader steps).
+  std::vector<float> led_logits;
   int threads = 1;
   std::uint32_t chunk = 1;
 
@@ -538,6 +542,7 @@ Decoder::Decoder(std::shared_ptr<const Model> model, const DecoderOptions& optio
   m.chunk = options.prefill_chunk == 0 ? 64 : options.prefill_chunk;
   if (m.chunk > 4096) throw ParameterError(fmt::format("decoder: prefill_chunk {} is over 4096", m.chunk));
   m.own.size(m.cfg, m.chunk);
+  m.led_logits.assign(m.cfg.vocab, 0.0F);
   m.raw_queries.assign(std::size_t{m.cfg.heads} * d, 0.0F);
   m.step_key.assign(d, 0.0F);
   m.step_value.assign(d, 0.0F);
@@ -899,6 +904,16 @@ void products(const Model& model, std::initializer_list<Product> each, const flo
   for (const Product& p : each) product(model, *p.w, x, xs, p.y, p.y_stride, n, threads);
 }
 
+// y += b for each of n rows of `width` (rows packed), when the product has
+// a bias.
+void add_bias(const float* b, float* y, std::size_t width, std::uint32_t n) {
+  if (b == nullptr) return;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    float* row = y + std::size_t{i} * width;
+    for (std::size_t j = 0; j < width; ++j) row[j] += b[j];
+  }
+}
+
 }  // namespace
 
 struct Decoder::Lanes {
@@ -998,6 +1013,14 @@ void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const 
   if (lead.together.lanes < decoders.size()) lead.together.size(lead.cfg, static_cast<std::uint32_t>(decoders.size()));
   Lanes lanes{decoders, tokens, &lead.together, lead.threads, decoders[0]->profile_};
   forward(lanes);
+  // Each decoder owns its logits: the others' are copied out of the lead's
+  // scratch (a vocabulary of floats each, small beside the pass).
+  for (std::size_t i = 1; i < decoders.size(); ++i) {
+    Impl& m = *decoders[i]->impl_;
+    if (m.last == nullptr) continue;  // the pass failed before the logits
+    std::copy_n(m.last, m.cfg.vocab, m.led_logits.data());
+    m.last = m.led_logits.data();
+  }
 }
 
 std::span<const float> Decoder::last_logits() const noexcept {
@@ -1072,6 +1095,7 @@ void Decoder::forward(Lanes& lanes) {
       lane = 0;
       lap.skip();
       product(model, w.proj, s.attn_out.data(), c.q_width(), s.h.data(), width, n, threads);
+      add_bias(w.proj_bias, s.h.data(), width, n);
       lap.charge(&DecodeProfile::projections);
       for (std::size_t j = 0; j < std::size_t{n} * width; ++j) s.x[j] += s.h[j];
       lap.skip();
@@ -1098,6 +1122,8 @@ void Decoder::forward(Lanes& lanes) {
       } else {
         products(model, {Product{&w.gate, s.ff.data(), c.ff}, Product{&w.up, s.ff_up.data(), c.ff}}, s.h.data(),
                  width, n, threads);
+        add_bias(w.gate_bias, s.ff.data(), c.ff, n);
+        add_bias(w.up_bias, s.ff_up.data(), c.ff, n);
         lap.charge(&DecodeProfile::projections);
 #pragma omp parallel for num_threads(threads) if (split) schedule(static)
         for (std::ptrdiff_t j = 0; j < hidden; ++j) {  // silu(gate) * up
@@ -1107,6 +1133,7 @@ void Decoder::forward(Lanes& lanes) {
       }
       lap.charge(&DecodeProfile::activation);
       product(model, w.down, s.ff.data(), c.ff, s.h.data(), width, n, threads);
+      add_bias(w.down_bias, s.h.data(), width, n);
       lap.charge(&DecodeProfile::projections);
       for (std::size_t j = 0; j < std::size_t{n} * width; ++j) s.x[j] += s.h[j];
     }

@@ -36,6 +36,7 @@ void check_spec(const RandomModelSpec& s) {
   }
   if (s.ff < 1 || s.ff > 16384) bad(fmt::format("--ff ({}) must be 1 ... 16384", s.ff));
   if (s.context < 2 || s.context > 65536) bad(fmt::format("--context ({}) must be 2 ... 65536", s.context));
+  if (s.biases && s.architecture == "qwen2") bad("--biases: qwen2 has its q, k and v biases already, and no others");
   if (s.merges > 4096) bad(fmt::format("--merges ({}) must be at most 4096", s.merges));
   if (s.vocab > 262144) bad(fmt::format("--vocab ({}) must be at most 262144", s.vocab));
   const WeightTypeInfo& info = weight_type_info(s.type);
@@ -141,16 +142,22 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
     add(g + "attn_q.weight", h + "self_attn.q_proj.weight", {q, w}, in_w, 0.0, true);
     add(g + "attn_k.weight", h + "self_attn.k_proj.weight", {kv, w}, in_w, 0.0, true);
     add(g + "attn_v.weight", h + "self_attn.v_proj.weight", {kv, w}, in_w, 0.0, true);
-    if (spec.architecture == "qwen2") {
+    if (spec.architecture == "qwen2" || spec.biases) {
       add(g + "attn_q.bias", h + "self_attn.q_proj.bias", {q}, 0.1, 0.0, false);
       add(g + "attn_k.bias", h + "self_attn.k_proj.bias", {kv}, 0.1, 0.0, false);
       add(g + "attn_v.bias", h + "self_attn.v_proj.bias", {kv}, 0.1, 0.0, false);
     }
     add(g + "attn_output.weight", h + "self_attn.o_proj.weight", {w, q}, 1.0 / std::sqrt(static_cast<double>(q)), 0.0, true);
+    if (spec.biases) add(g + "attn_output.bias", h + "self_attn.o_proj.bias", {w}, 0.1, 0.0, false);
     add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", {w}, 0.1, 1.0, false);
     add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", {spec.ff, w}, in_w, 0.0, true);
     add(g + "ffn_up.weight", h + "mlp.up_proj.weight", {spec.ff, w}, in_w, 0.0, true);
     add(g + "ffn_down.weight", h + "mlp.down_proj.weight", {w, spec.ff}, 1.0 / std::sqrt(static_cast<double>(spec.ff)), 0.0, true);
+    if (spec.biases) {
+      add(g + "ffn_gate.bias", h + "mlp.gate_proj.bias", {spec.ff}, 0.1, 0.0, false);
+      add(g + "ffn_up.bias", h + "mlp.up_proj.bias", {spec.ff}, 0.1, 0.0, false);
+      add(g + "ffn_down.bias", h + "mlp.down_proj.bias", {w}, 0.1, 0.0, false);
+    }
   }
   add("output_norm.weight", "model.norm.weight", {w}, 0.1, 1.0, false);
   if (!tied) add("output.weight", "lm_head.weight", {n_vocab, w}, in_w, 0.0, true);
@@ -223,6 +230,10 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
                               {"original_max_position_embeddings", kLlama3Original}};
   }
   if (arch == "mistral") config["sliding_window"] = nullptr;
+  if (spec.biases) {
+    config["attention_bias"] = true;
+    config["mlp_bias"] = true;
+  }
   write_text(out / "config.json", config.dump(2) + "\n");
   write_text(out / "tokenizer.json", vocab->tokenizer_json());
   const nlohmann::ordered_json tokenizer_config = {

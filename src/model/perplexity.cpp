@@ -222,14 +222,13 @@ TokenizedText tokenize_text(const Model& model, std::span<const std::uint8_t> te
   const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
   t.tokens = vocab.encode(view, false);
   if (vocab.adds_bos()) t.bos = vocab.bos();
-  t.bytes.reserve(t.tokens.size());
   for (const Token tok : t.tokens) {
     if (tok >= model.config().vocab) {
       throw InputError(fmt::format("the tokenizer gave token {}, outside the model's {} embeddings", tok,
                                    model.config().vocab));
     }
-    t.bytes.push_back(static_cast<std::uint32_t>(vocab.piece_bytes(tok).size()));
   }
+  t.bytes = text_bytes_of(vocab, t.tokens);
   if (t.tokens.size() + (t.bos ? 1 : 0) < 2 && vocab.kind() == Vocabulary::Kind::kBytes) {
     throw InputError("the text has fewer than 2 bytes: nothing to predict");
   }

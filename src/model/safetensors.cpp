@@ -97,6 +97,7 @@ void read_shard(const std::string& file, const std::uint8_t* base, std::uint64_t
   if (!header.is_object()) fail(file, "the header is not a JSON object");
   const std::uint8_t* data = base + 8 + header_bytes;
   const std::uint64_t data_bytes = size - 8 - header_bytes;
+  const std::size_t first_new = tensors.size();
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
@@ -146,6 +147,20 @@ void read_shard(const std::string& file, const std::uint8_t* base, std::uint64_t
     t.data = data + begin;
     tensors.push_back(std::move(t));
   }
+  // Two tensors sharing bytes would be read as each other's weights.
+  std::vector<std::pair<std::uint64_t, const SafetensorsTensor*>> by_offset;
+  for (std::size_t i = first_new; i < tensors.size(); ++i) {
+    by_offset.emplace_back(static_cast<std::uint64_t>(tensors[i].data - data), &tensors[i]);
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const auto& [a_at, a] = by_offset[i - 1];
+    const auto& [b_at, b] = by_offset[i];
+    if (b_at < a_at + a->bytes) {
+      fail(file, fmt::format("tensors '{}' (data_offsets [{}, {})) and '{}' (from {}) overlap", a->name, a_at,
+                             a_at + a->bytes, b->name, b_at));
+    }
+  }
 }
 
 std::string read_text_file(const std::filesystem::path& path) {
@@ -178,6 +193,7 @@ std::unique_ptr<Safetensors> Safetensors::open(const std::filesystem::path& path
     st->shards_.push_back(std::make_unique<Shard>(target));
     read_shard(st->shards_.back()->path, st->shards_.back()->file.data(), st->shards_.back()->file.size(),
                st->tensors_, st->metadata_);
+    st->index();
     return st;
   }
 
@@ -229,16 +245,20 @@ std::unique_ptr<Safetensors> Safetensors::open(const std::filesystem::path& path
       fail(index, fmt::format("tensor '{}' is not in its shard '{}'", tensor, shard));
     }
   }
+  st->index();
   return st;
 }
 
 Safetensors::~Safetensors() = default;
 
+void Safetensors::index() {
+  index_.reserve(tensors_.size());
+  for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+}
+
 const SafetensorsTensor* Safetensors::tensor(std::string_view name) const noexcept {
-  for (const SafetensorsTensor& t : tensors_) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
 void Safetensors::to_floats(const SafetensorsTensor& tensor, float* out) const {

@@ -218,10 +218,11 @@ struct PromptTokens {
 PromptTokens prompt_tokens(const Model& model, const TaskSample& sample) {
   PromptTokens p;
   p.tokens = sequence_tokens(model, sample.prompt);
-  const Vocabulary& vocab = model.vocabulary();
+  // The last token that ends at or before the question's first byte (a
+  // SentencePiece dummy prefix is no byte of the prompt: text_bytes_of).
   std::size_t bytes = 0;
-  for (const Token t : p.tokens) {  // the last token that ends at or before the question's first byte
-    bytes += vocab.piece_bytes(t).size();
+  for (const std::uint32_t b : text_bytes_of(model.vocabulary(), p.tokens)) {
+    bytes += b;
     if (bytes > sample.question) break;
     ++p.question;
   }

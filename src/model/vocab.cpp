@@ -363,4 +363,18 @@ std::shared_ptr<const Vocabulary> load_vocabulary(const std::filesystem::path& p
       file));
 }
 
+std::vector<std::uint32_t> text_bytes_of(const Vocabulary& vocab, std::span<const Token> tokens) {
+  std::vector<std::uint32_t> bytes;
+  bytes.reserve(tokens.size());
+  for (const Token t : tokens) bytes.push_back(static_cast<std::uint32_t>(vocab.piece_bytes(t).size()));
+  // The first piece of text is the one a dummy prefix would lead: decode()
+  // alone knows whether it does (a control token before it has no piece).
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (bytes[i] == 0) continue;
+    bytes[i] = static_cast<std::uint32_t>(vocab.decode(tokens.subspan(i, 1)).size());
+    break;
+  }
+  return bytes;
+}
+
 }  // namespace kvevict

@@ -12,13 +12,15 @@
 //                  score -rank for each merge's result: SentencePiece's
 //                  highest-score-first then merges exactly in merge order.
 //
-// Special tokens: tokenizer_config.json beside the file, when present, gives
-// bos_token, eos_token (a string or {"content": ...}) and add_bos_token.
-// Otherwise BOS is the first token of the post_processor's single template
-// when it begins with a special token (and BOS is then added), else an added
-// token spelled <s>, <|begin_of_text|>, <|startoftext|> or <|endoftext|>
-// (added only for the SentencePiece kind, as sentencepiece does); EOS an
-// added token spelled </s>, <|end_of_text|> or <|endoftext|>.
+// Special tokens, as Hugging Face adds them: the post_processor's single
+// template, when it begins with a special token, adds that token as BOS;
+// tokenizer_config.json beside the file, when present, gives bos_token and
+// eos_token (a string or {"content": ...}), and its add_bos_token, when
+// given, overrides the template. With neither a template nor the setting,
+// BOS is added only for the SentencePiece kind (as sentencepiece does). A
+// BOS not named otherwise is an added token spelled <s>, <|begin_of_text|>,
+// <|startoftext|> or <|endoftext|>; EOS one spelled </s>, <|end_of_text|> or
+// <|endoftext|>.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -266,10 +268,14 @@ std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer_json(const std::fil
           "spaces as U+2581) -- kvevict reads those two");
     }
 
-    // Special tokens.
+    // Special tokens. What Hugging Face adds in front of a text is the
+    // post-processor's TemplateProcessing; tokenizer_config.json's
+    // add_bos_token, where it is given, overrides it (LlamaTokenizerFast
+    // rebuilds the template from it). Llama-3 names bos_token there but
+    // leaves add_bos_token out: its template adds <|begin_of_text|>.
+    std::optional<bool> add_bos_setting;
     const std::filesystem::path config_path = file.parent_path() / "tokenizer_config.json";
     std::error_code ec;
-    bool bos_from_template = false;
     if (std::filesystem::exists(config_path, ec)) {
       JsonReader config_reader(config_path.string());
       const json config = config_reader.parse(config_path);
@@ -283,22 +289,27 @@ std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer_json(const std::fil
       parts.bos = id_of("bos_token");
       parts.eos = id_of("eos_token");
       if (config.contains("add_bos_token") && config.at("add_bos_token").is_boolean()) {
-        parts.add_bos = config.at("add_bos_token").get<bool>();
+        add_bos_setting = config.at("add_bos_token").get<bool>();
       }
     }
-    if (!parts.bos && root.contains("post_processor") && root.at("post_processor").is_object()) {
+    bool has_template = false;
+    std::optional<Token> template_bos;
+    if (root.contains("post_processor") && root.at("post_processor").is_object()) {
       // TemplateProcessing, alone or in a Sequence: a single template that
       // begins with a special token adds it as BOS.
       std::vector<json> processors{root.at("post_processor")};
       if (processors.front().value("type", "") == "Sequence") processors = root.at("post_processor").at("processors").get<std::vector<json>>();
       for (const json& p : processors) {
         if (p.value("type", "") != "TemplateProcessing" || !p.contains("single") || p.at("single").empty()) continue;
+        has_template = true;
         const json& first = p.at("single").at(0);
         if (!first.contains("SpecialToken")) continue;
-        parts.bos = reader.token_named(parts, first.at("SpecialToken").at("id").get<std::string>());
-        bos_from_template = parts.bos.has_value();
+        const std::string id = first.at("SpecialToken").at("id").get<std::string>();
+        template_bos = reader.token_named(parts, id);
+        if (!template_bos) reader.unsupported(fmt::format("post_processor: its template adds '{}', not a token of {}", id, name));
       }
     }
+    if (template_bos && (!add_bos_setting || *add_bos_setting)) parts.bos = template_bos;
     const auto first_of = [&](std::initializer_list<const char*> candidates) -> std::optional<Token> {
       for (const char* c : candidates) {
         if (std::find(specials.begin(), specials.end(), c) != specials.end()) return reader.token_named(parts, c);
@@ -307,7 +318,13 @@ std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer_json(const std::fil
     };
     if (!parts.bos) parts.bos = first_of({"<s>", "<|begin_of_text|>", "<|startoftext|>", "<|endoftext|>"});
     if (!parts.eos) parts.eos = first_of({"</s>", "<|end_of_text|>", "<|endoftext|>"});
-    if (!parts.add_bos) parts.add_bos = bos_from_template || parts.model == "llama";
+    if (add_bos_setting) {
+      parts.add_bos = add_bos_setting;
+    } else if (has_template) {
+      parts.add_bos = template_bos.has_value();
+    } else {
+      parts.add_bos = parts.model == "llama";
+    }
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: not a tokenizer.json kvevict reads ({})", name, e.what()));
   }

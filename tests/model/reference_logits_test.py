@@ -109,6 +109,8 @@ def check_file_contract(path, fmt, arch, typ, model, extra):
         biases = [t.name for t in f.tensors if t.name.endswith(".bias")]
         if arch == "qwen2":
             assert len(biases) == 3 * cfg.n_layer, f"qwen2 q/k/v biases: {biases}"
+        elif "--biases" in extra:
+            assert len(biases) == 7 * cfg.n_layer, f"q/k/v/output/gate/up/down biases: {biases}"
         else:
             assert not biases, f"{arch} has biases {biases}"
     else:
@@ -172,6 +174,11 @@ compare("gguf llama f16, 3 layers, width 128, 8 heads over 2 KV heads", "gguf", 
         "3 layers w128 8/2 heads", ["--layers", "3", "--width", "128", "--heads", "8", "--kv-heads", "2", "--ff", "384"])
 compare("safetensors qwen2 f32, 3 layers, width 128, 8 heads over 2 KV heads", "safetensors", "qwen2", "f32",
         "3 layers w128 8/2 heads", ["--layers", "3", "--width", "128", "--heads", "8", "--kv-heads", "2", "--ff", "384"])
+# Every bias llama.cpp's llama builder reads (q, k, v, output, gate, up, down),
+# as GGUF tensors and as config.json's attention_bias and mlp_bias.
+compare("gguf llama f32 --biases", "gguf", "llama", "f32", "biases", ["--biases"])
+compare("gguf mistral q8_0 --biases", "gguf", "mistral", "q8_0", "biases", ["--biases"])
+compare("safetensors llama f16 --biases", "safetensors", "llama", "f16", "biases", ["--biases"])
 EVICT = [("sliding-window", 16, 0), ("streaming-llm", 16, 4)]
 compare("gguf llama q8_0 with eviction", "gguf", "llama", "q8_0", "", policies=EVICT)
 compare("safetensors qwen2 f32 with eviction", "safetensors", "qwen2", "f32", "", policies=EVICT)

@@ -814,6 +814,8 @@ int main(int argc, char** argv) {
       ->excludes("--tied");
   rm_cmd->add_option("--rope-scaling", rm_scaling, "llama3: Llama-3's rope scaling (factor 8, original context 64)")
       ->check(CLI::IsMember({"llama3"}));
+  rm_cmd->add_flag("--biases", rm.biases,
+                   "give llama or mistral every bias llama.cpp reads: q, k, v, output, gate, up and down");
   rm_cmd->add_flag("--force", rm_force, "replace an existing file (or write into a non-empty folder)");
 
   // convert

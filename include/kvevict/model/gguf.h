@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -42,10 +44,9 @@ struct GgufValue {
   double number = 0.0;
   std::string text;
   GgufType element = GgufType::kU32;
-  std::uint64_t count = 0;
+  std::uint64_t count = 0;  // an array's elements (a nested array's: checked and skipped, only counted)
   std::vector<std::string> strings;
   std::vector<double> numbers;
-  std::vector<GgufValue> items;
   std::vector<std::uint64_t> bits64;  // u64 and i64 arrays: every element exactly
   std::uint64_t unsigned_integer = 0;  // a u64 scalar's value, whatever its size
 
@@ -101,6 +102,10 @@ class GgufFile {
   std::uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<GgufTensor> tensors_;
+  // By name, so a builder asking for every tensor stays linear in the file.
+  std::unordered_map<std::string_view, std::size_t> key_index_;
+  std::unordered_map<std::string_view, std::size_t> tensor_index_;
+  void index();
 };
 
 // Builds a version-3 GGUF file: metadata in the order set, tensors in the
@@ -137,6 +142,7 @@ class GgufWriter {
     std::vector<std::uint8_t> data;
   };
   std::vector<Pending> tensors_;
+  std::unordered_set<std::string> tensor_names_;  // refuses a second of a name in constant time
 };
 
 }  // namespace kvevict

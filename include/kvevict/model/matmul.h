@@ -18,8 +18,9 @@
 // reading speed. The split costs each element at most 2^-29 of its block's
 // largest magnitude -- below float32's own rounding of the products' sum --
 // and a vector of one non-zero (a unit vector) is exact; a vector with a
-// block that is not finite, or non-zero below 2^-60, makes the whole
-// product take the float kernel.
+// block that is not finite, non-zero below 2^-60, or at 2^127 or more takes
+// the float kernel, alone: each vector's products are the same bits whatever
+// the other vectors of the product (a chunk's tokens, a batch's runs).
 #pragma once
 
 #include <cstddef>
@@ -74,11 +75,12 @@ struct QuantizedVectors {
 // cols / 32]: each block's scale is 2^(k - 14) for its largest magnitude in
 // [2^(k-1), 2^k), each value the element over it rounded to nearest (ties
 // to even), each residual what is left over the scale times 2^-15, rounded
-// the same way. False when a block holds a NaN or infinity or its largest
-// magnitude is non-zero but below 2^-60 (what is written is then
-// meaningless).
-bool quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                      std::int16_t* values, std::int16_t* residuals, float* scales) noexcept;
+// the same way. usable[v] is 0 (and the vector's parts zeros) when one of
+// its blocks holds a NaN or infinity, or its largest magnitude is non-zero
+// but below 2^-60, or 2^127 or more; 1 otherwise. Returns the usable vectors.
+std::size_t quantize_vectors(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
+                             std::int16_t* values, std::int16_t* residuals, float* scales,
+                             std::uint8_t* usable) noexcept;
 
 // Rows [begin, end) of a Q8_0 matrix against rounded vectors:
 // y[v * y_stride + r] for v < x.vectors. The kernel matmul uses for Q8_0.

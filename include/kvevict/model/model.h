@@ -127,6 +127,12 @@ class Model {
     WeightMatrix gate;                // [ff, width] (SwiGLU) or empty
     WeightMatrix up;                  // [ff, width]
     WeightMatrix down;                // [width, ff]
+    // Optional biases of the other products (llama.cpp loads each when a
+    // llama file has it; HF's attention_bias and mlp_bias): null when absent.
+    const float* proj_bias = nullptr;  // [width]
+    const float* gate_bias = nullptr;  // [ff]
+    const float* up_bias = nullptr;    // [ff]
+    const float* down_bias = nullptr;  // [width]
   };
   const WeightMatrix& embed() const noexcept { return embed_; }    // [vocab, width]
   const WeightMatrix& output() const noexcept { return output_; }  // [vocab, width]: embed() when tied
@@ -281,7 +287,8 @@ class Decoder {
   // Steps decoders[i] on tokens[i] for every i as one pass through the
   // layers: each weight is read once for them all (many runs over the same
   // text, or sequences in a batch). Each decoder's logits are then its own
-  // last_logits(). The decoders must share one model and be distinct; each
+  // last_logits(), valid until that decoder steps again (each holds its
+  // own). The decoders must share one model and be distinct; each
   // is checked as step() checks it before any moves (InputError or
   // ContractError naming the decoder's index). The same as step() on each in
   // turn, to the bit. Threads: the first decoder's.

@@ -30,6 +30,9 @@ struct RandomModelSpec {
   // Llama-3 rope scaling (factor 8, low 1, high 4, original context 64: small
   // enough that a tiny model's positions reach every regime).
   bool llama3_scaling = false;
+  // Every bias llama.cpp's llama builder reads (q, k, v, output, gate, up,
+  // down; config.json's attention_bias and mlp_bias): llama and mistral only.
+  bool biases = false;
   std::uint32_t seed = 1;
   std::string tokenizer_text;  // the text the BPE merges are learned from
   std::uint32_t merges = 200;

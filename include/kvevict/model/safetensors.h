@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace kvevict {
@@ -48,6 +49,8 @@ class Safetensors {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::unordered_map<std::string_view, std::size_t> index_;  // by name: lookups stay linear in the file
+  void index();
 };
 
 struct SafetensorsEntry {

@@ -92,4 +92,10 @@ class Vocabulary {
 // with a tokenizer.json. A .kvm model has the byte vocabulary.
 std::shared_ptr<const Vocabulary> load_vocabulary(const std::filesystem::path& path);
 
+// The bytes of the text each of `tokens` stands for (the denominators of
+// bits per byte): piece_bytes()' sizes, less a SentencePiece tokenizer's
+// dummy prefix, which is no byte of the text. They add up to
+// decode(tokens).size().
+std::vector<std::uint32_t> text_bytes_of(const Vocabulary& vocab, std::span<const Token> tokens);
+
 }  // namespace kvevict

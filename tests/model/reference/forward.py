@@ -180,6 +180,7 @@ _HF_LAYER = {
     "self_attn.o_proj.weight": "attn_output.weight", "self_attn.o_proj.bias": "attn_output.bias",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate_proj.bias": "ffn_gate.bias", "mlp.up_proj.bias": "ffn_up.bias", "mlp.down_proj.bias": "ffn_down.bias",
 }
 _HF_TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
            "lm_head.weight": "output.weight"}
@@ -330,9 +331,9 @@ def forward(model, tokens, mask=None, dtype=torch.float32, rope_mode=None):
         att = torch.einsum("hts,shd->thd", probs, vh).reshape(T, nh * hd)
         x = x + lin(att, p + "attn_output")
         h = rms_norm(x, W[p + "ffn_norm.weight"], cfg.eps)
-        gate = h @ W[p + "ffn_gate.weight"].T
-        up = h @ W[p + "ffn_up.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ W[p + "ffn_down.weight"].T
+        gate = lin(h, p + "ffn_gate")
+        up = lin(h, p + "ffn_up")
+        x = x + lin(torch.nn.functional.silu(gate) * up, p + "ffn_down")
     x = rms_norm(x, W["output_norm.weight"], cfg.eps)
     out_w = W["output.weight"] if "output.weight" in W else W["token_embd.weight"]
     return (x @ out_w.T).numpy()
