@@ -142,7 +142,7 @@ TEST(Model, EveryPolicyWithABudgetThatNeverBindsGivesExactlyTheFullCachePerplexi
   std::vector<RunSpec> specs;
   for (const PolicyInfo* info : policies()) {
     specs.push_back({info->name, {}, 300});
-    specs.push_back({info->name, {}, 1024});
+    specs.push_back({info->name, {}, 1023});  // the largest a context of 1,024 takes
   }
   const std::vector<PerplexityRow> rows = perplexity(*committed_model(), text, specs);
   ASSERT_EQ(rows.size(), specs.size() + 1);
@@ -152,6 +152,16 @@ TEST(Model, EveryPolicyWithABudgetThatNeverBindsGivesExactlyTheFullCachePerplexi
     EXPECT_EQ(rows[i].extra_bits_per_byte, 0.0) << rows[i].policy;
     EXPECT_FALSE(rows[i].has_extra_interval) << "one window of 300 bytes is one draw";
   }
+}
+
+// One rule for a budget at or above the context (nothing would ever be
+// evicted: it ran as a silent no-op): refused, naming the context.
+TEST(Model, ABudgetAtTheContextIsRefusedNamingIt) {
+  const std::vector<std::uint8_t> text = heldout_prefix(300);
+  testing::expect_error<ParameterError>(
+      [&] { (void)perplexity(*committed_model(), text, {RunSpec{"h2o", {}, 1024}}); },
+      "h2o: budget (1024) must be 1 ... 1023: a cache holds the budget and the new token, within the model's "
+      "context of 1024 positions");
 }
 
 TEST(Model, TheExtraCostsIntervalIsPairedByWindow) {

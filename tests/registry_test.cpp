@@ -76,6 +76,10 @@ TEST(Registry, NearestNameIsATypoNotAnotherWord) {
 TEST(Registry, UnknownParameterListsTheKnownOnes) {
   EXPECT_EQ(error_of([] { make_policy("h2o", {{"recent", 4}}); }),
             "H2O: unknown parameter 'recent' (known: budget, recentWindow, sinks, normalize)");
+  // A typo gets the parameter it meant.
+  EXPECT_EQ(error_of([] { make_policy("h2o", {{"recnetWindow", 4}}); }),
+            "H2O: unknown parameter 'recnetWindow': did you mean 'recentWindow'? (known: budget, recentWindow, sinks, "
+            "normalize)");
 }
 
 TEST(Registry, ParametersReachTheConstructor) {

@@ -150,7 +150,7 @@ TEST(StreamPositions, CachePositionsWithoutEvictionAreOriginalToTheBit) {
               run(model, tokens, PositionMode::kOriginal, nullptr, cap))
         << model->config().architecture;
     // A budget the sequence never reaches: a policy that evicts nothing.
-    const RunSpec spec{"h2o", {}, 512};
+    const RunSpec spec{"h2o", {}, std::int64_t{model->config().context} - 1};
     EXPECT_EQ(run(model, tokens, PositionMode::kCache, &spec, cap),
               run(model, tokens, PositionMode::kOriginal, nullptr, cap));
   }
@@ -360,7 +360,7 @@ TEST(Stream, BadRequestsAreRefusedBeforeAnyWork) {
       "h2o: budget (1024) must be 1 ... 1023: a cache holds the budget and the new token, within the model's "
       "context of 1024 positions");
   testing::expect_error<ParameterError>([&] { (void)stream_specs("h2o:sink=4", std::vector<std::int64_t>{64}); },
-                                        "--policy h2o:sink=4: h2o has no parameter 'sink'");
+                                        "--policy h2o:sink=4: h2o has no parameter 'sink': did you mean 'sinks'?");
   ModelRunOptions windows;
   windows.max_windows = 2;
   request.specs.clear();

@@ -14,6 +14,22 @@
 
 namespace kvevict {
 
+namespace {
+
+// ": did you mean 'x'? (known: a, b, c)" for a parameter a policy lacks.
+std::string unknown_param_hint(const PolicyInfo& info, const std::string& param) {
+  std::string known;
+  std::vector<std::string> names;
+  for (const ParamInfo& p : info.params) {
+    known += (known.empty() ? "" : ", ") + p.name;
+    names.push_back(p.name);
+  }
+  const std::string near = nearest_name(param, names);
+  return fmt::format("{} (known: {})", near.empty() ? "" : fmt::format(": did you mean '{}'?", near), known);
+}
+
+}  // namespace
+
 std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
   check_paged(options.paged);
   if (options.paged.layer_budget) return detail::evaluate_layer(specs, options);
@@ -105,7 +121,7 @@ std::int64_t ranking_budget(std::vector<std::int64_t> budgets) {
   return budgets[(budgets.size() - 1) / 2];
 }
 
-std::vector<RunSpec> compare_specs(const CompareRequest& request) {
+std::vector<RunSpec> compare_specs(const CompareRequest& request, std::vector<std::string>* skipped) {
   std::vector<std::string> names = request.policies;
   // A trace carries attention only: the key-aware policies need recorded keys.
   if (names.empty()) names = policy_names(kSignalAttention);
@@ -141,18 +157,29 @@ std::vector<RunSpec> compare_specs(const CompareRequest& request) {
     }
     if (param == "budget") throw ParameterError("compare: set budgets with --budgets, not --set");
     if (!info.has_param(param)) {
-      std::string known;
-      for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
-      throw ParameterError(fmt::format("--set {}: {} has no parameter '{}' (known: {})", key,
-                                       info.title, param, known));
+      throw ParameterError(fmt::format("--set {}: {} has no parameter '{}'{}", key, info.title, param,
+                                       unknown_param_hint(info, param)));
     }
     set_param(per_policy[info.name], param, value);
   }
 
   std::vector<RunSpec> specs;
   for (const std::string& name : names) {
-    for (const std::int64_t b : budgets) specs.push_back({name, per_policy[name], b});
+    for (const std::int64_t b : budgets) {
+      if (request.skip_refused) {
+        ParamMap built = per_policy[name];
+        set_param(built, "budget", b);
+        try {
+          (void)make_policy(name, built);
+        } catch (const ParameterError& e) {
+          if (skipped != nullptr) skipped->push_back(fmt::format("{} at budget {}: {}", name, b, e.what()));
+          continue;
+        }
+      }
+      specs.push_back({name, per_policy[name], b});
+    }
   }
+  if (specs.empty()) throw ParameterError("compare: the policies' rules refuse every policy x budget pair");
   return specs;
 }
 
@@ -178,10 +205,8 @@ std::vector<RunRow> sweep(const SweepRequest& request, const EvaluateOptions& op
 std::vector<RunSpec> sweep_specs(const SweepRequest& request, std::vector<std::string>* skipped) {
   const PolicyInfo& info = find_policy(request.policy);
   if (!info.has_param(request.param)) {
-    std::string known;
-    for (const ParamInfo& p : info.params) known += (known.empty() ? "" : ", ") + p.name;
-    throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", info.title,
-                                     request.param, known));
+    throw ParameterError(fmt::format("{}: unknown parameter '{}'{}", info.title, request.param,
+                                     unknown_param_hint(info, request.param)));
   }
   if (request.values.empty()) throw ParameterError("sweep: no values to sweep");
   std::vector<RunSpec> specs;

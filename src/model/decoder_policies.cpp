@@ -1,5 +1,8 @@
 #include "kvevict/model/decoder_policies.h"
 
+#include <fmt/format.h>
+
+#include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/model/perplexity.h"
 
@@ -16,8 +19,18 @@ std::unique_ptr<LayerBudget> make_layer_budget(const RunSpec& spec, const ModelC
   return std::make_unique<LayerBudget>(find_policy(spec.policy).name, given, params);
 }
 
+void check_budget_in_context(const RunSpec& spec, const ModelConfig& config) {
+  if (spec.budget < 1 || spec.budget + 1 > std::int64_t{config.context}) {
+    throw ParameterError(fmt::format("{}: budget ({}) must be 1 ... {}: a cache holds the budget and the new token, "
+                                     "within the model's context of {} positions",
+                                     find_policy(spec.policy).name, spec.budget, std::int64_t{config.context} - 1,
+                                     config.context));
+  }
+}
+
 DecoderPolicies::DecoderPolicies(const RunSpec& spec, const ModelConfig& config, const PagedOptions& paged)
     : budget_(spec.budget) {
+  check_budget_in_context(spec, config);
   if (paged.layer_budget) {
     for (std::uint32_t l = 0; l < config.layers; ++l) layers_.push_back(make_layer_budget(spec, config, l, paged));
     return;

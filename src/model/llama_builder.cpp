@@ -671,6 +671,15 @@ std::shared_ptr<const Model> build_safetensors_model(const std::filesystem::path
   const std::filesystem::path folder = std::filesystem::is_directory(path, ec) ? path : path.parent_path();
   const std::filesystem::path config_file = folder / "config.json";
   if (!std::filesystem::exists(config_file, ec)) {
+    // A folder holding a GGUF file instead: name it.
+    if (std::filesystem::is_directory(path, ec)) {
+      for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+        if (entry.path().extension() == ".gguf") {
+          fail(path.string(), fmt::format("holds no config.json but a GGUF file: give the file ({})",
+                                          entry.path().string()));
+        }
+      }
+    }
     fail(path.string(), fmt::format("no config.json beside the weights (looked for {})", config_file.string()));
   }
   const std::string file = config_file.string();

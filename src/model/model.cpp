@@ -214,6 +214,10 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
   const std::string magic = file_magic(path);
   if (magic.rfind("GGUF", 0) == 0) return build_gguf_model(path, options);
   const std::string ext = path.extension().string();
+  if (path.filename() == "config.json" || path.filename() == "tokenizer.json" ||
+      path.filename() == "tokenizer_config.json") {
+    fail(file, fmt::format("is one file of a safetensors model: give its folder ({})", path.parent_path().string()));
+  }
   if (ext == ".safetensors" || ext == ".json") return build_safetensors_model(path, options);
   if (magic.size() == kMagic.size() && std::equal(kMagic.begin(), kMagic.end(), magic.begin())) {
     std::ifstream in(path, std::ios::binary);

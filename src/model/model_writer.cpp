@@ -18,7 +18,18 @@ namespace kvevict {
 
 namespace {
 
-constexpr double kLlama3Factor = 8.0, kLlama3Low = 1.0, kLlama3High = 4.0, kLlama3Original = 64.0;
+constexpr double kLlama3Low = 1.0, kLlama3High = 4.0, kLlama3Original = 64.0;
+
+// A matrix's type given its rows' length: a K type's 256-element blocks
+// need whole rows of 256; llama.cpp's quantizer writes the others as Q5_0
+// (for Q4_K) or Q8_0 (for Q6_K), so a Q4_K file of a 576-wide model (SmolLM2)
+// holds both, as its Q4_K_M files do.
+WeightType matrix_type(WeightType type, std::uint64_t cols) {
+  if (cols % 256 == 0) return type;
+  if (type == WeightType::kQ4_K) return WeightType::kQ5_0;
+  if (type == WeightType::kQ6_K) return WeightType::kQ8_0;
+  return type;
+}
 
 void check_spec(const RandomModelSpec& s) {
   auto bad = [](const std::string& what) { throw ParameterError(fmt::format("random-model: {}", what)); };
@@ -36,6 +47,13 @@ void check_spec(const RandomModelSpec& s) {
   }
   if (s.ff < 1 || s.ff > 16384) bad(fmt::format("--ff ({}) must be 1 ... 16384", s.ff));
   if (s.context < 2 || s.context > 65536) bad(fmt::format("--context ({}) must be 2 ... 65536", s.context));
+  if (s.llama3_scaling && s.linear_scaling) bad("choose one rope scaling: llama3 or linear");
+  if (!std::isfinite(s.rope_factor) || s.rope_factor < 1.0 || s.rope_factor > 1024.0) {
+    bad(fmt::format("--rope-factor ({}) must be 1 ... 1024", s.rope_factor));
+  }
+  if (!std::isfinite(s.rope_base) || s.rope_base <= 1.0F || s.rope_base > 1e9F) {
+    bad(fmt::format("--rope-theta ({}) must be above 1 and at most 1e9", s.rope_base));
+  }
   if (s.biases && s.architecture == "qwen2") bad("--biases: qwen2 has its q, k and v biases already, and no others");
   if (s.merges > 4096) bad(fmt::format("--merges ({}) must be at most 4096", s.merges));
   if (s.vocab > 262144) bad(fmt::format("--vocab ({}) must be at most 262144", s.vocab));
@@ -45,11 +63,13 @@ void check_spec(const RandomModelSpec& s) {
     bad(fmt::format("--type {}: safetensors models hold F32, F16 or BF16", info.name));
   }
   // Every matrix's rows (ggml's ne[0]: the width, or ff for the down
-  // projection) must be whole blocks.
+  // projection) must be whole blocks -- of the fallback's 32 for a K type,
+  // as llama.cpp's quantizer falls back (matrix_type).
   for (const auto& [what, n] : {std::pair<const char*, std::uint32_t>{"--width", s.width}, {"--ff", s.ff}}) {
-    if (n % info.block_elements != 0) {
-      bad(fmt::format("{} ({}) is not a whole number of {}'s {}-element blocks", what, n, info.name,
-                      info.block_elements));
+    const WeightTypeInfo& rows = weight_type_info(matrix_type(s.type, n));
+    if (n % rows.block_elements != 0) {
+      bad(fmt::format("{} ({}) is not a whole number of {}'s {}-element blocks", what, n, rows.name,
+                      rows.block_elements));
     }
   }
 }
@@ -91,6 +111,14 @@ void set_model_keys(GgufWriter& writer, const ModelConfig& c, const std::string&
   writer.set_f32(arch + ".rope.freq_base", c.rope_base);
   writer.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
   if (weight_type_info(type).block_elements > 1) writer.set_u32("general.quantization_version", 2);
+  // llama.cpp's llama_ftype for a file of one matrix type (it "guesses"
+  // without it); Q4_K throughout is its Q4_K_S.
+  const std::pair<WeightType, std::uint32_t> file_types[] = {
+      {WeightType::kF32, 0},  {WeightType::kF16, 1},  {WeightType::kQ4_0, 2}, {WeightType::kQ8_0, 7},
+      {WeightType::kQ5_0, 8}, {WeightType::kQ4_K, 14}, {WeightType::kQ6_K, 18}, {WeightType::kBF16, 32}};
+  for (const auto& [t, id] : file_types) {
+    if (t == type) writer.set_u32("general.file_type", id);
+  }
 }
 
 void write_text(const std::filesystem::path& file, const std::string& text) {
@@ -117,9 +145,16 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
     throw InputError(fmt::format("{}: exists (--force to replace it)", out.string()));
   }
   if (spec.tokenizer_text.size() < 2) throw ParameterError("random-model: the tokenizer's text is empty");
-  const std::shared_ptr<const Vocabulary> vocab =
-      Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, spec.architecture == "qwen2" ? "qwen2" : "llama-bpe",
-                                   spec.vocab);
+  const std::string pre = spec.architecture == "qwen2" ? "qwen2" : "llama-bpe";
+  std::shared_ptr<const Vocabulary> vocab = Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, pre, 0);
+  if (spec.vocab != 0) {
+    if (spec.vocab < vocab->size()) {
+      throw ParameterError(fmt::format("random-model: --vocab {} is below the tokenizer's {} tokens (256 bytes, BOS, "
+                                       "EOS and the merges learned): give 0 or at least {}",
+                                       spec.vocab, vocab->size(), vocab->size()));
+    }
+    vocab = Vocabulary::train_byte_pairs(spec.tokenizer_text, spec.merges, pre, spec.vocab);
+  }
   const std::uint32_t n_vocab = vocab->size();
   const bool tied = spec.tied.value_or(spec.architecture == "qwen2");
   const std::uint64_t w = spec.width, d = spec.width / spec.heads, q = spec.heads * d, kv = spec.kv_heads * d;
@@ -182,11 +217,15 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
     vocab->write_gguf(writer);
     for (const Tensor& t : tensors) {
       const std::vector<std::uint64_t> ne(t.shape.rbegin(), t.shape.rend());
-      const WeightType type = t.matrix ? spec.type : WeightType::kF32;
+      const WeightType type = t.matrix ? matrix_type(spec.type, ne[0]) : WeightType::kF32;
       writer.add_tensor(t.gguf_name, ne, type, encode(type, t.values));
     }
+    if (spec.linear_scaling) {
+      writer.set_string(arch + ".rope.scaling.type", "linear");
+      writer.set_f32(arch + ".rope.scaling.factor", static_cast<float>(spec.rope_factor));
+    }
     if (spec.llama3_scaling) {
-      const std::vector<float> divisors = llama3_divisors(static_cast<std::uint32_t>(d), spec.rope_base, kLlama3Factor,
+      const std::vector<float> divisors = llama3_divisors(static_cast<std::uint32_t>(d), spec.rope_base, spec.rope_factor,
                                                           kLlama3Low, kLlama3High, kLlama3Original);
       writer.add_tensor("rope_freqs.weight", {d / 2}, WeightType::kF32, encode(WeightType::kF32, divisors));
     }
@@ -222,9 +261,10 @@ void write_random_model(const RandomModelSpec& spec, const std::filesystem::path
       {"eos_token_id", *vocab->eos()},
       {"torch_dtype", spec.type == WeightType::kF32 ? "float32" : spec.type == WeightType::kF16 ? "float16" : "bfloat16"},
   };
+  if (spec.linear_scaling) config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", spec.rope_factor}};
   if (spec.llama3_scaling) {
     config["rope_scaling"] = {{"rope_type", "llama3"},
-                              {"factor", kLlama3Factor},
+                              {"factor", spec.rope_factor},
                               {"low_freq_factor", kLlama3Low},
                               {"high_freq_factor", kLlama3High},
                               {"original_max_position_embeddings", kLlama3Original}};

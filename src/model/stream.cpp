@@ -221,15 +221,7 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
                                      request.recompute_window, cfg.context));
   }
   // Every policy built and every budget checked before any work.
-  for (const RunSpec& spec : request.specs) {
-    const PolicyInfo& info = find_policy(spec.policy);
-    if (spec.budget < 1 || spec.budget + 1 > std::int64_t{cfg.context}) {
-      throw ParameterError(fmt::format("{}: budget ({}) must be 1 ... {}: a cache holds the budget and the new "
-                                       "token, within the model's context of {} positions",
-                                       info.name, spec.budget, cfg.context - 1, cfg.context));
-    }
-    DecoderPolicies(spec, cfg, PagedOptions{});
-  }
+  for (const RunSpec& spec : request.specs) DecoderPolicies(spec, cfg, PagedOptions{});
   const StreamTokens s = stream_tokens(model, text, request.tokens);
   if (request.recompute_tokens > s.tokens.size()) {
     throw InputError(fmt::format("stream: the recomputed window asks for {} tokens of a stream of {}",
@@ -330,7 +322,11 @@ std::vector<RunSpec> stream_specs(std::string_view policies, std::span<const std
       const auto [key, value] = parse_assignment(parts[i]);
       if (key == "budget") throw ParameterError(fmt::format("--policy {}: set budgets with --budget", text));
       if (!find_policy(item.name).has_param(key)) {
-        throw ParameterError(fmt::format("--policy {}: {} has no parameter '{}'", text, item.name, key));
+        std::vector<std::string> known;
+        for (const ParamInfo& p : find_policy(item.name).params) known.push_back(p.name);
+        const std::string near = nearest_name(key, known);
+        throw ParameterError(fmt::format("--policy {}: {} has no parameter '{}'{}", text, item.name, key,
+                                         near.empty() ? "" : fmt::format(": did you mean '{}'?", near)));
       }
       set_param(item.params, key, value);
     }

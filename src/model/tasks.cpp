@@ -408,8 +408,8 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   if (request.lengths.empty()) throw InputError("tasks: no length given");
   for (const std::uint32_t len : request.lengths) {
     if (len > cfg.context) {
-      throw InputError(fmt::format("tasks: length {} is longer than the model's context of {} bytes", len,
-                                   cfg.context));
+      throw InputError(fmt::format("tasks: length {} is longer than the model's context of {} {}", len, cfg.context,
+                                   model->vocabulary().kind() == Vocabulary::Kind::kBytes ? "bytes" : "tokens"));
     }
   }
   if (request.depths < 1) throw InputError("tasks: depths must be at least 1");

@@ -104,7 +104,13 @@ bad "history cap"      "Scissorhands: historyWindow (4096) must be at most 64 at
 if [[ $(wc -l <"$tmp/err") -eq 1 ]] && ! grep -q bad_alloc "$tmp/err"; then pass; else fail "history cap: stderr is not one line: $(cat "$tmp/err")"; fi
 bad "huge"             "out of range for a 64-bit integer" -- run --policy h2o --set budget=99999999999999999999
 bad "budget too big"   "budget (100000000) must be at most" -- run --policy h2o --budget 100000000
-bad "budget zero"      "budget (0) must be at least 1" -- run --policy h2o --budget 0
+usage "budget zero"    "--budget: 0 is not a budget: a cache keeps at least 1 position" -- run --policy h2o --budget 0
+usage "budget empty"   "--budget: the budget is empty" -- run --policy h2o --budget ""
+usage "budgets word"   "--budgets: value 2 of '256,abc' ('abc') is not an integer" -- compare --budgets 256,abc
+usage "misspelt flag"  "'--polcy' is not a flag of 'kvevict run': did you mean '--policy'?" -- run --polcy h2o
+usage "misspelt value flag" "'--budgt' is not a flag of 'kvevict run': did you mean '--budget'?" -- run --policy h2o --budgt 5
+usage "list flag"      "'--policy' is not a flag of 'kvevict compare': did you mean '--policies'?" -- compare --policy h2o
+bad "set key typo"     "H2O: unknown parameter 'recnetWindow': did you mean 'recentWindow'?" -- run --policy h2o --set recnetWindow=4
 bad "set without ="    "'recentWindow' is not KEY=VALUE (no '=')" -- run --policy h2o --set recentWindow
 bad "steps too many"   "steps (5000) must be in 1 ... 4095 for trace decode-4096" -- run --policy h2o --steps 5000
 bad "steps zero"       "steps (0) must be in 1 ... 4095" -- trace --steps 0 --hash
@@ -123,7 +129,7 @@ usage "no subcommand"    "A subcommand is required (kvevict --help)" --
 usage "command typo"     "'lst' is not a kvevict command: did you mean 'list'? (kvevict --help lists them)" -- lst
 usage "command swap"     "did you mean 'compare'?" -- comapre --policies h2o
 usage "command unknown"  "'frobnicate' is not a kvevict command (kvevict --help lists them)" -- frobnicate
-usage "unknown flag"     "--bogus (kvevict run --help)" -- run --policy h2o --bogus
+usage "unknown flag"     "'--bogus' is not a flag of 'kvevict run' (kvevict run --help)" -- run --policy h2o --bogus
 usage "missing flag"     "--policy is required (kvevict run --help)" -- run
 usage "missing value"    "(kvevict run --help)" -- run --policy
 usage "not a number"     "(kvevict run --help)" -- run --policy h2o --budget lots
@@ -414,7 +420,7 @@ huge=4611686018427387904
 bad "floor huge"       "--head-floor ($huge) must be at most --budget (64)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --layer-budget --head-floor $huge
 bad "floor huge trace" "--head-floor ($huge) must be at most --budget (64)" -- compare --steps 50 --policies h2o --budgets 64 --layer-budget --head-floor $huge
 bad "floor negative"   "--head-floor (-2) must be at least 0" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --layer-budget --head-floor -2
-bad "layer budget huge" "--budget ($huge) times the layer's 2 heads must be at most 67108864 (--layer-budget)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget $huge --layer-budget
+bad "layer budget huge" "h2o: budget ($huge) must be 1 ... 1023" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget $huge --layer-budget
 bad "layer budget trace" "--budget ($huge) times the layer's" -- compare --steps 50 --policies h2o --budgets $huge --layer-budget
 bad "areas huge"       "blockBudget (4) must be at least startBlocks + recentBlocks ($huge + $huge)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 16 --start-blocks $huge --recent-blocks $huge
 bad "block size zero"  "--block-size (0) must be at least 1" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 0
@@ -497,7 +503,9 @@ bad_rows "length 0"   "[{\"task\":\"passkey\",\"length\":0,\"depth\":0.5,\"corre
 ok  "random gguf"      "architecture: llama" -- random-model --arch llama --type q4_k --out "$tmp/tiny.gguf" --tokenizer-text "$heldout"
 ok  "random st"        "format: safetensors" -- random-model --arch qwen2 --format safetensors --type bf16 --out "$tmp/tiny-hf" --tokenizer-text "$heldout"
 bad "random exists"    "exists (--force to replace it)" -- random-model --out "$tmp/tiny.gguf" --tokenizer-text "$heldout"
-bad "random blocks"    "--width (96) is not a whole number of Q4_K's 256-element blocks" -- random-model --type q4_k --width 96 --heads 4 --out "$tmp/x.gguf" --tokenizer-text "$heldout"
+bad "random blocks"    "--width (80) is not a whole number of Q5_0's 32-element blocks" -- random-model --type q4_k --width 80 --heads 4 --out "$tmp/x.gguf" --tokenizer-text "$heldout"
+# Rows of a K type that are not whole 256-element blocks fall back as llama.cpp's quantizer does.
+ok  "random fallback"  "Q5_0 (14), F32 (5), Q4_K (2)" -- random-model --type q4_k --width 96 --ff 256 --heads 4 --out "$tmp/fallback.gguf" --tokenizer-text "$heldout"
 bad "random st type"   "--type Q8_0: safetensors models hold F32, F16 or BF16" -- random-model --format safetensors --type q8_0 --out "$tmp/x" --tokenizer-text "$heldout"
 bad "random type"      "q3_k" -- random-model --type q3_k --out "$tmp/x.gguf" --tokenizer-text "$heldout"
 ok  "inspect"          "tokenizer: gpt2" -- inspect --model "$tmp/tiny.gguf"
@@ -583,6 +591,24 @@ bad "serve positions"  "positions 'far': expected 'original'" -- serve-bench --m
 # report --svg DIR/ (a trailing slash) creates the folder, as --svg DIR does.
 ok  "report svg slash"  "" -- report --steps 100 --budgets 64 --policies tova --out "$tmp/slash.html" --svg "$tmp/slash-charts/"
 if [[ -f "$tmp/slash-charts/mass-over-time.svg" ]]; then pass; else fail "report --svg DIR/: no $tmp/slash-charts/mass-over-time.svg"; fi
+
+# What a new user met (hardening 5): one rule for a budget at the context, errors that name the mistake.
+bad "budget at context" "h2o: budget (512) must be 1 ... 255: a cache holds the budget and the new token, within the model's context of 256 positions" -- perplexity --model "$tmp/tiny.gguf" --text "$heldout" --policy h2o
+bad "compare model budget" "must be 1 ... 255" -- compare --model "$tmp/tiny.gguf" --text "$heldout" --budgets 64,256 --policies h2o
+usage "context zero"   "--context: Value 0 not in range 2 to 16777216" -- perplexity --model "$tmp/tiny.gguf" --text "$heldout" --context 0
+bad "config.json path" "is one file of a safetensors model: give its folder ($tmp/tiny-hf)" -- perplexity --model "$tmp/tiny-hf/config.json" --text "$heldout"
+bad "text is a folder" "is a folder; the text is one file" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp"
+mkdir -p "$tmp/gguf-folder" && cp "$tmp/tiny.gguf" "$tmp/gguf-folder/"
+bad "folder of a gguf" "holds no config.json but a GGUF file: give the file ($tmp/gguf-folder/tiny.gguf)" -- perplexity --model "$tmp/gguf-folder" --text "$heldout"
+bad "tasks tokens"     "longer than the model's context of 256 tokens" -- tasks --model "$tmp/tiny.gguf" --text "$heldout" --lengths 300 --policies h2o --budgets 64
+bad "random vocab"     "random-model: --vocab 10 is below the tokenizer's" -- random-model --vocab 10 --out "$tmp/v.gguf" --tokenizer-text "$heldout"
+bad "no heldout split" "\`make heldout\` writes it" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/nowhere/heldout-split.txt"
+ok  "compare skip"     "rank" -- compare --budgets 32,64 --skip-refused --steps 100
+if "$tool" compare --budgets 32,64 --skip-refused --steps 100 2>&1 >/dev/null | grep -q "compare: skipped scissorhands at budget 32"; then pass; else fail "compare --skip-refused names no skipped pair"; fi
+head -c 600 "$heldout" > "$tmp/latin1.txt" && printf 'caf\xe9 au lait\n' >> "$tmp/latin1.txt"
+if "$tool" perplexity --model "$tmp/tiny.gguf" --text "$tmp/latin1.txt" 2>&1 >/dev/null | grep -q "is not UTF-8 text (byte 233 at offset 603"; then pass; else fail "non-UTF-8 text: no warning"; fi
+ok  "random file type" '"general.file_type": 14' -- inspect --model "$tmp/tiny.gguf" --json
+ok  "random rope"      "base 500000, scaled" -- random-model --rope-theta 500000 --rope-scaling linear --rope-factor 4 --out "$tmp/rope.gguf" --tokenizer-text "$heldout"
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

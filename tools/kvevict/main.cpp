@@ -210,7 +210,8 @@ void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_he
   cmd->add_option("--context", context,
                   "with --model: positions to run it at (default: its trained context, at most 4096)")
       ->needs(model);
-  cmd->add_option("--text", f.text, "with --model: the text to score (bytes)")->needs(model);
+  cmd->add_option("--text", f.text, "with --model: the text to score (tokenized by the model's own tokenizer)")
+      ->needs(model);
   model->needs("--text");
   cmd->add_option("--max-windows", f.windows, "with --model: use only the first N context windows (0 = all)")
       ->needs(model);
@@ -272,6 +273,114 @@ int usage_error(std::string message) {
   while (!message.empty() && message.back() == ' ') message.pop_back();
   std::cerr << "kvevict: error: " << message << '\n';
   return kUsageExit;
+}
+
+// compare --skip-refused: each pair left out, on stderr, before the work.
+void print_skipped(const std::string& command, const CompareRequest& request) {
+  if (!request.skip_refused) return;
+  std::vector<std::string> skipped;
+  (void)compare_specs(request, &skipped);
+  for (const std::string& line : skipped) std::cerr << command << ": skipped " << line << '\n';
+}
+
+// A flag the command does not have, as typed: named, with the command's
+// nearest flag (the parser alone says "--policy is required" for --polcy, or
+// lists it among "arguments not expected").
+std::optional<std::string> unknown_flag(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  CLI::App* sub = nullptr;
+  try {
+    sub = app.get_subcommand(argv[1]);
+  } catch (const CLI::OptionNotFound&) {
+    return std::nullopt;
+  }
+  std::vector<std::string> flags;
+  for (const CLI::Option* opt : sub->get_options()) {
+    for (const std::string& n : opt->get_lnames()) flags.push_back("--" + n);
+  }
+  const auto has = [&](const std::string& f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.size() < 3 || arg.substr(0, 2) != "--") continue;
+    const std::string name(arg.substr(0, arg.find('=')));
+    if (has(name)) continue;
+    std::string near = nearest_name(name, flags);
+    // One list flag for another command's one-value flag, and the reverse.
+    for (const auto& [a, b] : {std::pair<const char*, const char*>{"--policy", "--policies"}, {"--policies", "--policy"},
+                               {"--budget", "--budgets"}, {"--budgets", "--budget"}}) {
+      if (near.empty() && name == a && has(b)) near = b;
+    }
+    return fmt::format("'{}' is not a flag of 'kvevict {}'{} (kvevict {} --help)", name, sub->get_name(),
+                       near.empty() ? "" : fmt::format(": did you mean '{}'?", near), sub->get_name());
+  }
+  return std::nullopt;
+}
+
+// Values checked as the command line is parsed: a value a flag does not take
+// is a usage error (exit 2), as the manual says, not a refusal after it.
+void check_values(CLI::App& app) {
+  // parse_integer_list's reason ("value 2 of '256,abc' ('abc') is not an
+  // integer"), without the name it was given here: the parser names the flag.
+  const auto list_problem = [](const ParameterError& e) {
+    const std::string what = e.what();
+    const std::string_view prefix = "a list: ";
+    return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+  };
+  const CLI::Validator integers(
+      [list_problem](std::string& value) -> std::string {
+        try {
+          (void)parse_integer_list(value, "a list");
+        } catch (const ParameterError& e) {
+          return list_problem(e);
+        }
+        return {};
+      },
+      "INT[,INT...]", "integers");
+  const CLI::Validator budgets(
+      [list_problem](std::string& value) -> std::string {
+        if (value.find_first_not_of(" ") == std::string::npos) return "the budget is empty: give a number of positions";
+        try {
+          for (const std::int64_t b : parse_integer_list(value, "a list")) {
+            if (b < 1) return fmt::format("{} is not a budget: a cache keeps at least 1 position", b);
+          }
+        } catch (const ParameterError& e) {
+          return list_problem(e);
+        }
+        return {};
+      },
+      "N[,N...]", "budgets");
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    for (CLI::Option* opt : sub->get_options()) {
+      const std::string name = opt->get_name();
+      if (name == "--budget" || name == "--budgets") {
+        opt->check(budgets);
+      } else if (name == "--lags" || name == "--sequences" || name == "--chunk" || name == "--lengths" ||
+                 name == "--threads" || name == "--kv-memory" || (name == "--tokens" && sub->get_name() == "logits")) {
+        opt->check(integers);
+      } else if (name == "--context" && sub->get_name() != "random-model") {
+        opt->check(CLI::Range(2U, 1U << 24).description(""));
+      }
+    }
+  }
+}
+
+// A model command's text, read by the library: a missing held-out split
+// says how to make it; a text that is not UTF-8 is scored as the bytes it is,
+// with a warning (the model was trained on text).
+std::vector<std::uint8_t> read_model_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::path(path).filename() == "heldout-split.txt" && !std::filesystem::exists(path, ec)) {
+    throw InputError(fmt::format("{}: does not exist: `make heldout` writes it (or use model/heldout-sample.txt, its "
+                                 "first 16 KiB)",
+                                 path));
+  }
+  std::vector<std::uint8_t> text = read_text(path);
+  if (const std::optional<std::size_t> bad = first_invalid_utf8(text)) {
+    std::cerr << fmt::format("kvevict: warning: {} is not UTF-8 text (byte {} at offset {} starts no valid "
+                             "character): it is scored as the bytes it is\n",
+                             path, static_cast<int>(text[*bad]), *bad);
+  }
+  return text;
 }
 
 int cmd_list(const std::string& format) {
@@ -358,13 +467,18 @@ int main(int argc, char** argv) {
                   "and positional ones; with --keys, nine; with --values and --queries too, all ten); with --model, "
                   "the seven: name knorm, keydiff or expected-attention to add them")
       ->capture_default_str();
-  cmp->add_option("--budgets", cmp_budgets, "comma-separated budgets")->capture_default_str();
+  cmp->add_option("--budgets", cmp_budgets,
+                  "comma-separated budgets (default: 256,512,1024 on a trace; 64,128,256,512 with --model)");
   cmp->add_option("--set", cmp_sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
   PagedFlags cmp_paged;
   add_paged_options(cmp, cmp_paged);
   add_trace_options(cmp, cmp_trace, cmp_steps);
   SignalFiles cmp_signals;
   add_signal_options(cmp, cmp_signals);
+  bool cmp_skip_refused = false;
+  cmp->add_flag("--skip-refused", cmp_skip_refused,
+                "leave out the policy x budget pairs a policy's rules refuse (e.g. Scissorhands' window at a small "
+                "budget), each named on stderr, instead of refusing the comparison");
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   ModelFlags cmp_on;
@@ -391,7 +505,8 @@ int main(int argc, char** argv) {
   std::string ppl_format = "table";
   auto* ppl = app.add_subcommand(
       "perplexity",
-      "Perplexity of a model (.kvm) over a text with every layer and head evicting through a policy, "
+      "Perplexity of a model (.kvm, .gguf or a safetensors folder) over a text with every layer and head "
+      "evicting through a policy, "
       "beside the full cache's");
   ppl->add_option("--model", ppl_model, kModelHelp)->required();
   ppl->add_option("--text", ppl_text, "the text to score (tokenized by the model's own tokenizer), e.g. model/heldout-sample.txt")->required();
@@ -549,7 +664,8 @@ int main(int argc, char** argv) {
   std::string task_format = "markdown";
   auto* tasks_cmd = app.add_subcommand(
       "tasks",
-      "Retrieval tasks (passkey, multikey, multivalue, vartrack, copy) answered by a model (.kvm) with "
+      "Retrieval tasks (passkey, multikey, multivalue, vartrack, copy) answered by a model (.kvm, .gguf or a "
+      "safetensors folder) with "
       "greedy decoding while its cache is compressed: exact-match accuracy by policy, budget, moment, length "
       "and needle depth");
   tasks_cmd->add_option("--model", task_model, kModelHelp)->required();
@@ -599,7 +715,8 @@ int main(int argc, char** argv) {
                 "with the same flags");
   rec->add_option("--model", rec_model, kModelHelp)->required();
   add_context_option(rec, model_context);
-  rec->add_option("--text", rec_text, "the text (bytes); its first N bytes are recorded")->required();
+  rec->add_option("--text", rec_text, "the text, tokenized by the model's own tokenizer; its first N tokens are "
+                                       "recorded")->required();
   rec->add_option("--out", rec_out, "the attention .npy file to write, [layers x heads, N, N]")->required();
   rec->add_option("--tokens", rec_tokens, "N: tokens to record, BOS included where the model adds it (default and most: the model's context)");
   RecordFiles rec_files;
@@ -794,13 +911,14 @@ int main(int argc, char** argv) {
                      "the matrices' type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k (safetensors: f32, f16, bf16)")
       ->capture_default_str();
   rm_cmd->add_option("--out", rm_out, "the .gguf file, or the folder for safetensors")->required();
-  rm_cmd->add_option("--layers", rm.layers, "layers")->capture_default_str();
+  rm_cmd->add_option("--layers", rm.layers, "layers (1 ... 64)")->capture_default_str();
   rm_cmd->add_option("--width", rm.width, "embedding width (a whole number of the type's blocks: 256 for q4_k/q6_k)")
       ->capture_default_str();
   rm_cmd->add_option("--heads", rm.heads, "query heads")->capture_default_str();
   rm_cmd->add_option("--kv-heads", rm.kv_heads, "KV heads (grouped-query attention)")->capture_default_str();
   rm_cmd->add_option("--ff", rm.ff, "feed-forward width")->capture_default_str();
-  rm_cmd->add_option("--context", rm.context, "trained context it declares")->capture_default_str();
+  rm_cmd->add_option("--context", rm.context, "trained context it declares (2 ... 65536)")->capture_default_str();
+  rm_cmd->add_option("--rope-theta", rm.rope_base, "rope's base (rope_theta, freq_base)")->capture_default_str();
   rm_cmd->add_option("--seed", rm.seed, "the weights' random seed")->capture_default_str();
   rm_cmd->add_option("--merges", rm.merges, "BPE merges learned for its tokenizer")->capture_default_str();
   rm_cmd->add_option("--vocab", rm.vocab,
@@ -812,8 +930,12 @@ int main(int argc, char** argv) {
   rm_cmd->add_flag("--tied", rm_tied, "tie the output to the token embedding (the default for qwen2)");
   rm_cmd->add_flag("--untied", rm_untied, "give it its own output matrix (the default for llama and mistral)")
       ->excludes("--tied");
-  rm_cmd->add_option("--rope-scaling", rm_scaling, "llama3: Llama-3's rope scaling (factor 8, original context 64)")
-      ->check(CLI::IsMember({"llama3"}));
+  rm_cmd->add_option("--rope-scaling", rm_scaling,
+                     "llama3: Llama-3's rope scaling (low 1, high 4, original context 64); linear: every angle divided "
+                     "by the factor")
+      ->check(CLI::IsMember({"llama3", "linear"}));
+  rm_cmd->add_option("--rope-factor", rm.rope_factor, "with --rope-scaling: its factor")
+      ->needs("--rope-scaling")->capture_default_str();
   rm_cmd->add_flag("--biases", rm.biases,
                    "give llama or mistral every bias llama.cpp reads: q, k, v, output, gate, up and down");
   rm_cmd->add_flag("--force", rm_force, "replace an existing file (or write into a non-empty folder)");
@@ -875,6 +997,8 @@ int main(int argc, char** argv) {
   auto* vec = app.add_subcommand("vectors", "Replay test-vector files or folders of *.vectors.json");
   vec->add_option("paths", vec_paths, "files or folders")->required();
 
+  check_values(app);
+
   // A first word that names no command is refused here, with the nearest
   // one, before the parser reports it as an unexpected argument.
   if (argc > 1 && argv[1][0] != '-') {
@@ -893,6 +1017,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version end here too, with exit 0.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    if (const std::optional<std::string> flag = unknown_flag(app, argc, argv)) return usage_error(*flag);
     const std::vector<CLI::App*> chosen = app.get_subcommands();
     return usage_error(fmt::format("{} (kvevict {}--help)", e.what(),
                                    chosen.empty() ? "" : chosen.front()->get_name() + " "));
@@ -942,8 +1067,10 @@ int main(int argc, char** argv) {
       request.policies = model_compare_policies(cmp_policies);
       request.budgets = parse_integer_list(cmp->count("--budgets") > 0 ? cmp_budgets : "64,128,256,512", "--budgets");
       request.overrides = parse_sets(cmp_sets);
+      request.skip_refused = cmp_skip_refused;
+      print_skipped("compare", request);
       const auto model = open_model(cmp_on.model, model_context);
-      const std::vector<std::uint8_t> text = read_text(cmp_on.text);
+      const std::vector<std::uint8_t> text = read_model_text(cmp_on.text);
       ModelRunOptions options;
       options.max_windows = cmp_on.windows;
       options.paged = paged_of(cmp_paged);
@@ -970,7 +1097,7 @@ int main(int argc, char** argv) {
 
     if (st->parsed()) {
       const auto model = open_model(st_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(st_text);
+      const std::vector<std::uint8_t> text = read_model_text(st_text);
       if (st_sinks) {
         cli::print_sinks(std::cout, sink_shares(*model, text, st_tokens), st_format);
         return 0;
@@ -1012,7 +1139,7 @@ int main(int argc, char** argv) {
 
     if (ppl->parsed()) {
       const auto model = open_model(ppl_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(ppl_text);
+      const std::vector<std::uint8_t> text = read_model_text(ppl_text);
       std::vector<RunSpec> specs;
       if (!ppl_policies.empty()) {
         CompareRequest request;
@@ -1083,7 +1210,7 @@ int main(int argc, char** argv) {
         throw ParameterError(fmt::format("--block-size ({}) must be 1 ... 1048576", sb_block_size));
       }
       const auto model = open_model(sb_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(sb_text);
+      const std::vector<std::uint8_t> text = read_model_text(sb_text);
       ServeBenchRequest request;
       request.runs = serve_runs(sequences, policies, sb_budget, split_list(sb_modes, "--modes"), sharing, chunks);
       request.shared_prefix = sb_prefix;
@@ -1101,7 +1228,7 @@ int main(int argc, char** argv) {
 
     if (tasks_cmd->parsed()) {
       const auto model = open_model(task_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(task_text);
+      const std::vector<std::uint8_t> text = read_model_text(task_text);
       TaskRequest request;
       request.tasks.clear();
       if (task_names_arg == "all") {
@@ -1144,7 +1271,7 @@ int main(int argc, char** argv) {
 
     if (rec->parsed()) {
       const auto model = open_model(rec_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(rec_text);
+      const std::vector<std::uint8_t> text = read_model_text(rec_text);
       rec_files.attention = rec_out;
       rec_files.overwrite = rec_force;
       const std::uint32_t n = record_signals(*model, text, rec_files, rec_tokens);
@@ -1169,7 +1296,7 @@ int main(int argc, char** argv) {
       if (!per_model.empty()) {
         if (per->count("--trace") > 0) throw ParameterError("give --trace or --model, not both");
         const auto model = open_model(per_model, model_context);
-        for (auto& h : record_heads(*model, read_text(per_text))) heads.push_back(std::move(h));
+        for (auto& h : record_heads(*model, read_model_text(per_text))) heads.push_back(std::move(h));
         if (per_layer) {
           if (*per_layer >= model->config().layers) {
             throw ParameterError(fmt::format("--layer {}: the model has layers 0 ... {}", *per_layer,
@@ -1201,6 +1328,8 @@ int main(int argc, char** argv) {
       request.policies = replay_policy_list(cmp_policies, cmp_signals);
       request.budgets = parse_integer_list(cmp_budgets, "--budgets");
       request.overrides = parse_sets(cmp_sets);
+      request.skip_refused = cmp_skip_refused;
+      print_skipped("compare", request);
       EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
       options.paged = paged_of(cmp_paged);
       options.signals = cmp_signals;
@@ -1241,7 +1370,7 @@ int main(int argc, char** argv) {
       if (sw_on.given()) {
         check_model_source(sw, sw_signals);
         const auto model = open_model(sw_on.model, model_context);
-        const std::vector<std::uint8_t> text = read_text(sw_on.text);
+        const std::vector<std::uint8_t> text = read_model_text(sw_on.text);
         ModelRunOptions options;
         options.max_windows = sw_on.windows;
         options.kv = kv_of(sw_on.kv);
@@ -1283,7 +1412,7 @@ int main(int argc, char** argv) {
         throw ParameterError("bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply");
       }
       const auto model = open_model(bench_model, model_context);
-      const std::vector<std::uint8_t> text = read_text(bench_text);
+      const std::vector<std::uint8_t> text = read_model_text(bench_text);
       DecodeBenchRequest request;
       request.tokens = bench_tokens;
       request.rounds = bench_rounds;
@@ -1376,13 +1505,14 @@ int main(int argc, char** argv) {
       if (rm_tied) rm.tied = true;
       if (rm_untied) rm.tied = false;
       rm.llama3_scaling = rm_scaling == "llama3";
+      rm.linear_scaling = rm_scaling == "linear";
       std::error_code ec;
       if (!std::filesystem::is_regular_file(rm_text, ec)) {
         throw InputError(fmt::format("--tokenizer-text {}: not a readable file (the default is relative to the "
                                      "repository root: run from there or give --tokenizer-text FILE)",
                                      rm_text));
       }
-      const std::vector<std::uint8_t> text = read_text(rm_text);
+      const std::vector<std::uint8_t> text = read_model_text(rm_text);
       rm.tokenizer_text.assign(text.begin(), text.end());
       write_random_model(rm, rm_out, rm_force);
       const auto model = Model::load(rm_out);

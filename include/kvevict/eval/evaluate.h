@@ -71,6 +71,10 @@ struct CompareRequest {
   std::vector<std::string> policies;  // empty: the whole registry
   std::vector<std::int64_t> budgets{std::begin(kCanonicalBudgets), std::end(kCanonicalBudgets)};
   ParamMap overrides;                 // keys "policy.param" or "param"
+  // Leave out the policy x budget pairs a policy's rules refuse (Scissorhands'
+  // window at a budget it does not fit), each named in compare_specs'
+  // `skipped`, instead of refusing the whole comparison.
+  bool skip_refused = false;
 };
 std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions& options);
 
@@ -78,7 +82,7 @@ std::vector<RunRow> compare(const CompareRequest& request, const EvaluateOptions
 // report): the runs it makes, in order (policy-major, ascending budget, the
 // overrides resolved and checked), and the ranking it applies to evaluate()'s
 // rows. compare(r, o) == rank_compare_rows(evaluate(compare_specs(r), o), budgets).
-std::vector<RunSpec> compare_specs(const CompareRequest& request);
+std::vector<RunSpec> compare_specs(const CompareRequest& request, std::vector<std::string>* skipped = nullptr);
 void rank_compare_rows(std::vector<RunRow>& rows, const std::vector<std::int64_t>& budgets);
 
 // The budget whose retained mass ranks a comparison: the middle one of the

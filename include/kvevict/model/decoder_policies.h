@@ -20,9 +20,16 @@ namespace kvevict {
 std::unique_ptr<LayerBudget> make_layer_budget(const RunSpec& spec, const ModelConfig& config, std::uint32_t layer,
                                                const PagedOptions& paged);
 
+// The one rule for a policy's budget on a model: 1 ... context - 1 positions
+// (a cache holds the budget and the new token, within the context). At the
+// context or above nothing is ever evicted: refused, naming the context,
+// wherever a model runs a policy (ParameterError).
+void check_budget_in_context(const RunSpec& spec, const ModelConfig& config);
+
 class DecoderPolicies {
  public:
   DecoderPolicies() = default;  // none: the full cache
+  // Checks the budget (check_budget_in_context) and every parameter.
   DecoderPolicies(const RunSpec& spec, const ModelConfig& config, const PagedOptions& paged);
   // Gives each cache (or layer) of `decoder` its policy; before its first step.
   void attach(Decoder& decoder) const;

@@ -30,6 +30,8 @@ struct RandomModelSpec {
   // Llama-3 rope scaling (factor 8, low 1, high 4, original context 64: small
   // enough that a tiny model's positions reach every regime).
   bool llama3_scaling = false;
+  bool linear_scaling = false;  // linear rope scaling by rope_factor
+  double rope_factor = 8.0;     // the scaling's factor (llama3 or linear)
   // Every bias llama.cpp's llama builder reads (q, k, v, output, gate, up,
   // down; config.json's attention_bias and mlp_bias): llama and mistral only.
   bool biases = false;

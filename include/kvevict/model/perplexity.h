@@ -55,6 +55,12 @@ std::vector<float> model_logits(const Model& model, std::span<const Token> token
 // file, or one with fewer than 2 bytes (nothing to predict).
 std::vector<std::uint8_t> read_text(const std::filesystem::path& file);
 
+// The offset of the first byte that is not part of well-formed UTF-8
+// (overlong forms, surrogates and code points past U+10FFFF included), or
+// nullopt for valid UTF-8. A tokenizer scores any bytes; callers warn that a
+// text is not what a model of text was trained on.
+std::optional<std::size_t> first_invalid_utf8(std::span<const std::uint8_t> text);
+
 struct PerplexityRow {
   std::string policy;  // empty for the full cache
   std::int64_t budget = 0;  // 0 for the full cache

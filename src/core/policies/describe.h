@@ -63,9 +63,14 @@ PolicyInfo describe(const char* name, const char* title, const char* summary,
       }
       if (!found) {
         std::string known;
-        for (const auto& f : fields) known += (known.empty() ? "" : ", ") + std::string(f.name);
-        throw ParameterError(fmt::format("{}: unknown parameter '{}' (known: {})", policy_title,
-                                         key, known));
+        std::vector<std::string> names;
+        for (const auto& f : fields) {
+          known += (known.empty() ? "" : ", ") + std::string(f.name);
+          names.emplace_back(f.name);
+        }
+        const std::string near = nearest_name(key, names);
+        throw ParameterError(fmt::format("{}: unknown parameter '{}'{} (known: {})", policy_title, key,
+                                         near.empty() ? "" : fmt::format(": did you mean '{}'?", near), known));
       }
     }
     return std::make_unique<P>(params);
