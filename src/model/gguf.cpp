@@ -289,6 +289,8 @@ class Reader {
       // Nested arrays are checked and skipped, never held: nothing kvevict
       // reads is one (llama.cpp refuses them), and held they would cost
       // many times their 12 bytes each -- a small file could exhaust memory.
+      // Where they lie is kept, for a reader that shows them (inspect).
+      v.nested_at = pos_;
       for (std::uint64_t i = 0; i < count; ++i) {
         GgufValue inner;
         inner.type = GgufType::kArray;
@@ -464,6 +466,11 @@ std::unique_ptr<GgufFile> GgufFile::parse(std::span<const std::uint8_t> bytes, c
 }
 
 GgufFile::~GgufFile() = default;
+
+std::span<const std::uint8_t> GgufFile::bytes() const noexcept {
+  if (mapping_->file) return {mapping_->file->data(), static_cast<std::size_t>(mapping_->file->size())};
+  return mapping_->bytes;
+}
 
 void GgufFile::index() {
   // The views point into the strings the vectors hold, which stay put.

@@ -1,6 +1,8 @@
 #include "kvevict/model/inspect.h"
 
+#include <cstring>
 #include <fstream>
+#include <span>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,7 +15,67 @@ namespace kvevict {
 
 namespace {
 
-nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
+// Arrays of arrays, decoded from the file's bytes where the reader checked
+// them (it holds only their count: gguf.h). Only inspect shows them.
+class NestedArrays {
+ public:
+  NestedArrays(std::span<const std::uint8_t> bytes, std::uint64_t at) : bytes_(bytes), at_(at) {}
+
+  nlohmann::ordered_json arrays(std::uint64_t count) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (std::uint64_t i = 0; i < count; ++i) out.push_back(array());
+    return out;
+  }
+
+ private:
+  template <typename T>
+  T take() {
+    if (at_ + sizeof(T) > bytes_.size()) throw InputError("inspect: a nested array runs past the end of the file");
+    T v;
+    std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+
+  nlohmann::ordered_json array() {
+    const auto type = static_cast<GgufType>(take<std::uint32_t>());
+    const auto n = take<std::uint64_t>();
+    if (type == GgufType::kArray) return arrays(n);
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (std::uint64_t i = 0; i < n; ++i) out.push_back(scalar(type));
+    return out;
+  }
+
+  nlohmann::ordered_json scalar(GgufType type) {
+    switch (type) {
+      case GgufType::kU8: return take<std::uint8_t>();
+      case GgufType::kI8: return take<std::int8_t>();
+      case GgufType::kU16: return take<std::uint16_t>();
+      case GgufType::kI16: return take<std::int16_t>();
+      case GgufType::kU32: return take<std::uint32_t>();
+      case GgufType::kI32: return take<std::int32_t>();
+      case GgufType::kU64: return take<std::uint64_t>();
+      case GgufType::kI64: return take<std::int64_t>();
+      case GgufType::kF32: return take<float>();
+      case GgufType::kF64: return take<double>();
+      case GgufType::kBool: return take<std::uint8_t>() != 0;
+      case GgufType::kString: {
+        const auto n = take<std::uint64_t>();
+        if (n > bytes_.size() - at_) throw InputError("inspect: a nested string runs past the end of the file");
+        std::string text(reinterpret_cast<const char*>(bytes_.data() + at_), static_cast<std::size_t>(n));
+        at_ += n;
+        return text;
+      }
+      case GgufType::kArray: break;
+    }
+    return nullptr;
+  }
+
+  std::span<const std::uint8_t> bytes_;
+  std::uint64_t at_;
+};
+
+nlohmann::ordered_json gguf_value_json(const GgufValue& v, std::span<const std::uint8_t> file) {
   if (v.type == GgufType::kU64) return v.unsigned_integer;
   auto number = [](GgufType type, double x) -> nlohmann::ordered_json {
     if (type == GgufType::kF32 || type == GgufType::kF64) return x;
@@ -33,8 +95,7 @@ nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
       if (v.element == GgufType::kString) {
         for (const std::string& s : v.strings) out.push_back(s);
       } else if (v.element == GgufType::kArray) {
-        // The reader checks nested arrays and skips them (gguf.h): say so.
-        return fmt::format("<{} nested arrays, not read>", v.count);
+        return NestedArrays(file, v.nested_at).arrays(v.count);
       } else if (v.element == GgufType::kU64) {
         for (const std::uint64_t x : v.bits64) out.push_back(x);
       } else if (v.element == GgufType::kI64) {
@@ -82,7 +143,7 @@ std::string inspect_file_json(const std::filesystem::path& path, int indent) {
     auto& entries = metadata.get_ref<nlohmann::ordered_json::object_t&>();
     entries.reserve(gguf->metadata().size());
     for (const auto& [key, value] : gguf->metadata()) {
-      entries.nlohmann::ordered_json::object_t::Container::emplace_back(key, gguf_value_json(value));
+      entries.nlohmann::ordered_json::object_t::Container::emplace_back(key, gguf_value_json(value, gguf->bytes()));
     }
     out["metadata"] = std::move(metadata);
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();

@@ -48,6 +48,9 @@ struct GgufValue {
   std::vector<std::string> strings;
   std::vector<double> numbers;
   std::vector<std::uint64_t> bits64;  // u64 and i64 arrays: every element exactly
+  // An array of arrays: where its first inner array starts in the file's
+  // bytes (GgufFile::bytes()), checked by the reader but not held.
+  std::uint64_t nested_at = 0;
   std::uint64_t unsigned_integer = 0;  // a u64 scalar's value, whatever its size
 
   bool is_integer() const noexcept;  // any of the eight integer types
@@ -91,6 +94,8 @@ class GgufFile {
   std::optional<bool> get_bool_if(std::string_view key) const;
 
   const std::vector<GgufTensor>& tensors() const noexcept { return tensors_; }
+  // The whole file as read (mapped, or the bytes given to parse()).
+  std::span<const std::uint8_t> bytes() const noexcept;
   const GgufTensor* tensor(std::string_view name) const noexcept;
 
  private:
