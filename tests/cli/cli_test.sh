@@ -610,5 +610,15 @@ if "$tool" perplexity --model "$tmp/tiny.gguf" --text "$tmp/latin1.txt" 2>&1 >/d
 ok  "random file type" '"general.file_type": 14' -- inspect --model "$tmp/tiny.gguf" --json
 ok  "random rope"      "base 500000, scaled" -- random-model --rope-theta 500000 --rope-scaling linear --rope-factor 4 --out "$tmp/rope.gguf" --tokenizer-text "$heldout"
 
+# Every model command takes --threads and --progress (issue 54): plain lines off a terminal, with a rate and the time left.
+err=$("$tool" perplexity --model "$model" --text "$heldout" --max-windows 2 --policy h2o --budget 64 --progress lines --threads 999 2>&1 >/dev/null)
+if [[ $err == *"note: 999 threads asked for"* && $err == *"2/4 window runs"*"tokens/s"* && $err == *"4/4 window runs"*"in all"* ]]; then pass; else fail "perplexity --progress lines --threads 999: $err"; fi
+err=$("$tool" perplexity --model "$model" --text "$heldout" --max-windows 1 --progress off --threads 1 2>&1 >/dev/null)
+if [[ -z $err ]]; then pass; else fail "--progress off printed: $err"; fi
+for c in "compare --model $model --text $heldout" "sweep --policy h2o --param recentWindow=8 --model $model --text $heldout" "tasks --model $model --text $heldout" "stream --model $model --text $heldout" "serve-bench --model $model --text $heldout" "record --model $model --text $heldout --out $tmp/r.npy" "logits --model $model --tokens 1 --out $tmp/l.npy"; do
+  if "$tool" ${c%% *} --help | grep -q -- "--threads" && "$tool" ${c%% *} --help | grep -q -- "--progress"; then pass; else fail "${c%% *}: no --threads or --progress"; fi
+done
+usage "progress mode"  "--progress: loud not in {auto,lines,off}" -- perplexity --model "$model" --text "$heldout" --progress loud
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "kvevict/core/registry.h"
 #include "kvevict/model/perplexity_rows.h"
 #include "kvevict/report/report.h"
+#include "kvevict/eval/threads.h"
 #include "kvevict/eval/trace.h"
 #include "kvevict/eval/vectors.h"
 #include "output.h"
@@ -59,26 +61,90 @@ ProgressFn progress_for(const std::string& what) {
   };
 }
 
-// Progress for the model's work (minutes, not seconds): a live line on a
-// terminal, a line every tenth of the way otherwise (logs, CI).
-// The default unit: the model runs each run (the full cache, each policy x
-// budget) over each window of the text, so it counts windows x runs.
-ProgressFn model_progress(const std::string& what, const std::string& unit = "window runs (windows x runs)") {
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto last = std::make_shared<std::uint32_t>(0);
-  return [what, unit, tty, last](std::uint32_t done, std::uint32_t total) {
-    if (tty) {
-      std::fprintf(stderr, "\r%s: %u/%u %s", what.c_str(), done, total, unit.c_str());
-      if (done == total) std::fprintf(stderr, "\r\033[K");
-      return;
-    }
-    const auto tenth = static_cast<std::uint32_t>(std::uint64_t{done} * 10 / std::max<std::uint32_t>(total, 1));
-    if (tenth != *last || done == total) {
-      *last = tenth;
-      std::fprintf(stderr, "%s: %u/%u %s\n", what.c_str(), done, total, unit.c_str());
-    }
-  };
+// --threads and --progress, on every command that runs a model.
+struct RunFlags {
+  int threads = 0;
+  std::string progress = "auto";
+};
+
+void add_run_flags(CLI::App* cmd, RunFlags& f) {
+  cmd->add_option("--threads", f.threads,
+                  "threads for the runs and the weight products (0: every core; more than the cores is capped, "
+                  "with a note)")
+      ->capture_default_str();
+  cmd->add_option("--progress", f.progress,
+                  "progress on stderr: auto (one line redrawn on a terminal, plain lines otherwise), lines, off")
+      ->check(CLI::IsMember({"auto", "lines", "off"}))->capture_default_str();
 }
+
+std::string clock_of(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60) : fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+// Progress of a model's work (minutes, not seconds), on stderr: what is
+// done, its rate and the time left -- one line redrawn on a terminal (shown
+// at once, while the model loads), a plain line every tenth of the way or
+// 10 s otherwise (logs, CI). Also sets --threads.
+class Progress {
+ public:
+  Progress(std::string what, const RunFlags& flags, const std::string& model)
+      : what_(std::move(what)),
+        mode_(flags.progress == "auto" ? (isatty(STDERR_FILENO) != 0 ? "tty" : "lines") : flags.progress) {
+    std::string note;
+    threads_ = use_threads(flags.threads, &note);
+    if (!note.empty()) std::cerr << fmt::format("{}: note: {}\n", what_, note);
+    // On a terminal a line at once, redrawn by the first progress (plain
+    // lines start with the first unit done: a refusal stays one line).
+    if (mode_ == "tty") {
+      std::fprintf(stderr, "\r%s: loading %s (%d thread%s)\033[K", what_.c_str(), model.c_str(), threads_,
+                   threads_ == 1 ? "" : "s");
+    }
+  }
+
+  // The library's (done, total) in `unit`s; with `tokens_per_unit`, the
+  // tokens they stand for (about: a text's last window is shorter) and
+  // tokens/s too.
+  ProgressFn fn(const std::string& unit, double tokens_per_unit = 0.0) const {
+    if (mode_ == "off") return {};
+    struct State {
+      std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+      std::chrono::steady_clock::time_point last_line{};
+      std::uint32_t last_tenth = 0;
+    };
+    auto state = std::make_shared<State>();
+    return [what = what_, tty = mode_ == "tty", unit, tokens_per_unit, state](std::uint32_t done, std::uint32_t total) {
+      const auto now = std::chrono::steady_clock::now();
+      const double elapsed = std::chrono::duration<double>(now - state->start).count();
+      std::string line = fmt::format("{}: {}/{} {} ({:.0f}%)", what, done, total, unit,
+                                     100.0 * done / std::max<std::uint32_t>(total, 1));
+      if (tokens_per_unit > 0.0) {
+        line += fmt::format(", ~{:.0f} tokens", done * tokens_per_unit);
+        if (elapsed > 0.0) line += fmt::format(" at {:.0f} tokens/s", done * tokens_per_unit / elapsed);
+      }
+      if (done > 0 && done < total) line += fmt::format(", {} left", clock_of(elapsed * (total - done) / done));
+      if (done == total) line += fmt::format(", {} in all", clock_of(elapsed));
+      if (tty) {
+        std::fprintf(stderr, "\r%s\033[K", line.c_str());
+        if (done == total) std::fprintf(stderr, "\r\033[K");
+        return;
+      }
+      const auto tenth = static_cast<std::uint32_t>(std::uint64_t{done} * 10 / std::max<std::uint32_t>(total, 1));
+      if (tenth != state->last_tenth || done == total || now - state->last_line > std::chrono::seconds(10)) {
+        state->last_tenth = tenth;
+        state->last_line = now;
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+    };
+  }
+
+  int threads() const noexcept { return threads_; }
+
+ private:
+  std::string what_;
+  std::string mode_;
+  int threads_ = 1;
+};
 
 ParamMap parse_sets(const std::vector<std::string>& sets) {
   ParamMap params;
@@ -482,6 +548,8 @@ int main(int argc, char** argv) {
   cmp->add_option("--format", cmp_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   ModelFlags cmp_on;
+  RunFlags cmp_run;
+  add_run_flags(cmp, cmp_run);
   add_model_options(cmp, cmp_on,
                     "rank by perplexity of this model (.kvm, .gguf or a safetensors folder) evicting for real, with "
                     "the proxies on its own attention (budgets default to 64,128,256,512)",
@@ -509,6 +577,8 @@ int main(int argc, char** argv) {
       "evicting through a policy, "
       "beside the full cache's");
   ppl->add_option("--model", ppl_model, kModelHelp)->required();
+  RunFlags ppl_run;
+  add_run_flags(ppl, ppl_run);
   ppl->add_option("--text", ppl_text, "the text to score (tokenized by the model's own tokenizer), e.g. model/heldout-sample.txt")->required();
   add_context_option(ppl, model_context);
   ppl->add_option("--policy", ppl_policies,
@@ -560,6 +630,8 @@ int main(int argc, char** argv) {
       "byte by segment of the stream, for each policy with keys at their original positions or at their index in "
       "the cache (docs/streaming.md)");
   st->add_option("--model", st_model, kModelHelp)->required();
+  RunFlags st_run;
+  add_run_flags(st, st_run);
   st->add_option("--text", st_text, "the text to stream, e.g. build/heldout-split.txt (make heldout)")->required();
   add_context_option(st, model_context);
   st->add_option("--policy", st_policies,
@@ -613,6 +685,8 @@ int main(int argc, char** argv) {
       "Sequences decoding together over one block pool (docs/serving.md): peak blocks, blocks saved by prefix "
       "sharing, positions held, evictions and tokens per second, per run");
   sb->add_option("--model", sb_model, kModelHelp)->required();
+  RunFlags sb_run;
+  add_run_flags(sb, sb_run);
   add_context_option(sb, model_context);
   sb->add_option("--text", sb_text, "the bytes the sequences read, e.g. model/heldout-sample.txt")->required();
   sb->add_option("--sequences", sb_sequences, "sequence counts, comma-separated (one run each)")->capture_default_str();
@@ -669,6 +743,8 @@ int main(int argc, char** argv) {
       "greedy decoding while its cache is compressed: exact-match accuracy by policy, budget, moment, length "
       "and needle depth");
   tasks_cmd->add_option("--model", task_model, kModelHelp)->required();
+  RunFlags tasks_cmd_run;
+  add_run_flags(tasks_cmd, tasks_cmd_run);
   add_context_option(tasks_cmd, model_context);
   tasks_cmd->add_option("--text", task_text, "filler text the needles are hidden in, e.g. model/heldout-sample.txt")
       ->required();
@@ -714,6 +790,8 @@ int main(int argc, char** argv) {
                 "the signals the decoder gives the key-aware policies beside it, which run and compare replay "
                 "with the same flags");
   rec->add_option("--model", rec_model, kModelHelp)->required();
+  RunFlags rec_run;
+  add_run_flags(rec, rec_run);
   add_context_option(rec, model_context);
   rec->add_option("--text", rec_text, "the text, tokenized by the model's own tokenizer; its first N tokens are "
                                        "recorded")->required();
@@ -773,6 +851,8 @@ int main(int argc, char** argv) {
   sw->add_option("--format", sw_format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   ModelFlags sw_on;
+  RunFlags sw_run;
+  add_run_flags(sw, sw_run);
   add_model_options(sw, sw_on,
                     "sweep on this model (.kvm, .gguf or a safetensors folder) evicting for real: perplexity rows "
                     "over --text with their paired intervals (budgets default to 64,128,256)",
@@ -962,6 +1042,8 @@ int main(int argc, char** argv) {
       "logits", "Write a model's logits after each of the given tokens as an [n, vocab] float32 .npy (with the full "
                 "cache, or a policy evicting on every cache)");
   lg->add_option("--model", lg_model, kModelHelp)->required();
+  RunFlags lg_run;
+  add_run_flags(lg, lg_run);
   lg->add_option("--tokens", lg_tokens, "token ids, comma-separated, fed as given (no BOS added)")->required();
   lg->add_option("--out", lg_out, "the .npy file to write")->required();
   lg->add_option("--policy", lg_policy, "a policy on every cache (default: the full cache)");
@@ -1069,6 +1151,7 @@ int main(int argc, char** argv) {
       request.overrides = parse_sets(cmp_sets);
       request.skip_refused = cmp_skip_refused;
       print_skipped("compare", request);
+      const Progress progress("compare", cmp_run, cmp_on.model);
       const auto model = open_model(cmp_on.model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(cmp_on.text);
       ModelRunOptions options;
@@ -1077,7 +1160,7 @@ int main(int argc, char** argv) {
       options.prefill = cmp_prefill;
       options.prefill_window = cmp_window;
       options.kv = kv_of(cmp_on.kv);
-      options.progress = model_progress("compare");
+      options.progress = progress.fn("window runs (windows x runs)", model->config().context);
       const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
       cli::print_perplexity(std::cout, rows, cmp_format);
       if (cmp_format == "table") {
@@ -1096,6 +1179,7 @@ int main(int argc, char** argv) {
     }
 
     if (st->parsed()) {
+      const Progress progress("stream", st_run, st_model);
       const auto model = open_model(st_model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(st_text);
       if (st_sinks) {
@@ -1121,7 +1205,7 @@ int main(int argc, char** argv) {
       }
       ModelRunOptions options;
       options.kv = kv_of(st_kv);
-      options.progress = model_progress("stream", "runs");
+      options.progress = progress.fn("runs", st_tokens);
       if (!st_svg.empty()) check_output_file(st_svg, st_force);  // before the work, not after
       const std::vector<StreamRow> rows = stream_perplexity(*model, text, request, options);
       if (std::any_of(rows.begin(), rows.end(), [](const StreamRow& r) { return r.past_trained_context; })) {
@@ -1138,6 +1222,7 @@ int main(int argc, char** argv) {
     }
 
     if (ppl->parsed()) {
+      const Progress progress("perplexity", ppl_run, ppl_model);
       const auto model = open_model(ppl_model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(ppl_text);
       std::vector<RunSpec> specs;
@@ -1165,7 +1250,7 @@ int main(int argc, char** argv) {
       options.paged = paged_of(ppl_paged);
       options.prefill = ppl_prefill;
       options.prefill_window = ppl_window;
-      options.progress = model_progress("perplexity");
+      options.progress = progress.fn("window runs (windows x runs)", model->config().context);
       if (!ppl_memory.empty()) {
         MemoryRequest request;
         request.policies = parse_policy_list(ppl_policies);
@@ -1209,6 +1294,7 @@ int main(int argc, char** argv) {
       if (sb_block_size < 1 || sb_block_size > std::int64_t{1} << 20) {
         throw ParameterError(fmt::format("--block-size ({}) must be 1 ... 1048576", sb_block_size));
       }
+      const Progress progress("serve-bench", sb_run, sb_model);
       const auto model = open_model(sb_model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(sb_text);
       ServeBenchRequest request;
@@ -1221,12 +1307,13 @@ int main(int argc, char** argv) {
       request.block_size = static_cast<std::uint32_t>(sb_block_size);
       request.pool_blocks = sb_pool;
       request.overrides = parse_sets(sb_sets);
-      request.progress = model_progress("serve-bench", "ticks");
+      request.progress = progress.fn("ticks");
       cli::print_serve(std::cout, serve_bench(model, text, request), sb_format);
       return 0;
     }
 
     if (tasks_cmd->parsed()) {
+      const Progress progress("tasks", tasks_cmd_run, task_model);
       const auto model = open_model(task_model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(task_text);
       TaskRequest request;
@@ -1257,7 +1344,7 @@ int main(int argc, char** argv) {
       request.chunk = task_chunk;
       ModelRunOptions options;
       options.kv = kv_of(task_kv);
-      options.progress = model_progress("tasks", "answers");
+      options.progress = progress.fn("answers");
       const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
       if (task_format == "json") {
         std::cout << tasks_json(rows);
@@ -1270,6 +1357,7 @@ int main(int argc, char** argv) {
     }
 
     if (rec->parsed()) {
+      const Progress progress("record", rec_run, rec_model);
       const auto model = open_model(rec_model, model_context);
       const std::vector<std::uint8_t> text = read_model_text(rec_text);
       rec_files.attention = rec_out;
@@ -1330,6 +1418,7 @@ int main(int argc, char** argv) {
       request.overrides = parse_sets(cmp_sets);
       request.skip_refused = cmp_skip_refused;
       print_skipped("compare", request);
+      use_threads(cmp_run.threads);
       EvaluateOptions options = options_of(cmp_trace, cmp_steps, "compare");
       options.paged = paged_of(cmp_paged);
       options.signals = cmp_signals;
@@ -1369,15 +1458,17 @@ int main(int argc, char** argv) {
       if (request.param != "budget") extra.push_back(request.param);
       if (sw_on.given()) {
         check_model_source(sw, sw_signals);
+        const Progress progress("sweep", sw_run, sw_on.model);
         const auto model = open_model(sw_on.model, model_context);
         const std::vector<std::uint8_t> text = read_model_text(sw_on.text);
         ModelRunOptions options;
         options.max_windows = sw_on.windows;
         options.kv = kv_of(sw_on.kv);
-        options.progress = model_progress("sweep");
+        options.progress = progress.fn("window runs (windows x runs)", model->config().context);
         cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), sw_format, extra);
         return 0;
       }
+      use_threads(sw_run.threads);
       EvaluateOptions options = options_of(sw_trace, sw_steps, "sweep");
       options.signals = sw_signals;
       const std::vector<RunRow> rows = evaluate(specs, options);
@@ -1529,6 +1620,7 @@ int main(int argc, char** argv) {
 
     if (lg->parsed()) {
       check_output_file(lg_out, lg_force);  // before the work
+      const Progress progress("logits", lg_run, lg_model);
       const auto model = open_model(lg_model, model_context);
       std::vector<Token> tokens;
       for (const std::int64_t t : parse_integer_list(lg_tokens, "--tokens")) {
