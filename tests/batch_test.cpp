@@ -479,7 +479,7 @@ TEST(ServeBench, BadRequestsAreOneClearError) {
   request.runs = serve_runs({2}, {"h2o"}, 64, {"token"}, {true}, {0});
   request.shared_prefix = 300;
   expect_error<ParameterError>([&] { serve_bench(model, heldout(), request); },
-                               "serve-bench: --shared-prefix 300 is longer than the 256 bytes each sequence reads");
+                               "serve-bench: --shared-prefix 300 is longer than the 256 tokens each sequence reads");
   request.shared_prefix = 0;
   const std::vector<std::uint8_t> short_text(500, 'a');
   expect_error<InputError>([&] { serve_bench(model, short_text, request); },

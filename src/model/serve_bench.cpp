@@ -109,7 +109,7 @@ std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& req
   }
   if (run.chunk > sizes.tokens) {
     throw ParameterError(fmt::format("serve-bench: a chunk of {} positions is larger than the capacity of {} (the "
-                                     "bytes each sequence reads)",
+                                     "tokens each sequence reads)",
                                      run.chunk, sizes.tokens));
   }
   PagedOptions paged;
@@ -202,12 +202,12 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
   sizes.tokens = request.tokens == 0 ? cfg.context : request.tokens;
   sizes.prefix = request.shared_prefix;
   if (sizes.prefix > sizes.tokens) {
-    throw ParameterError(fmt::format("serve-bench: --shared-prefix {} is longer than the {} bytes each sequence reads",
+    throw ParameterError(fmt::format("serve-bench: --shared-prefix {} is longer than the {} tokens each sequence reads",
                                      sizes.prefix, sizes.tokens));
   }
   sizes.prompt = request.prompt == 0 ? sizes.tokens : request.prompt;
   if (sizes.prompt > sizes.tokens) {
-    throw ParameterError(fmt::format("serve-bench: --prompt {} is longer than the {} bytes each sequence reads",
+    throw ParameterError(fmt::format("serve-bench: --prompt {} is longer than the {} tokens each sequence reads",
                                      sizes.prompt, sizes.tokens));
   }
   if (request.window < 1) throw ParameterError("serve-bench: --window (0) must be at least 1");

@@ -473,7 +473,7 @@ ok  "serve table"      "| full cache | full | on |" -- serve-bench --model "$mod
 ok  "serve json"       '"blocksSavedBySharing": 24' -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 48 --tokens 64 --block-size 16 --format json
 ok  "serve chunk"      '"peakCachePositions": 64' -- serve-bench --model "$model" --text "$heldout" --sequences 1 --shared-prefix 0 --tokens 96 --policy h2o --budget 48 --chunk 16 --window 8 --format json
 alone "serve chunk big" "a chunk of 200 positions is larger than the capacity of 96" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --policy h2o --budget 48 --chunk 200
-alone "serve prefix"   "--shared-prefix 512 is longer than the 96 bytes each sequence reads" -- serve-bench --model "$model" --text "$heldout" --tokens 96
+alone "serve prefix"   "--shared-prefix 512 is longer than the 96 tokens each sequence reads" -- serve-bench --model "$model" --text "$heldout" --tokens 96
 alone "serve text"     "serve-bench: the text has 400 bytes; 4 sequences of 1024 bytes sharing 512 need 2560" -- serve-bench --model "$model" --text "$tmp/text.txt"
 alone "serve pool"     "serve-bench: a pool of 3 blocks cannot hold one sequence, which needs 8" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --pool-blocks 3
 alone "serve mode"     "serve-bench: mode 'pages' is not token or block" -- serve-bench --model "$model" --text "$heldout" --modes pages
