@@ -474,7 +474,7 @@ TEST(ServeBench, BadRequestsAreOneClearError) {
   request.tokens = 256;
   request.shared_prefix = 64;
   expect_error<ParameterError>([&] { serve_bench(model, heldout(), request); },
-                               "serve-bench: a chunk of 300 positions is larger than the capacity of 256 (the bytes "
+                               "serve-bench: a chunk of 300 positions is larger than the capacity of 256 (the tokens "
                                "each sequence reads)");
   request.runs = serve_runs({2}, {"h2o"}, 64, {"token"}, {true}, {0});
   request.shared_prefix = 300;
