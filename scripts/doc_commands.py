@@ -1,8 +1,9 @@
 """The commands README.md and docs/ show, found the same way by every script.
 
 Two kinds:
-  * a table's command: a line that names it in backticks and ends with a colon,
-    followed by one blank line and the markdown table it printed, e.g.
+  * a table's command (`build/kvevict ... --format markdown`, or `python3
+    scripts/NAME.py ...`): a line that names it in backticks and ends with a
+    colon, followed by one blank line and the markdown table it printed, e.g.
 
         Measured with `build/kvevict compare --format markdown`:
 
@@ -17,7 +18,23 @@ quick variant, in the table's line or as the command's trailing comment:
     (takes 6 min 40 s on 2 cores; `--samples 1 --depths 1` for a quick look)
     # takes 6 min 40 s on 2 cores; `--samples 1 --depths 1` for a quick look
 
-The quick variant's flags replace the command's own (or are added).
+The quick variant's flags replace the command's own (or are added). A long
+table carries, right under it, a table of its quick variant's own output, with
+that command in its line, folded in a <details> element (scripts/update-docs.py
+writes both; quick_block):
+
+    <details><summary>The quick variant that make test compares in its place</summary>
+
+    Its quick variant, compared cell by cell by `make test` (`make docs-verify`
+    compares the table above in full, outside CI), `build/kvevict tasks ...
+    --samples 1 --depths 1`:
+
+    | ...
+
+    </details>
+
+`make test` compares that small table cell by cell in the long one's place;
+`make docs-verify` (scripts/docs-check.py --full) compares both in full.
 """
 import dataclasses
 import pathlib
@@ -25,7 +42,9 @@ import re
 import shlex
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*)`.*:\s*$")
+# A table's command: the tool printing markdown, or a script in scripts/ that
+# prints the table (docs/models.md's KV bytes).
+TABLE_COMMAND = re.compile(r"`(build/kvevict [^`]*--format markdown[^`]*|python3 scripts/[\w.-]+\.py(?: [^`]*)?)`.*:\s*$")
 LONG_MARK = re.compile(r"takes ((?:about )?[0-9][^;)`]*?) on 2 cores(?:; `([^`]*)` for a quick look)?")
 # Command lines in code blocks: the tool, or Python with the built module.
 BLOCK_COMMAND = re.compile(r"^(\$ )?((\./)?build/kvevict\b|PYTHONPATH=\S+ python3 |python3 -m kvevict)")
@@ -45,9 +64,13 @@ class Command:
     expected: list            # the table's lines, or the session's printed lines
     took: str = ""            # the measured time a long command is marked with
     quick: str = ""           # its quick variant's flags
+    prose: str = ""           # the line that names a table's command
+    quick_table: "Command | None" = None  # a long table's committed quick-variant table
+    variant_of: str = ""      # a quick-variant table: where its long table is
 
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 def _mark(cmd: Command, text: str) -> None:
@@ -87,7 +110,7 @@ def commands(path: pathlib.Path) -> list:
                 j = i + 2
                 while j < len(lines) and lines[j].startswith("|"):
                     j += 1
-                cmd = Command(path, i + 1, m.group(1), "table", lines[i + 2:j])
+                cmd = Command(path, i + 1, m.group(1), "table", lines[i + 2:j], prose=line)
                 _mark(cmd, line)
                 found.append(cmd)
                 i = j
@@ -118,7 +141,40 @@ def commands(path: pathlib.Path) -> list:
         cmd = Command(path, start + 1, text, "session" if session else "block", expected)
         _mark(cmd, " ".join(comments))
         found.append(cmd)
+    _link_quick_tables(found)
     return found
+
+
+def quick_text(cmd: Command) -> str:
+    """A long command's quick variant, as its committed table's line names it."""
+    return with_flags(cmd.text, cmd.quick) if cmd.took else ""
+
+
+def is_quick_line(line: str) -> bool:
+    """The line of a long table's quick-variant table (quick_line writes it)."""
+    return QUICK_PHRASE in line
+
+
+def quick_line(command: str) -> str:
+    """The line above a long table's quick-variant table."""
+    return (f"{QUICK_PHRASE} (`make docs-verify` compares the table above in full, outside CI), "
+            f"`{command}`:")
+
+
+def quick_block(command: str, table: list) -> list:
+    """The lines right under a long table (from its blank line on): its quick
+    variant's line and table, folded away in a <details> element."""
+    return ["", QUICK_OPEN, "", quick_line(command), "", *table, "", QUICK_CLOSE]
+
+
+def _link_quick_tables(found: list) -> None:
+    """Each long table and the quick-variant table right after it: the next
+    command, a table in a quick line, running exactly its quick variant."""
+    for long, nxt in zip(found, found[1:]):
+        if (long.kind == "table" and long.took and nxt.kind == "table" and is_quick_line(nxt.prose)
+                and nxt.text == quick_text(long)):
+            long.quick_table = nxt
+            nxt.variant_of = long.where()
 
 
 def with_flags(command: str, flags: str) -> str:
@@ -140,8 +196,14 @@ def with_flags(command: str, flags: str) -> str:
     return shlex.join(words) + redirect + target
 
 
-# A command this slow or slower is marked with its time and a quick variant.
-LONG_SECONDS = 30
+# A table's command this slow or slower is marked with its time and a quick
+# variant (and gets its quick variant's table); a quicker one is compared in
+# full by every make test. scripts/docs-check.py fails an unmarked command
+# that runs longer.
+LONG_SECONDS = 150
+QUICK_PHRASE = "Its quick variant, compared cell by cell by `make test`"
+QUICK_OPEN = "<details><summary>The quick variant that make test compares in its place</summary>"
+QUICK_CLOSE = "</details>"
 
 
 def quick_variant(command: str) -> str:
@@ -171,6 +233,12 @@ def long_mark(seconds: float, command: str) -> str:
     """The words a long command is marked with (LONG_MARK reads them back)."""
     quick = quick_variant(command)
     return f"takes {format_seconds(seconds)} on 2 cores" + (f"; `{quick}` for a quick look" if quick else "")
+
+
+def parse_seconds(took: str) -> float:
+    """A time mark's seconds: `about 4 min 10 s`, `1 h 2 min`, `38 s`."""
+    units = {"h": 3600, "min": 60, "s": 1}
+    return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+) (h|min|s)\b", took)))
 
 
 def format_seconds(seconds: float) -> str:

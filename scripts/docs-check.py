@@ -3,25 +3,34 @@
 they print with what the page shows.
 
 Each page's commands run in order in a fresh folder of their own that holds
-links to the repository's build/, model/, vectors/ and docs/ (so a page that
-writes attention.npy and then reads it works, and nothing in the clone is
-written). `/tmp/` in a command means that folder's tmp/. A table's command must
-print the table the page shows, cell for cell (columns of times excluded); a
-`$ command` block must print the lines under it. A command marked with its time
-(see scripts/doc_commands.py) runs its quick variant instead, which must succeed
-and print a table whose first columns are the page's. A command that names a file the reader
+links to the repository's build/, model/, vectors/, docs/ and scripts/ (so a
+page that writes attention.npy and then reads it works, and nothing in the
+clone is written). `/tmp/` in a command means that folder's tmp/. A table's command must
+print the table the page shows, every cell of every row, except the columns
+that measure time or speed (TIME_HEADER); a `bench` table's cells are all
+measurements but its configuration columns (BENCH_CONFIG: what ran, budget,
+threads, runs, prompt, tokens), which are compared. A `$ command` block must
+print the lines under it. A table command marked with its time (see
+scripts/doc_commands.py) is not run: the committed table of its quick variant
+right under it is compared cell by cell in its place (a long table without one
+fails), and --full (`make docs-verify`, outside CI) runs and compares the long
+one in full too. A marked command in a code block runs its quick variant, which
+must succeed (in full with --full). A command that names a file the reader
 brings (a model they serve, their own trace) runs on a stand-in made here; one
 written with placeholders (`FILE`, `[--flag]`, `...`) is listed, not run.
 Without `make heldout`'s build/heldout-split.txt, commands read its first
-16 KiB, model/heldout-sample.txt, instead (the same bytes as far as they go).
+16 KiB, model/heldout-sample.txt, instead (the same bytes as far as they go);
+with --full, a long command that reads the split fails without it.
 
 Pages run side by side (--jobs, default one a core; a page's own commands in
 order), each command with OMP_NUM_THREADS set to its share of the cores so
 that no two pages' threads fight over one (what a command prints does not
 depend on its threads); each page's lines print when it is done, in order.
 
-Usage: scripts/docs-check.py [--build DIR] [--list] [--only TEXT] [--probe SECONDS] [--keep DIR] [--jobs N]
+Usage: scripts/docs-check.py [--build DIR] [--full] [--list] [--only TEXT] [--probe SECONDS] [--keep DIR] [--jobs N]
   --build DIR      the build the pages' build/ means (default: the clone's build/)
+  --full           run the long commands in full too and compare their tables
+                   cell by cell (hours: make docs-verify, not make test)
   --list           print the commands and what the check does with each; run nothing
   --only TEXT      check only the commands containing TEXT (repeatable)
   --probe SECONDS  run every command in full, long ones too, stopping each at
@@ -43,16 +52,18 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from doc_commands import ROOT, commands, documents, format_seconds, with_flags  # noqa: E402
+from doc_commands import (LONG_SECONDS, ROOT, commands, documents, format_seconds,  # noqa: E402
+                          parse_seconds, quick_text, with_flags)
 
 # A command running longer than this without a time mark fails: mark it. Its
 # time is the lesser of its wall-clock and its CPU seconds: alongside other
 # suites (ctest -j) a one-thread command's wall clock stretches with the
 # machine's load, its CPU time does not; a command using several threads has
 # the wall clock. Past HANG_FACTOR times the limit it is stopped either way.
-UNMARKED_LIMIT_S = 150
+UNMARKED_LIMIT_S = LONG_SECONDS
 HANG_FACTOR = 4
-LINKS = {"build": ROOT / "build", "model": ROOT / "model", "vectors": ROOT / "vectors", "docs": ROOT / "docs"}
+LINKS = {"build": ROOT / "build", "model": ROOT / "model", "vectors": ROOT / "vectors", "docs": ROOT / "docs",
+         "scripts": ROOT / "scripts"}
 # Each command's OpenMP threads: the cores over the pages checked at once.
 THREADS_EACH = os.cpu_count() or 1
 # Files a page names that the reader brings; made here so the command runs.
@@ -69,6 +80,9 @@ STAND_INS = {
 }
 PLACEHOLDER = re.compile(r"\[--|\.\.\.|\bpath/to/|\b(ID|FILE|HOST|N|S|M|T)\b|SCHEDULER|/shared/|\$SCHED")
 TIME_HEADER = re.compile(r"time|second|\bms\b|µs|\bns\b|/s\b|per s|wall|took|speed|bandwidth|GB/s|ratio", re.I)
+# A `bench` table's columns that say what ran: compared; every other column of
+# it is a measurement (a time, a share of one, a floor read from memory).
+BENCH_CONFIG = {"mode", "policy", "model", "budget", "threads", "runs", "prompt", "tokens"}
 # Words in printed lines that measure time: compared as "<time>".
 TIME_WORD = re.compile(r"\b\d+(\.\d+)?\s*(ms|µs|us|ns|s|min)\b")
 
@@ -78,9 +92,9 @@ def cells(row: str) -> list:
 
 
 def compare_table(expected: list, printed: list, measured: bool = False) -> str:
-    """'' when the printed table equals the page's, times aside; else why not.
-    `measured`: a benchmark's table, every column after the first two (what
-    ran, at which budget) a timing or a share of one."""
+    """'' when the printed table equals the page's cell for cell, the columns
+    of times aside; else why not. `measured`: a benchmark's table, only its
+    configuration columns (BENCH_CONFIG) compared."""
     got = [line for line in printed if line.startswith("|")]
     if not got:
         return "printed no markdown table"
@@ -89,7 +103,8 @@ def compare_table(expected: list, printed: list, measured: bool = False) -> str:
         return f"columns differ: page {head}, printed {cells(got[0])}"
     if len(got) != len(expected):
         return f"page shows {len(expected) - 2} rows, command printed {len(got) - 2}"
-    timed = {k for k, name in enumerate(head) if TIME_HEADER.search(name) or (measured and k >= 2)}
+    timed = {k for k, name in enumerate(head)
+             if ((name not in BENCH_CONFIG) if measured else TIME_HEADER.search(name))}
     for n, (want, have) in enumerate(zip(expected[2:], got[2:]), 1):
         w, h = cells(want), cells(have)
         for k, (a, b) in enumerate(zip(w, h)):
@@ -185,27 +200,41 @@ def estimate(err: str, seconds: float) -> str:
     return f"about {format_seconds(seconds * total / done)} (at {done}/{total} after {seconds:.0f} s)" if done else ""
 
 
-def check(cmd, folder: pathlib.Path, probe: float) -> tuple:
-    """Returns (status, seconds, detail): status is ok, FAIL or quick."""
+def check(cmd, folder: pathlib.Path, probe: float, full: bool = False) -> tuple:
+    """Returns (status, seconds, detail): status is ok, FAIL, quick or long.
+
+    A long table (marked with its time) is not run unless `full`: its
+    committed quick-variant table, checked as a table of its own, stands in
+    for it; without one it fails."""
+    if cmd.kind == "table" and cmd.took and not (probe or full):
+        if cmd.quick_table is None:
+            return "FAIL", 0.0, (f"a long table without the table of its quick variant under it "
+                                 f"(`{quick_text(cmd)}`): scripts/update-docs.py --only '{cmd.text}' writes it")
+        return "long", 0.0, f"compared by its quick variant's table, line {cmd.quick_table.line}"
     text = cmd.text.replace("/tmp/", str(folder / "tmp") + "/")
     if not (LINKS["build"] / "heldout-split.txt").exists():  # make heldout's, from a Debian package
+        if full and cmd.took and "build/heldout-split.txt" in text:
+            return "FAIL", 0.0, "reads the whole held-out split, build/heldout-split.txt: make heldout first"
         text = text.replace("build/heldout-split.txt", "model/heldout-sample.txt")
     for name, make in STAND_INS.items():
         if name in text and not (folder / name.rstrip("/")).exists():
             rc, out, err, _, _ = shell(make, folder, 300)
             if rc != 0:
                 return "FAIL", 0.0, f"making the stand-in {name}: {err.strip() or out.strip()}"
-    quick = bool(cmd.took) and not probe
+    quick = bool(cmd.took) and not probe and not full
     if quick:
         text = with_flags(text, cmd.quick)
-    limit = probe or (1800 if quick else UNMARKED_LIMIT_S * HANG_FACTOR)
+    if full and cmd.took:  # past its marked time HANG_FACTOR times over, it hangs
+        limit = probe or max(parse_seconds(cmd.took) * HANG_FACTOR, UNMARKED_LIMIT_S * HANG_FACTOR)
+    else:
+        limit = probe or (1800 if quick else UNMARKED_LIMIT_S * HANG_FACTOR)
     rc, out, err, seconds, cpu = shell(text, folder, limit, terminal=bool(probe))
     if rc is None:
         if probe:
             return "probe", seconds, f"still running after {probe:.0f} s; {estimate(err, seconds) or 'no progress shown'}"
         return "FAIL", seconds, (f"still running after {limit} s: mark it with its time and a quick variant"
                                  if not quick else f"the quick variant ran past {limit} s")
-    if not quick and not probe and min(seconds, cpu) > UNMARKED_LIMIT_S:
+    if not cmd.took and not probe and min(seconds, cpu) > UNMARKED_LIMIT_S:
         return "FAIL", seconds, (f"took {seconds:.0f} s ({cpu:.0f} s of CPU), over {UNMARKED_LIMIT_S} s: "
                                  "mark it with its time and a quick variant")
     refusal = any("kvevict: error:" in line for line in cmd.expected)
@@ -216,13 +245,7 @@ def check(cmd, folder: pathlib.Path, probe: float) -> tuple:
         return "probe", seconds, ""
     why = ""
     if cmd.kind == "table":
-        if quick:
-            got = [line for line in out.split("\n") if line.startswith("|")]
-            # Fewer depths or windows drop columns (per depth, the interval): the rows' keys stay.
-            if not got or cells(got[0])[:2] != cells(cmd.expected[0])[:2]:
-                why = "the quick variant printed no table that starts with the page's columns"
-        else:
-            why = compare_table(cmd.expected, out.split("\n"), measured=cmd.text.split()[1] == "bench")
+        why = compare_table(cmd.expected, out.split("\n"), measured=cmd.text.split()[1] == "bench")
     elif cmd.kind == "session":
         why = compare_lines(cmd.expected, (out + err).split("\n"))
     return ("FAIL" if why else ("quick" if quick else "ok")), seconds, why
@@ -234,6 +257,7 @@ def main() -> int:
     probe = float(args[args.index("--probe") + 1]) if "--probe" in args else 0.0
     keep = pathlib.Path(args[args.index("--keep") + 1]).resolve() if "--keep" in args else None
     listing = "--list" in args
+    full = "--full" in args
     if "--build" in args:
         LINKS["build"] = pathlib.Path(args[args.index("--build") + 1]).resolve()
     if not (LINKS["build"] / "kvevict").is_file():
@@ -244,7 +268,7 @@ def main() -> int:
     global THREADS_EACH
     THREADS_EACH = max(1, (os.cpu_count() or 1) // jobs)
     work = keep or pathlib.Path(tempfile.mkdtemp(prefix="kvevict-docs-"))
-    counts = {"ok": 0, "quick": 0, "placeholder": 0, "FAIL": 0, "probe": 0}
+    counts = {"ok": 0, "quick": 0, "long": 0, "placeholder": 0, "FAIL": 0, "probe": 0}
     failures = []
 
     def page(doc) -> list:
@@ -261,11 +285,18 @@ def main() -> int:
                 continue
             if listing:
                 what = f"long ({cmd.took}; quick: {cmd.quick or 'none'})" if cmd.took else cmd.kind
+                if cmd.kind == "table" and cmd.took:
+                    what += (f"; its quick table: line {cmd.quick_table.line}" if cmd.quick_table
+                             else "; NO quick table")
+                elif cmd.variant_of:
+                    what = f"quick table of {cmd.variant_of}"
                 done.append((None, f"{what:12} {cmd.where()}  {cmd.text}", "", cmd.where()))
                 continue
             prepare(folder)
-            status, seconds, why = check(cmd, folder, probe)
+            status, seconds, why = check(cmd, folder, probe, full)
             took = f" (marked {cmd.took})" if cmd.took and not probe else ""
+            if status == "long":  # not run: where its stand-in is, on the same line
+                took, why = f"{took}: {why}", ""
             done.append((status, f"{status:5} {format_seconds(seconds):>10}  {cmd.where()}  {cmd.text}{took}",
                          why, cmd.where()))
             if jobs == 1:  # one page at a time: each line as it comes
@@ -291,7 +322,8 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
     if listing:
         return 0
-    print(f"docs commands: {counts['ok']} ran and matched their pages, {counts['quick']} long ones ran their "
+    print(f"docs commands: {counts['ok']} ran and matched their pages, {counts['long']} long tables compared by "
+          f"their quick variants' tables (in full: make docs-verify), {counts['quick']} long commands ran their "
           f"quick variants, {counts['placeholder']} placeholders not run, {counts['FAIL']} failed"
           + (f", {counts['probe']} probed" if probe else ""))
     for f in failures:

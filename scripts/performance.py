@@ -398,7 +398,10 @@ step no slower than reading its inputs. The
 timed by Google Benchmark in the same process as the library.
 
 These machines are shared: read a cell whose range straddles its target as
-"about there", not as a verdict.
+"about there", not as a verdict. Every table on this page is written by that
+one run of `make performance` (`scripts/performance.py`), under the commands
+it ran; being this machine's timings, none is rerun by the docs check but the
+committed model's `bench` table (its configuration columns are compared).
 
 ## Targets
 {note}

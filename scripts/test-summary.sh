@@ -209,6 +209,34 @@ fuzz_tally() {
   fi
 }
 
+# time_seconds SECONDS: "12 min 5 s", "3 min", "38 s" (whole seconds, rounded).
+time_seconds() {
+  local s
+  s=$(printf '%.0f' "$1")
+  if [[ $s -lt 60 ]]; then echo "$s s"
+  elif [[ $((s % 60)) -eq 0 ]]; then echo "$((s / 60)) min"
+  else echo "$((s / 60)) min $((s % 60)) s"; fi
+}
+
+# slowest_tests N LABEL=CTEST_OUTPUT...: the N tests that took longest, by
+# ctest's own time of each ("1/7 Test #1: name ....   Passed   12.34 sec"),
+# slowest first, one a line: "  12 min 5 s  LABEL/name".
+slowest_tests() {
+  local n=$1 arg label
+  shift
+  for arg in "$@"; do
+    label=${arg%%=*}
+    [[ -f ${arg#*=} ]] || continue
+    awk -v label="$label" '
+      /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / && / sec$/ {
+        name = $0; sub(/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /, "", name); sub(/ .*/, "", name)
+        print $(NF - 1) "\t" label "/" name
+      }' "${arg#*=}"
+  done | sort -t$'\t' -k1,1 -rn | head -"$n" | while IFS=$'\t' read -r secs name; do
+    printf '  %12s  %s\n' "$(time_seconds "$secs")" "$name"
+  done
+}
+
 # sum_print: the notes, the failed tests' own lines, the problems, then the
 # summary line last. Returns 1 when anything failed.
 sum_print() {

@@ -23,6 +23,12 @@ Environment:
   KVEVICT_BUILD_DIR   build here instead of ./build (setuptools' files and the
                       CMake build in KVEVICT_BUILD_DIR/cmake); a second build
                       with the same folder is incremental
+  KVEVICT_REUSE_BUILD a CMake build of this repository that is already
+                      configured with the Python binding (the release preset's
+                      build/): only its kvevict_python target is built there
+                      (nothing, when it is up to date), with its own
+                      configuration, and that module packed; no configure, no
+                      second compile of the libraries (the pip test in make test)
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs (default: the CPU count)
   CMAKE_ARGS          extra CMake arguments, space-separated
 """
@@ -33,6 +39,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -60,10 +67,34 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
+def reused_build() -> Path:
+    """KVEVICT_REUSE_BUILD, checked: a configured build of this repository's
+    sources with the Python binding on."""
+    build_dir = Path(os.environ["KVEVICT_REUSE_BUILD"]).resolve()
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.is_file():
+        sys.exit(f"kvevict: KVEVICT_REUSE_BUILD={build_dir}: not a configured CMake build (no CMakeCache.txt)")
+    values = dict(re.findall(r"^(\w+):\w+=(.*)$", cache.read_text(), re.M))
+    home = values.get("CMAKE_HOME_DIRECTORY", "")
+    if not home or Path(home).resolve() != ROOT:
+        sys.exit(f"kvevict: KVEVICT_REUSE_BUILD={build_dir} builds {home or 'an unknown source'}, not {ROOT}")
+    if values.get("KVEVICT_BUILD_BINDINGS", "").upper() not in ("ON", "1", "TRUE", "YES"):
+        sys.exit(f"kvevict: KVEVICT_REUSE_BUILD={build_dir} is configured without the bindings "
+                 "(KVEVICT_BUILD_BINDINGS=OFF)")
+    return build_dir
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         if shutil.which("cmake") is None:
             sys.exit("kvevict: cmake is not installed (Debian 12: apt-get install cmake ninja-build)")
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(self.parallel or os.cpu_count() or 1)
+        if os.environ.get("KVEVICT_REUSE_BUILD"):
+            build_dir = reused_build()
+            subprocess.run(["cmake", "--build", str(build_dir), "--target", "kvevict_python",
+                            "--parallel", jobs], check=True)
+            self.copy_module(ext, build_dir)
+            return
         build_dir = Path(self.build_temp).resolve() / "cmake"
         if os.environ.get("KVEVICT_BUILD_DIR"):
             build_dir = Path(os.environ["KVEVICT_BUILD_DIR"]).resolve() / "cmake"
@@ -81,19 +112,26 @@ class CMakeBuild(build_ext):
         if not (build_dir / "CMakeCache.txt").exists() and shutil.which("ninja"):
             configure += ["-G", "Ninja"]
         configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
-        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(self.parallel or os.cpu_count() or 1)
         subprocess.run(configure, check=True)
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "kvevict_python",
                         "--parallel", jobs], check=True)
+        self.copy_module(ext, build_dir)
 
+    def copy_module(self, ext: Extension, build_dir: Path) -> None:
+        """The module CMake left in <build_dir>/python/kvevict/, for this interpreter."""
+        suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
         built = sorted((build_dir / "python" / "kvevict").glob("_kvevict*.so"))
         if not built:
             sys.exit(f"kvevict: CMake built no module in {build_dir}/python/kvevict: the Python binding was "
                      "skipped (see the 'kvevict: Python binding skipped' line above: pybind11-dev or "
                      "python3-dev missing?)")
+        mine = [b for b in built if b.name == "_kvevict" + suffix]
+        if not mine:
+            sys.exit(f"kvevict: the module in {build_dir}/python/kvevict ({', '.join(b.name for b in built)}) "
+                     f"is not for this interpreter ({sys.executable}, _kvevict{suffix})")
         dest = Path(self.get_ext_fullpath(ext.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(built[0], dest)
+        shutil.copyfile(mine[0], dest)
 
 
 options = {}

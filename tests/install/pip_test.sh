@@ -3,8 +3,7 @@
 # runs them, offline with Debian's tools: a fresh
 # `python3 -m venv --system-site-packages` in a scratch folder (numpy,
 # setuptools and wheel come from Debian), `pip install --no-build-isolation
-# --no-index` (which compiles the C++ libraries once through setup.py's CMake build),
-# then, from a folder where the source tree is not importable and with
+# --no-index` (setup.py's CMake build of the module), then, from a folder where the source tree is not importable and with
 # `python -I` (no PYTHONPATH), a few calls whose results are pinned: the
 # registry, the canonical scissorhands@512 row and trace hash (they change if
 # the module was built with other flags), a Policy's step/evict, the stub and
@@ -12,9 +11,25 @@
 # same build folder) must produce a wheel holding the module, stub and marker.
 # Exit 77 (skip) when venv or pip is missing: scripts/test-all.sh counts that as
 # a failure of this required suite.
-# Usage: pip_test.sh SOURCE_DIR
+#
+# What is reused: given BUILD_DIR (ctest passes the Release build/), setup.py
+# compiles nothing of its own (KVEVICT_REUSE_BUILD): it builds BUILD_DIR's
+# kvevict_python target (up to date after the build make test just ran) and
+# packs that module -- the one the python suite tested, compiled with the
+# project's flags, which the pinned results check. Everything else is pip's
+# own path: setup.py and pyproject.toml's metadata, the package's files, the
+# venv install, the import from outside the tree, the wheel. Without
+# BUILD_DIR setup.py configures and compiles the libraries itself (519 s in a
+# make test run, sharing the cores), as a user's pip install does.
+# Usage: pip_test.sh SOURCE_DIR [BUILD_DIR]
 set -euo pipefail
 src=$(cd "$1" && pwd -P)
+if [[ -n ${2:-} ]]; then
+  export KVEVICT_REUSE_BUILD
+  KVEVICT_REUSE_BUILD=$(cd "$2" && pwd -P)
+else
+  unset KVEVICT_REUSE_BUILD
+fi
 python=${KVEVICT_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -28,15 +43,15 @@ venv_python=$tmp/venv/bin/python
 "$venv_python" -m pip --version >/dev/null 2>&1 ||
   { echo "SKIP: the venv has no pip (Debian 12: apt-get install python3-venv python3-pip)"; exit 77; }
 
-# setup.py builds here, not in bindings/python/build: the source tree is left
-# as it was (checked at the end).
+# setup.py builds here (with BUILD_DIR, only setuptools' own files), not in
+# bindings/python/build: the source tree is left as it was (checked at the end).
 export KVEVICT_BUILD_DIR=$tmp/build
 in_tree_outputs() { (cd "$src/bindings/python" && ls -d build ./*.egg-info 2>/dev/null || true); }
 before=$(in_tree_outputs)
 pip=("$venv_python" -m pip --disable-pip-version-check --no-input)
 start=$SECONDS
 "${pip[@]}" install --no-build-isolation --no-index "$src/bindings/python"
-echo "pip install: $((SECONDS - start)) s"
+echo "pip install: $((SECONDS - start)) s${KVEVICT_REUSE_BUILD:+ (the module of $KVEVICT_REUSE_BUILD)}"
 
 mkdir "$tmp/elsewhere"
 cd "$tmp/elsewhere"

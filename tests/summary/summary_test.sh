@@ -3,7 +3,8 @@
 # canned ctest / node / fuzz output: skips are reported as skips, not passes;
 # an allowed skip passes the run; a required suite that was skipped or absent,
 # a node suite that did not run and a fuzzer that did not run each fail it,
-# with the reason above the summary line.
+# with the reason above the summary line. Also the ten-slowest-tests list
+# printed above it.
 # Usage: summary_test.sh SOURCE_DIR
 set -u
 src=$1
@@ -195,6 +196,17 @@ tally "pytest cases failing" "tests: 7 passed, 3 failed, 3 skipped" 1 -- \
 tally "sum" "tests: 21 passed, 1 failed, 2 skipped" 1 "kvevict: FAILED: fuzz: not run (FUZZ_SECONDS=0)" -- \
   'ctest_tally release "$tmp/ctest-ok.log" "$tmp/LastTest.log" cli python; node_tally "$tmp/node-ok.log" 0;
    fuzz_tally "$tmp/fuzz-ok.log" 0 5; sum_problem "fuzz: not run (FUZZ_SECONDS=0)"'
+
+# The closing time report: the slowest tests of both runs by ctest's own times,
+# slowest first, skipped and failed ones included; a run that left no output
+# is passed over.
+printf '1/3 Test #1: docs_commands ....................   Passed  612.40 sec\n2/3 Test #2: cli ..............................***Failed   75.50 sec\n' >"$tmp/ctest-sanitize.log"
+out=$(source "$src/scripts/test-summary.sh"
+      slowest_tests 3 release="$tmp/ctest.log" sanitize="$tmp/ctest-sanitize.log" fuzz="$tmp/missing.log")
+want=$(printf '  %12s  %s\n' "10 min 12 s" sanitize/docs_commands "1 min 16 s" sanitize/cli "9 s" release/python)
+if [[ $out == "$want" ]]; then pass; else fail "slowest tests: got '$out', want '$want'"; fi
+out=$(source "$src/scripts/test-summary.sh"; time_seconds 59.6; time_seconds 3600; time_seconds 0.01)
+if [[ $out == $'1 min\n60 min\n0 s' ]]; then pass; else fail "time_seconds: got '$out'"; fi
 
 echo "summary: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -13,7 +13,13 @@
 // nothing to do here: the project's CMake builds the addon.
 //
 // Environment: CMAKE_BUILD_PARALLEL_LEVEL (compile jobs; default: the CPU
-// count), KVEVICT_KEEP_BUILD=1 keeps the CMake build folder (build-native/).
+// count), KVEVICT_KEEP_BUILD=1 keeps the CMake build folder (build-native/),
+// KVEVICT_REUSE_BUILD=DIR: a build of the repository already configured with
+// the Node addon (the release preset's build/; tests/install/npm_pack_test.sh
+// in make test): native/ is still configured (every source its CMakeLists.txt
+// names must be in the tarball), but the addon is DIR's kvevict_node target,
+// built there (nothing, when it is up to date) instead of compiling the
+// library a second time.
 
 const fs = require('node:fs');
 const os = require('node:os');
@@ -51,9 +57,19 @@ const configure = ['-S', here, '-B', build, '-DCMAKE_BUILD_TYPE=Release',
 if (!fs.existsSync(path.join(build, 'CMakeCache.txt')) && has('ninja')) configure.push('-G', 'Ninja');
 run('cmake', configure);
 const jobs = process.env.CMAKE_BUILD_PARALLEL_LEVEL || String(os.availableParallelism ? os.availableParallelism() : os.cpus().length);
-run('cmake', ['--build', build, '--target', 'kvevict_node', '--parallel', jobs]);
+const reuse = process.env.KVEVICT_REUSE_BUILD;
+let built = path.join(build, 'kvevict.node');
+if (reuse) {
+  if (!fs.existsSync(path.join(reuse, 'CMakeCache.txt'))) {
+    console.error(`kvevict-node: error: KVEVICT_REUSE_BUILD=${reuse}: not a configured CMake build (no CMakeCache.txt)`);
+    process.exit(1);
+  }
+  run('cmake', ['--build', reuse, '--target', 'kvevict_node', '--parallel', jobs]);
+  built = path.join(reuse, 'bindings', 'node', 'kvevict.node');
+} else {
+  run('cmake', ['--build', build, '--target', 'kvevict_node', '--parallel', jobs]);
+}
 
-const built = path.join(build, 'kvevict.node');
 if (!fs.existsSync(built)) {
   console.error(`kvevict-node: error: CMake built no ${built}: the addon was skipped (see the "kvevict: Node.js binding skipped" line above)`);
   process.exit(1);
@@ -62,4 +78,4 @@ const dest = path.join(here, 'build', 'Release', 'kvevict.node');
 fs.mkdirSync(path.dirname(dest), { recursive: true });
 fs.copyFileSync(built, dest);
 if (!process.env.KVEVICT_KEEP_BUILD) fs.rmSync(build, { recursive: true, force: true });
-console.log(`kvevict-node: built ${dest}`);
+console.log(reuse ? `kvevict-node: ${dest} copied from ${built} (KVEVICT_REUSE_BUILD)` : `kvevict-node: built ${dest}`);
