@@ -7,8 +7,9 @@
 #   install-deps.sh --run        what building and running the tool needs (make run)
 #   install-deps.sh              that, and everything the tests need (make test):
 #                                the test libraries, clang, Python, Chromium,
-#                                Node; then the Node binding's npm packages
-#                                from its lock file
+#                                Node; then the npm packages from their lock
+#                                files: the Node binding's, the model tests'
+#                                references and llama.cpp (deps/llama-cpp)
 #   install-deps.sh --training   the full set and PyTorch (make model)
 #   install-deps.sh --corpus     what --run needs and the model's corpus,
 #                                linux-doc-6.1 (make heldout, make docs)
@@ -39,15 +40,16 @@ if [[ $mode != --run && $mode != --corpus ]]; then
     python3-dask python3-distributed
     chromium
     # the model tests' references (tests/model/): PyTorch for the forward pass
-    # that checks kvevict's logits, SentencePiece for its tokenizer
-    python3-torch sentencepiece python3-sentencepiece
+    # that checks kvevict's logits, SentencePiece for its tokenizer, regex for
+    # model/bpe.py (kvevict-small's encoder: model_small_tokenizer, model_small_reference)
+    python3-torch sentencepiece python3-sentencepiece python3-regex
   )
 fi
 
 # Training the real model (make model; never in CI): PyTorch from Debian, the
 # threaded OpenBLAS it runs several times faster with, and the corpus.
 if [[ $mode == --training ]]; then
-  packages+=(python3-torch libopenblas0-pthread linux-doc-6.1)
+  packages+=(python3-torch python3-regex libopenblas0-pthread linux-doc-6.1)
 fi
 # The corpus alone, for the docs' tables measured on the whole held-out split.
 [[ $mode == --corpus ]] && packages+=(linux-doc-6.1)
@@ -129,4 +131,15 @@ fi
 # gguf_readback fail without them when CI=true, and skip saying so otherwise.
 if ! bash "$(dirname "$0")/../tests/npm/install-deps.sh"; then
   echo "kvevict: warning: the model tests' npm packages are not installed; tokenizer_gpt2 and gguf_readback will skip" >&2
+fi
+
+# llama.cpp for the llama_cpp_agreement test: node-llama-cpp's prebuilt CPU
+# build and source bundle from npm (npm ci --omit=optional from
+# deps/llama-cpp's lock file, nothing compiled or downloaded from elsewhere;
+# 29 MB of libraries, 83 MB in all). Before the first configure, because
+# CMake (cmake/LlamaCpp.cmake) looks for it then. Not fatal here: without it
+# the configure prints a "kvevict: llama.cpp ... skipped" line and make test
+# fails, llama_cpp_agreement being a required suite.
+if ! bash "$(dirname "$0")/../deps/llama-cpp/install-deps.sh"; then
+  echo "kvevict: warning: llama.cpp (deps/llama-cpp's npm packages) is not installed; llama_cpp_agreement will be missing and make test will fail" >&2
 fi
