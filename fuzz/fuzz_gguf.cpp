@@ -7,7 +7,7 @@
 #include <span>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/gguf.h"
+#include "kvevict/model/format/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::unique_ptr<kvevict::GgufFile> file;

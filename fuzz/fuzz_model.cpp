@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
 #include "kvevict/core/registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvevict/model/gguf.h"
-#include "kvevict/model/vocab.h"
+#include "kvevict/model/format/gguf.h"
+#include "kvevict/model/vocab/vocab.h"
 
 namespace {
 

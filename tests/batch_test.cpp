@@ -20,12 +20,12 @@
 #include "kvevict/core/prefill.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/paged.h"
-#include "kvevict/model/batch.h"
-#include "kvevict/model/compress.h"
-#include "kvevict/model/decoder_policies.h"
-#include "kvevict/model/kv_store.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/serve_bench.h"
+#include "kvevict/model/serving/batch.h"
+#include "kvevict/model/eviction/compress.h"
+#include "kvevict/model/eviction/decoder_policies.h"
+#include "kvevict/model/kv/kv_store.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/serving/serve_bench.h"
 #include "support.h"
 
 namespace kvevict {

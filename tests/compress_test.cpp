@@ -8,8 +8,8 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/model/compress.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/eviction/compress.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "support.h"
 
 namespace kvevict {

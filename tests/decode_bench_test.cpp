@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kvevict/model/decode_bench.h"
+#include "kvevict/model/serving/decode_bench.h"
 
 namespace kvevict {
 namespace {

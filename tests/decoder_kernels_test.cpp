@@ -15,12 +15,13 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
-#include "kvevict/model/decoder_policies.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/model_writer.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/stream.h"
-#include "kvevict/model/tasks.h"
+#include "kvevict/model/eviction/decoder_policies.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/arch/model_writer.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/evaluation/stream.h"
+#include "kvevict/model/evaluation/tasks.h"
 #include "support.h"
 
 namespace kvevict {

@@ -18,7 +18,7 @@
 
 #include "alloc_counter.h"
 #include "kvevict/core/errors.h"
-#include "kvevict/model/gguf.h"
+#include "kvevict/model/format/gguf.h"
 #include "support.h"
 
 namespace kvevict {

@@ -16,10 +16,11 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/model/kv_precision.h"
-#include "kvevict/model/kv_store.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/kv/kv_precision.h"
+#include "kvevict/model/kv/kv_store.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "support.h"
 
 namespace kvevict {

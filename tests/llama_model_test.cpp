@@ -20,12 +20,13 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/gguf.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/model_writer.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/safetensors.h"
-#include "kvevict/model/vocab.h"
+#include "kvevict/model/format/gguf.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/arch/model_writer.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/format/safetensors.h"
+#include "kvevict/model/vocab/vocab.h"
 #include "support.h"
 
 namespace kvevict {

@@ -1,4 +1,4 @@
-// The weight kernels (kvevict/model/matmul.h) against the block formats'
+// The weight kernels (kvevict/model/kernels/matmul.h) against the block formats'
 // dequantizer and a float64 dot product, on whatever SIMD target runs (the
 // simd_<target> tests run this suite at each one the CPU has).
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kvevict/core/simd.h"
-#include "kvevict/model/matmul.h"
-#include "kvevict/model/weight_types.h"
+#include "kvevict/model/kernels/matmul.h"
+#include "kvevict/model/kernels/weight_types.h"
 
 namespace kvevict {
 namespace {

@@ -16,9 +16,10 @@
 #include <zlib.h>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
 #include "kvevict/eval/npy.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/registry.h"
 #include "support.h"

@@ -20,8 +20,9 @@
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/paged.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "support.h"
 
 namespace kvevict {

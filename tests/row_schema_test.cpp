@@ -14,8 +14,8 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
-#include "kvevict/model/perplexity_rows.h"
-#include "kvevict/model/serve_bench.h"
+#include "kvevict/model/evaluation/perplexity_rows.h"
+#include "kvevict/model/serving/serve_bench.h"
 
 namespace kvevict {
 namespace {
@@ -126,7 +126,7 @@ TEST(RowSchema, SchemaJsonDescribesEveryField) {
   EXPECT_EQ(schema.at("compare").at(1).at("fields"), schema.at("run"));
 }
 
-// ---- the perplexity row (kvevict/model/perplexity_rows.h) ----
+// ---- the perplexity row (kvevict/model/evaluation/perplexity_rows.h) ----
 
 PerplexityRow perplexity_row(bool full) {
   PerplexityRow r;
@@ -289,7 +289,7 @@ TEST(PerplexityRowSchema, ExportedBesideTheRunRow) {
     EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
   }
   EXPECT_EQ(schema.at("run"), Json::parse(schema_json()).at("run"));
-  // The serve-bench row (kvevict/model/serve_bench.h): every field named and described.
+  // The serve-bench row (kvevict/model/serving/serve_bench.h): every field named and described.
   ASSERT_EQ(schema.at("serve").size(), serve_row_schema().size());
   i = 0;
   for (const FieldInfo& f : serve_row_schema()) {

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/safetensors.h"
-#include "kvevict/model/weight_types.h"
+#include "kvevict/model/format/safetensors.h"
+#include "kvevict/model/kernels/weight_types.h"
 #include "support.h"
 
 namespace kvevict {

@@ -13,9 +13,10 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/eval/signal_files.h"
-#include "kvevict/model/decoder_policies.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/eviction/decoder_policies.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "support.h"
 
 namespace kvevict {

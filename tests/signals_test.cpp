@@ -11,7 +11,8 @@
 #include "kvevict/core/attention.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
 #include "support.h"
 
 namespace kvevict {

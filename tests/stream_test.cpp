@@ -21,11 +21,12 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
-#include "kvevict/model/decoder_policies.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/model_writer.h"
-#include "kvevict/model/rope.h"
-#include "kvevict/model/stream.h"
+#include "kvevict/model/eviction/decoder_policies.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/arch/model_writer.h"
+#include "kvevict/model/decoder/rope.h"
+#include "kvevict/model/evaluation/stream.h"
 #include "support.h"
 
 namespace kvevict {

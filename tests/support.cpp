@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <system_error>
 
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/evaluation/perplexity.h"
 
 namespace kvevict::testing {
 

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kvevict/eval/evaluate.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/model.h"
 #include "kvevict/core/policy.h"
 #include "kvevict/eval/trace.h"
 

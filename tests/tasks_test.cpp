@@ -15,9 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/tasks.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/evaluation/tasks.h"
 #include "parallel_jobs.h"
 #include "support.h"
 

@@ -13,11 +13,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../src/model/pretokenize.h"
-#include "../src/model/vocab_internal.h"
+#include "../src/model/vocab/pretokenize.h"
+#include "../src/model/vocab/vocab_internal.h"
 #include "kvevict/core/errors.h"
-#include "kvevict/model/gguf.h"
-#include "kvevict/model/vocab.h"
+#include "kvevict/model/format/gguf.h"
+#include "kvevict/model/vocab/vocab.h"
 #include "support.h"
 
 namespace kvevict {

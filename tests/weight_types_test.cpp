@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "kvevict/core/errors.h"
-#include "kvevict/model/weight_types.h"
+#include "kvevict/model/kernels/weight_types.h"
 
 namespace kvevict {
 namespace {

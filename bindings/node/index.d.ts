@@ -874,7 +874,7 @@ export interface BenchModelOptions {
   /** And a row stepping every run together as one batch (default false). */
   together?: boolean;
 }
-/** A row of `kvevict bench --model --format json` (kvevict/model/decode_bench.h). */
+/** A row of `kvevict bench --model --format json` (kvevict/model/serving/decode_bench.h). */
 export interface DecodeBenchRow {
   mode: 'decode' | 'prefill' | 'together';
   /** "full cache" first; "all runs" for together. */

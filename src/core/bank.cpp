@@ -248,6 +248,16 @@ std::uint64_t PolicyBank::vote_key(std::size_t k, std::size_t slot) const noexce
   return (std::uint64_t{votes_[at]} << 32) | positions_[at];
 }
 
+namespace {
+
+[[noreturn]] void refuse_weights(std::int64_t instance) {
+  throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
+                                  "weights must be finite and at least 0",
+                                  kTitle, instance));
+}
+
+}  // namespace
+
 void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, Position* victim_positions,
                       std::uint32_t* victim_slots) {
   if (attn == nullptr || victim_positions == nullptr || victim_slots == nullptr) {
@@ -272,19 +282,9 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
   const auto rw = static_cast<std::size_t>(params_.recent_window);
   std::uint32_t protect_from = kFree;  // recentWindow 0: nothing protected
   if (rw > 0) protect_from = admitted_ + 1 <= rw ? 0 : (rw == 1 ? p : recent_[(admitted_ + 1) % rw]);
-  auto commit = [&] {
-    if (rw > 0) recent_[admitted_ % rw] = p;
-    ++admitted_;
-    newest_ = pos;
-  };
-  auto refuse = [&](std::int64_t instance) {
-    throw ContractError(fmt::format("{}: instance {} has a NaN, infinite or negative weight in a held slot; "
-                                    "weights must be finite and at least 0",
-                                    kTitle, instance));
-  };
 
   if (mode_ == Mode::kRecency) {
-    commit();
+    commit(pos);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t k = 0; k < n; ++k) {
       const auto kk = static_cast<std::size_t>(k);
@@ -296,88 +296,112 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
     step_tova(pos, attn, stride, threads, victim_positions, victim_slots);
     return;
   }
-
   if (votes_mode_ && group == 1) {
-    // Scissorhands without aggregation: one pass per instance reads the
-    // attention once -- votes, validity and the victim together -- and a
-    // refused step is taken back exactly (votes are integers).
-    pending_best_.resize(instances_);
-    pending_slot_.resize(instances_);
-    pending_bad_.resize(instances_);
-    int any_bad = 0;
+    step_votes(pos, attn, stride, threads, protect_from, victim_positions, victim_slots);
+  } else if (group == 1) {
+    step_scores(pos, attn, stride, threads, protect_from, victim_positions, victim_slots);
+  } else {
+    step_grouped(pos, attn, stride, threads, protect_from, victim_positions, victim_slots);
+  }
+}
+
+void PolicyBank::commit(std::int64_t pos) noexcept {
+  const auto rw = static_cast<std::size_t>(params_.recent_window);
+  if (rw > 0) recent_[admitted_ % rw] = static_cast<std::uint32_t>(pos);
+  ++admitted_;
+  newest_ = pos;
+}
+
+void PolicyBank::step_votes(std::int64_t pos, const float* attn, std::size_t stride, int threads,
+                            std::uint32_t protect_from, Position* victim_positions, std::uint32_t* victim_slots) {
+  const auto n = static_cast<std::int64_t>(instances_);
+  const auto p = static_cast<std::uint32_t>(pos);
+  // Scissorhands without aggregation: one pass per instance reads the
+  // attention once -- votes, validity and the victim together -- and a
+  // refused step is taken back exactly (votes are integers).
+  pending_best_.resize(instances_);
+  pending_slot_.resize(instances_);
+  pending_bad_.resize(instances_);
+  int any_bad = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
+    std::size_t slot = capacity_;
+    bool valid = true;
+    pending_best_[kk] = detail::bank_vote_and_find(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_,
+                                      attn + kk * stride, capacity_, threshold, protect_from, slot, valid);
+    pending_slot_[kk] = static_cast<std::uint32_t>(slot);
+    pending_bad_[kk] = valid ? 0 : 1;
+    any_bad = std::max(any_bad, valid ? 0 : 1);
+  }
+  if (any_bad != 0) {
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t k = 0; k < n; ++k) {
       const auto kk = static_cast<std::size_t>(k);
       const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
-      std::size_t slot = capacity_;
-      bool valid = true;
-      pending_best_[kk] = detail::bank_vote_and_find(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_,
-                                        attn + kk * stride, capacity_, threshold, protect_from, slot, valid);
-      pending_slot_[kk] = static_cast<std::uint32_t>(slot);
-      pending_bad_[kk] = valid ? 0 : 1;
-      any_bad = std::max(any_bad, valid ? 0 : 1);
+      detail::bank_unvote(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
+             threshold);
     }
-    if (any_bad != 0) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (std::int64_t k = 0; k < n; ++k) {
-        const auto kk = static_cast<std::size_t>(k);
-        const float threshold = detail::vote_threshold(1.0 / static_cast<double>(kept_[kk]));
-        detail::bank_unvote(votes_.data() + kk * capacity_, positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
-               threshold);
-      }
-      refuse(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
-    }
-    commit();
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const auto kk = static_cast<std::size_t>(k);
-      std::uint32_t* V = votes_.data() + kk * capacity_;
-      if (params_.normalize != 0) {
-        pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, V, protect_from));
-        pending_best_[kk] = vote_key(kk, pending_slot_[kk]);
-      }
-      finish_instance(kk, p, protect_from, pending_best_[kk], pending_slot_[kk], V, victim_positions[kk],
-                      victim_slots[kk]);
-    }
-    return;
+    refuse_weights(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
   }
+  commit(pos);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    std::uint32_t* V = votes_.data() + kk * capacity_;
+    if (params_.normalize != 0) {
+      pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, V, protect_from));
+      pending_best_[kk] = vote_key(kk, pending_slot_[kk]);
+    }
+    finish_instance(kk, p, protect_from, pending_best_[kk], pending_slot_[kk], V, victim_positions[kk],
+                    victim_slots[kk]);
+  }
+}
 
-  if (group == 1) {
-    // H2O without aggregation: one pass per instance reads the attention
-    // once -- validity, the new scores and the victim together -- adding into
-    // the spare buffer, so a refused step leaves the current scores as they
-    // were (a float64 sum cannot be taken back exactly).
-    pending_slot_.resize(instances_);
-    pending_bad_.resize(instances_);
-    double* current = score_buffer_[current_scores_];
-    double* spare = score_buffer_[1 - current_scores_];
-    int any_bad = 0;
+void PolicyBank::step_scores(std::int64_t pos, const float* attn, std::size_t stride, int threads,
+                             std::uint32_t protect_from, Position* victim_positions, std::uint32_t* victim_slots) {
+  const auto n = static_cast<std::int64_t>(instances_);
+  const auto p = static_cast<std::uint32_t>(pos);
+  // H2O without aggregation: one pass per instance reads the attention
+  // once -- validity, the new scores and the victim together -- adding into
+  // the spare buffer, so a refused step leaves the current scores as they
+  // were (a float64 sum cannot be taken back exactly).
+  pending_slot_.resize(instances_);
+  pending_bad_.resize(instances_);
+  double* current = score_buffer_[current_scores_];
+  double* spare = score_buffer_[1 - current_scores_];
+  int any_bad = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : any_bad)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const auto kk = static_cast<std::size_t>(k);
-      bool valid = true;
-      pending_slot_[kk] = static_cast<std::uint32_t>(
-          detail::bank_add_and_find_checked(spare + kk * capacity_, current + kk * capacity_,
-                                            positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
-                                            protect_from, valid));
-      pending_bad_[kk] = valid ? 0 : 1;
-      any_bad = std::max(any_bad, valid ? 0 : 1);
-    }
-    if (any_bad != 0) refuse(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
-    commit();
-    current_scores_ = 1 - current_scores_;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t k = 0; k < n; ++k) {
-      const auto kk = static_cast<std::size_t>(k);
-      if (params_.normalize != 0) {
-        pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, spare + kk * capacity_, protect_from));
-      }
-      finish_instance(kk, p, protect_from, kNoKey, pending_slot_[kk], spare + kk * capacity_, victim_positions[kk],
-                      victim_slots[kk]);
-    }
-    return;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    bool valid = true;
+    pending_slot_[kk] = static_cast<std::uint32_t>(
+        detail::bank_add_and_find_checked(spare + kk * capacity_, current + kk * capacity_,
+                                          positions_.data() + kk * capacity_, attn + kk * stride, capacity_,
+                                          protect_from, valid));
+    pending_bad_[kk] = valid ? 0 : 1;
+    any_bad = std::max(any_bad, valid ? 0 : 1);
   }
+  if (any_bad != 0) refuse_weights(std::find(pending_bad_.begin(), pending_bad_.end(), 1) - pending_bad_.begin());
+  commit(pos);
+  current_scores_ = 1 - current_scores_;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    if (params_.normalize != 0) {
+      pending_slot_[kk] = static_cast<std::uint32_t>(lowest_rate(kk, spare + kk * capacity_, protect_from));
+    }
+    finish_instance(kk, p, protect_from, kNoKey, pending_slot_[kk], spare + kk * capacity_, victim_positions[kk],
+                    victim_slots[kk]);
+  }
+}
 
+void PolicyBank::step_grouped(std::int64_t pos, const float* attn, std::size_t stride, int threads,
+                              std::uint32_t protect_from, Position* victim_positions, std::uint32_t* victim_slots) {
+  const auto group = static_cast<std::size_t>(params_.group_size);
+  const auto n = static_cast<std::int64_t>(instances_);
+  const auto p = static_cast<std::uint32_t>(pos);
   // Otherwise (grouped queries) refuse bad weights before any instance changes.
   std::int64_t bad_instance = -1;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : bad_instance)
@@ -389,8 +413,8 @@ void PolicyBank::step(std::int64_t pos, const float* attn, std::size_t stride, P
       }
     }
   }
-  if (bad_instance >= 0) refuse(bad_instance);
-  commit();
+  if (bad_instance >= 0) refuse_weights(bad_instance);
+  commit(pos);
 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t k = 0; k < n; ++k) {

@@ -1,5 +1,6 @@
 #include "kvevict/core/params.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -71,6 +72,45 @@ void set_param(ParamMap& params, std::string_view key, std::int64_t value) {
     }
   }
   params.emplace_back(std::string(key), value);
+}
+
+namespace {
+
+char lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Optimal string alignment distance (Levenshtein with adjacent swaps, each
+// one edit), ignoring case: "lsit" is one edit from "list", "H2O" none from "h2o".
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1, 0));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && lower(a[i - 1]) == lower(b[j - 2]) && lower(a[i - 2]) == lower(b[j - 1])) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[n][m];
+}
+}  // namespace
+
+std::string nearest_name(std::string_view given, std::span<const std::string> candidates) {
+  // A typo, not another word: at most two edits, and fewer than half the
+  // longer name's letters ("lru" is three from "h2o": no suggestion).
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const std::string& c : candidates) {
+    const std::size_t dist = edit_distance(given, c);
+    if (dist < best_distance && 2 * dist < std::max(given.size(), c.size())) {
+      best = c;
+      best_distance = dist;
+    }
+  }
+  return best;
 }
 
 }  // namespace kvevict

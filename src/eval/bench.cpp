@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -262,23 +263,193 @@ BankBenchRow bench_bank(const std::string& policy, std::int64_t instances, std::
   return row;
 }
 
+namespace {
+
+// "name" or "name:key=value[:key=value...]": the policy and its parameters
+// under the budget.
+std::pair<std::string, ParamMap> bench_item(const std::string& item) {
+  const std::vector<std::string> parts = split_list_by(item, ':');
+  ParamMap params;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const auto [key, value] = parse_assignment(parts[i]);
+    set_param(params, key, value);
+  }
+  return {parts.front(), params};
+}
+
+// The rounds of one case: policy steps and floor rows timed alternately.
+struct Rounds {
+  std::vector<double> step_ns, floor_ns, ratios;
+};
+
+// Policy and floor are timed in alternating rounds of equal length, in this
+// thread's CPU time; each round's ratio is its steps over its own floor.
+// Steps (and floor rows) go `batch` between reads of the clock: a thread CPU
+// clock read is a system call (about a microsecond on a virtual machine).
+// (Templates, not std::function: an indirect call a step would be timed too.)
+template <class Step, class FloorRow>
+Rounds alternate_rounds(Step&& step, FloorRow&& floor_row, double round_s, int batch) {
+  Rounds r;
+  volatile float sink = 0.0F;
+  constexpr int kRounds = 7;
+  constexpr int kFloorRows = 512;
+  for (int round = 0; round < kRounds; ++round) {
+    std::size_t count = 0;
+    double start = thread_cpu_seconds();
+    double elapsed = 0.0;
+    do {
+      for (int k = 0; k < batch; ++k) step();
+      count += static_cast<std::size_t>(batch);
+      elapsed = thread_cpu_seconds() - start;
+    } while (elapsed < round_s);
+    r.step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
+    count = 0;
+    start = thread_cpu_seconds();
+    do {
+      float total = 0.0F;
+      for (int k = 0; k < kFloorRows; ++k) total += floor_row();
+      sink = sink + total;
+      count += kFloorRows;
+      elapsed = thread_cpu_seconds() - start;
+    } while (elapsed < round_s);
+    r.floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
+    r.ratios.push_back(r.step_ns.back() / r.floor_ns.back());
+  }
+  return r;
+}
+
+// One policy at one budget: its step in the steady state (budget held before
+// each step) beside the floor of reading what the step reads.
+BenchRow bench_policy(const std::string& item, std::int64_t budget, const BenchOptions& options) {
+  const auto [name, item_params] = bench_item(item);
+  ParamMap params = item_params;
+  set_param(params, "budget", budget);
+  auto policy = make_policy(name, params);
+  // A key-aware policy is given a key per step (its default headDim), and
+  // its floor reads that key and the policy's whole held state once: what
+  // its step and eviction must at least touch. The others read a row of
+  // attention, and their floor is that row.
+  const bool keyed = (find_policy(name).signals & kSignalKey) != 0;
+  std::size_t head_dim = 0;
+  std::size_t groups = 1;
+  for (const auto& [key, value] : find_policy(name).effective(item_params)) {
+    if (keyed && key == "headDim") head_dim = static_cast<std::size_t>(value);
+    if (keyed && key == "groups") groups = static_cast<std::size_t>(value);
+  }
+  // Expected Attention also reads the value (headDim floats) and the
+  // queries (groups x headDim): the same pool's rows serve as both (the
+  // key's row as the value, it and the rows after it as the queries).
+  const Signals reads = policy->signals();
+  std::size_t vectors = 0;
+  const std::vector<float> pool = keyed ? key_pool(head_dim, vectors) : attention_pool(budget, vectors);
+  const std::size_t row_floats = keyed ? head_dim : static_cast<std::size_t>(budget);
+  // The floor's read per step, row by row from the pool, plus (keyed) a
+  // buffer as large as the held state.
+  const std::vector<float> state(keyed ? policy->memory_bytes() / sizeof(float) : 0, 1.0F);
+  const std::size_t len = row_floats;
+  // The inputs of a keyed step from the pool row `row` (the queries' rows
+  // wrap to the pool's start rather than run past its end).
+  auto keyed_inputs = [&](std::size_t row) {
+    const float* at = pool.data() + row * head_dim;
+    const float* queries = row + groups <= vectors ? at : pool.data();
+    StepInputs in{.attention = std::nullopt, .key = {at, head_dim}};
+    if ((reads & kSignalValue) != 0) in.value = {at, head_dim};
+    if ((reads & kSignalQueries) != 0) in.queries = {queries, groups * head_dim};
+    return in;
+  };
+  std::int64_t pos = 0;
+  if (keyed) policy->on_origin(keyed_inputs(0));
+  // Fill to the steady state: budget held before each step.
+  while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
+    if (keyed) {
+      policy->on_step(++pos, keyed_inputs(1));
+    } else {
+      policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
+    }
+  }
+  // The next row of the pool, wrapping with a compare: a division per
+  // step would cost as much as the cheapest policies' whole step.
+  std::size_t next_row = 0;
+  auto step = [&](std::size_t /*k*/) {
+    const std::size_t this_row = next_row;
+    const float* row = pool.data() + this_row * len;
+    next_row = next_row + 1 == vectors ? 0 : next_row + 1;
+    if (keyed) {
+      policy->on_step(++pos, keyed_inputs(this_row));
+    } else {
+      policy->on_decode_step(++pos, std::span<const float>(row, policy->kept_count()));
+    }
+    if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
+  };
+  // Warm-up: up to 2000 steps, but no longer than one case's timing (an
+  // Expected Attention step at budget 4096 takes tens of ms).
+  const std::size_t warm_steps = std::min<std::size_t>(vectors, 2000);
+  std::size_t warmed = 0;
+  const auto warm_start = Clock::now();
+  do {
+    step(warmed++);
+  } while (warmed < warm_steps && (warmed < 2 || seconds_since(warm_start) < options.seconds_per_case));
+  const double warm_step_s = seconds_since(warm_start) / static_cast<double>(warmed);
+  // The floor: one plain sum over each row, from the same pool in the same
+  // order -- what reading the step's attention from memory costs, row
+  // start-up included. The row reports the median round with the spread of
+  // all of them. Slow steps go fewer to a clock read, so that a round stays
+  // near its share of the case's time (one step at least).
+  std::size_t read = 0;
+  const auto floor_row = [&]() {
+    float total = sum_floats(pool.data() + read * len, len);
+    if (keyed) total += sum_floats(state.data(), state.size());
+    read = read + 1 == vectors ? 0 : read + 1;
+    return total;
+  };
+  std::size_t done = 0;
+  const double round_s = options.seconds_per_case / 7;
+  const int batch = static_cast<int>(std::clamp(round_s / 8 / std::max(warm_step_s, 1e-12), 1.0, 8192.0));
+  const Rounds r = alternate_rounds([&]() { step(done++); }, floor_row, round_s, batch);
+  const std::size_t mid = median_index(r.ratios);
+  BenchRow row;
+  row.policy = item;
+  row.budget = budget;
+  row.ns_per_step = r.step_ns[mid];
+  row.attention_bytes = static_cast<double>((len + state.size()) * sizeof(float));
+  row.gb_per_s = row.attention_bytes / row.ns_per_step;
+  row.floor_ns = r.floor_ns[mid];
+  row.ratio_to_floor = r.ratios[mid];
+  row.step_ns = spread_of(r.step_ns);
+  row.ratio = spread_of(r.ratios);
+  return row;
+}
+
+// The canonical compare in one pass beside run by run.
+void bench_compare(BenchReport& report, const BenchOptions& options) {
+  if (options.progress) options.progress("canonical compare, one pass");
+  auto start = Clock::now();
+  const double cpu_start = process_seconds();
+  (void)compare(CompareRequest{}, EvaluateOptions{});
+  report.compare_shared_seconds = seconds_since(start);
+  report.compare_shared_cpu_seconds = process_seconds() - cpu_start;
+  report.compare_threads = omp_get_max_threads();
+  if (options.progress) options.progress("canonical compare, run by run");
+  start = Clock::now();
+  for (const PolicyInfo* info : policies()) {
+    if ((info->signals & ~kSignalAttention) != 0) continue;  // the canonical compare's policies
+    for (const std::int64_t b : kCanonicalBudgets) {
+      auto policy = info->make({{"budget", b}});
+      DecodeTrace trace;
+      (void)run(*policy, trace, b);
+    }
+  }
+  report.compare_separate_seconds = seconds_since(start);
+}
+
+}  // namespace
+
 BenchReport run_bench(const BenchOptions& options) {
   std::vector<std::string> names = options.policies;
   if (names.empty()) names = policy_names(kSignalAttention);
-  // "name" or "name:key=value[:key=value...]": the parameters under the
-  // budget. Every item is built at every budget before any timing, so a bad
-  // one fails first.
-  auto item_of = [](const std::string& item) {
-    const std::vector<std::string> parts = split_list_by(item, ':');
-    ParamMap params;
-    for (std::size_t i = 1; i < parts.size(); ++i) {
-      const auto [key, value] = parse_assignment(parts[i]);
-      set_param(params, key, value);
-    }
-    return std::pair<std::string, ParamMap>(parts.front(), params);
-  };
+  // Every item is built at every budget before any timing, so a bad one fails first.
   for (const std::string& item : names) {
-    const auto [name, params] = item_of(item);
+    const auto [name, params] = bench_item(item);
     for (const std::int64_t budget : options.budgets) {
       ParamMap with_budget = params;
       set_param(with_budget, "budget", budget);
@@ -289,137 +460,10 @@ BenchReport run_bench(const BenchOptions& options) {
   report.simd_target = simd::active_target();
   if (options.progress) options.progress("read bandwidth");
   report.read_bandwidth_gb_s = measure_read_bandwidth();
-
   for (const std::string& item : names) {
-    const auto [name, item_params] = item_of(item);
     for (const std::int64_t budget : options.budgets) {
       if (options.progress) options.progress(item + " @ " + std::to_string(budget));
-      ParamMap params = item_params;
-      set_param(params, "budget", budget);
-      auto policy = make_policy(name, params);
-      // A key-aware policy is given a key per step (its default headDim), and
-      // its floor reads that key and the policy's whole held state once: what
-      // its step and eviction must at least touch. The others read a row of
-      // attention, and their floor is that row.
-      const bool keyed = (find_policy(name).signals & kSignalKey) != 0;
-      std::size_t head_dim = 0;
-      std::size_t groups = 1;
-      for (const auto& [key, value] : find_policy(name).effective(item_params)) {
-        if (keyed && key == "headDim") head_dim = static_cast<std::size_t>(value);
-        if (keyed && key == "groups") groups = static_cast<std::size_t>(value);
-      }
-      // Expected Attention also reads the value (headDim floats) and the
-      // queries (groups x headDim): the same pool's rows serve as both (the
-      // key's row as the value, it and the rows after it as the queries).
-      const Signals reads = policy->signals();
-      std::size_t vectors = 0;
-      const std::vector<float> pool = keyed ? key_pool(head_dim, vectors) : attention_pool(budget, vectors);
-      const std::size_t row_floats = keyed ? head_dim : static_cast<std::size_t>(budget);
-      // The floor's read per step, row by row from the pool, plus (keyed) a
-      // buffer as large as the held state.
-      const std::vector<float> state(keyed ? policy->memory_bytes() / sizeof(float) : 0, 1.0F);
-      const std::size_t len = row_floats;
-      // The inputs of a keyed step from the pool row `row` (the queries' rows
-      // wrap to the pool's start rather than run past its end).
-      auto keyed_inputs = [&](std::size_t row) {
-        const float* at = pool.data() + row * head_dim;
-        const float* queries = row + groups <= vectors ? at : pool.data();
-        StepInputs in{.attention = std::nullopt, .key = {at, head_dim}};
-        if ((reads & kSignalValue) != 0) in.value = {at, head_dim};
-        if ((reads & kSignalQueries) != 0) in.queries = {queries, groups * head_dim};
-        return in;
-      };
-      std::int64_t pos = 0;
-      if (keyed) policy->on_origin(keyed_inputs(0));
-      // Fill to the steady state: budget held before each step.
-      while (static_cast<std::int64_t>(policy->kept_count()) < budget) {
-        if (keyed) {
-          policy->on_step(++pos, keyed_inputs(1));
-        } else {
-          policy->on_decode_step(++pos, std::span<const float>(pool.data(), policy->kept_count()));
-        }
-      }
-      // The next row of the pool, wrapping with a compare: a division per
-      // step would cost as much as the cheapest policies' whole step.
-      std::size_t next_row = 0;
-      auto step = [&](std::size_t /*k*/) {
-        const std::size_t this_row = next_row;
-        const float* row = pool.data() + this_row * len;
-        next_row = next_row + 1 == vectors ? 0 : next_row + 1;
-        if (keyed) {
-          policy->on_step(++pos, keyed_inputs(this_row));
-        } else {
-          policy->on_decode_step(++pos, std::span<const float>(row, policy->kept_count()));
-        }
-        if (static_cast<std::int64_t>(policy->kept_count()) > budget) policy->evict(budget);
-      };
-      // Warm-up: up to 2000 steps, but no longer than one case's timing (an
-      // Expected Attention step at budget 4096 takes tens of ms).
-      const std::size_t warm_steps = std::min<std::size_t>(vectors, 2000);
-      std::size_t warmed = 0;
-      const auto warm_start = Clock::now();
-      do {
-        step(warmed++);
-      } while (warmed < warm_steps && (warmed < 2 || seconds_since(warm_start) < options.seconds_per_case));
-      const double warm_step_s = seconds_since(warm_start) / static_cast<double>(warmed);
-      // The floor: one plain sum over each row, from the same pool in the same
-      // order -- what reading the step's attention from memory costs, row
-      // start-up included. Policy and floor are timed in alternating rounds of
-      // equal length, in this thread's CPU time; each round's ratio is its
-      // steps over its own floor, and the row reports the median round with
-      // the spread of all of them.
-      std::size_t done = 0;
-      std::size_t read = 0;
-      volatile float sink = 0.0F;
-      std::vector<double> step_ns;
-      std::vector<double> floor_ns;
-      std::vector<double> ratios;
-      constexpr int kRounds = 7;
-      const double round_s = options.seconds_per_case / kRounds;
-      // Steps (and floor rows) between reads of the clock: a thread CPU clock
-      // read is a system call (about a microsecond on a virtual machine), so
-      // cheap steps go thousands to a read; slow ones fewer, so that a round
-      // stays near its share of the case's time (one step at least).
-      const int batch = static_cast<int>(std::clamp(round_s / 8 / std::max(warm_step_s, 1e-12), 1.0, 8192.0));
-      constexpr int kFloorRows = 512;
-      for (int round = 0; round < kRounds; ++round) {
-        std::size_t count = 0;
-        double start = thread_cpu_seconds();
-        double elapsed = 0.0;
-        do {
-          for (int k = 0; k < batch; ++k) step(done++);
-          count += static_cast<std::size_t>(batch);
-          elapsed = thread_cpu_seconds() - start;
-        } while (elapsed < round_s);
-        step_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
-        count = 0;
-        start = thread_cpu_seconds();
-        do {
-          float total = 0.0F;
-          for (int k = 0; k < kFloorRows; ++k) {
-            total += sum_floats(pool.data() + read * len, len);
-            if (keyed) total += sum_floats(state.data(), state.size());
-            read = read + 1 == vectors ? 0 : read + 1;
-          }
-          sink = sink + total;
-          count += kFloorRows;
-          elapsed = thread_cpu_seconds() - start;
-        } while (elapsed < round_s);
-        floor_ns.push_back(elapsed * 1e9 / static_cast<double>(count));
-        ratios.push_back(step_ns.back() / floor_ns.back());
-      }
-      const std::size_t mid = median_index(ratios);
-      BenchRow row;
-      row.policy = item;
-      row.budget = budget;
-      row.ns_per_step = step_ns[mid];
-      row.attention_bytes = static_cast<double>((len + state.size()) * sizeof(float));
-      row.gb_per_s = row.attention_bytes / row.ns_per_step;
-      row.floor_ns = floor_ns[mid];
-      row.ratio_to_floor = ratios[mid];
-      row.step_ns = spread_of(step_ns);
-      row.ratio = spread_of(ratios);
-      report.rows.push_back(row);
+      report.rows.push_back(bench_policy(item, budget, options));
     }
   }
 
@@ -438,27 +482,7 @@ BenchReport run_bench(const BenchOptions& options) {
                                        std::max(1.0, 4 * options.seconds_per_case)));
     }
   }
-
-  if (options.include_compare) {
-    if (options.progress) options.progress("canonical compare, one pass");
-    auto start = Clock::now();
-    const double cpu_start = process_seconds();
-    (void)compare(CompareRequest{}, EvaluateOptions{});
-    report.compare_shared_seconds = seconds_since(start);
-    report.compare_shared_cpu_seconds = process_seconds() - cpu_start;
-    report.compare_threads = omp_get_max_threads();
-    if (options.progress) options.progress("canonical compare, run by run");
-    start = Clock::now();
-    for (const PolicyInfo* info : policies()) {
-      if ((info->signals & ~kSignalAttention) != 0) continue;  // the canonical compare's policies
-      for (const std::int64_t b : kCanonicalBudgets) {
-        auto policy = info->make({{"budget", b}});
-        DecodeTrace trace;
-        (void)run(*policy, trace, b);
-      }
-    }
-    report.compare_separate_seconds = seconds_since(start);
-  }
+  if (options.include_compare) bench_compare(report, options);
   return report;
 }
 

@@ -102,91 +102,137 @@ void apply_victims(RunState& run, std::span<const Position> victims, std::uint32
 
 }  // namespace
 
-std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
-                                std::optional<std::int64_t> max_steps, const ProgressFn& progress,
-                                std::vector<double>* seconds, const StepObserver& observe,
-                                StepSignals* signals) {
-  const std::uint32_t steps = max_steps ? checked_steps(trace, *max_steps) : trace.steps();
-  const std::uint32_t length = trace.length();
-  std::vector<RunState> states;
-  states.reserve(runs.size());
-  std::int64_t max_budget = 1;
-  for (const RunSlot& slot : runs) max_budget = std::max(max_budget, slot.budget);
-  for (const RunSlot& slot : runs) {
-    if (slot.policy == nullptr) throw ContractError("harness: a run has no policy");
-    if (slot.budget < 1) {
-      throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", slot.policy->name(),
-                                       slot.budget));
+namespace {
+
+// Up to kChunkSteps rows of the trace and their top sets, made once and
+// stepped through by every core's share of the runs (run_many's parallel path).
+constexpr std::uint32_t kChunkSteps = 256;
+struct Chunk {
+  std::uint32_t first = 0;  // its first step
+  std::uint32_t count = 0;
+  std::vector<float> rows;
+  std::vector<std::size_t> row_at = std::vector<std::size_t>(kChunkSteps + 1);
+  std::vector<std::uint32_t> tops = std::vector<std::uint32_t>(kChunkSteps * kTopK);
+  std::vector<std::uint32_t> top_count = std::vector<std::uint32_t>(kChunkSteps);
+};
+
+// A share's first error, at its step and run.
+struct Failure {
+  std::uint32_t step = 0;
+  std::size_t run = 0;
+  std::exception_ptr error;
+};
+
+// The error the serial loop would have thrown: the lowest step, then the lowest run.
+const Failure* first_failure(const std::vector<Failure>& failures) {
+  const Failure* worst = nullptr;
+  for (const Failure& f : failures) {
+    if (f.error && (worst == nullptr || f.step < worst->step || (f.step == worst->step && f.run < worst->run))) {
+      worst = &f;
     }
-    RunState s{slot.policy, slot.budget, {}, {}, {}, {}, 0.0};
-    const std::size_t most_held =
-        std::min<std::size_t>(static_cast<std::size_t>(slot.budget), length) + 1;
-    s.kept.reserve(most_held);
-    s.kept.push_back(0);
-    s.is_kept.assign(length, 0);
-    s.is_kept[0] = 1;
-    // Room for the longest run's held set: the retained sums run in groups,
-    // each run's weights padded with zeros to its group's longest (below).
-    s.attn.resize(std::min<std::size_t>(length, static_cast<std::size_t>(max_budget)) + 1);
-    s.totals.budget = slot.budget;
-    states.push_back(std::move(s));
+  }
+  return worst;
+}
+
+// The runs of run_many over one trace: each run's held set and totals, and
+// the steps that drive them, serially or spread over the cores.
+class ManyRuns {
+ public:
+  ManyRuns(std::span<const RunSlot> runs, Trace& trace, std::uint32_t steps, const ProgressFn& progress,
+           const StepObserver& observe, StepSignals* signals)
+      : trace_(trace), steps_(steps), length_(trace.length()), progress_(progress), observe_(observe),
+        signals_(signals) {
+    states_.reserve(runs.size());
+    std::int64_t max_budget = 1;
+    for (const RunSlot& slot : runs) max_budget = std::max(max_budget, slot.budget);
+    for (const RunSlot& slot : runs) {
+      if (slot.policy == nullptr) throw ContractError("harness: a run has no policy");
+      if (slot.budget < 1) {
+        throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", slot.policy->name(), slot.budget));
+      }
+      RunState s{slot.policy, slot.budget, {}, {}, {}, {}, 0.0};
+      const std::size_t most_held = std::min<std::size_t>(static_cast<std::size_t>(slot.budget), length_) + 1;
+      s.kept.reserve(most_held);
+      s.kept.push_back(0);
+      s.is_kept.assign(length_, 0);
+      s.is_kept[0] = 1;
+      // Room for the longest run's held set: the retained sums run in groups,
+      // each run's weights padded with zeros to its group's longest (below).
+      s.attn.resize(std::min<std::size_t>(length_, static_cast<std::size_t>(max_budget)) + 1);
+      s.totals.budget = slot.budget;
+      states_.push_back(std::move(s));
+    }
+    retained_of_.resize(states_.size());
+    scratch_.reserve(length_);
+    top_.reserve(kTopK);
+    all_runs_.resize(states_.size());
+    for (std::size_t r = 0; r < all_runs_.size(); ++r) all_runs_[r] = r;
   }
 
-  if (signals != nullptr) {
-    const StepInputs origin = signals->at(0);
-    for (RunState& run : states) run.policy->on_origin(origin);
+  void run() {
+    if (signals_ != nullptr) {
+      const StepInputs origin = signals_->at(0);
+      for (RunState& run : states_) run.policy->on_origin(origin);
+    }
+    trace_.rewind();
+    // Several runs, nothing watching each step in order (an observer sees the
+    // runs in order, step by step) and no signals read step by step: the runs
+    // are spread over the cores.
+    const bool parallel =
+        states_.size() > 1 && !observe_ && signals_ == nullptr && omp_get_max_threads() > 1 && !omp_in_parallel();
+    if (parallel) {
+      run_parallel();
+    } else {
+      run_serial();
+    }
   }
-  trace.rewind();
-  std::vector<float> scratch;
-  std::vector<std::uint32_t> top;
-  std::vector<double> retained_of(states.size());
-  scratch.reserve(length);
-  top.reserve(kTopK);
 
+  const std::vector<RunState>& states() const noexcept { return states_; }
+
+ private:
   // The held weights of the step `w` for up to kSumGroup runs (`members`),
   // then their retained masses: each a float64 sum in ascending order, but
   // the group's sums advance together (independent chains, so the adds do
   // not wait on each other; a run shorter than the group's longest adds
   // zeros, which change no sum).
-  const auto gather_and_sum = [&](std::span<const std::size_t> members, std::span<const float> w) {
+  void gather_and_sum(std::span<const std::size_t> members, std::span<const float> w) {
     std::size_t longest = 0;
     for (const std::size_t r : members) {
-      RunState& run = states[r];
+      RunState& run = states_[r];
       const std::size_t held = run.kept.size();
       for (std::size_t i = 0; i < held; ++i) run.attn[i] = w[run.kept[i]];
       longest = std::max(longest, held);
     }
     for (const std::size_t r : members) {
-      RunState& run = states[r];
+      RunState& run = states_[r];
       std::fill(run.attn.begin() + static_cast<std::ptrdiff_t>(run.kept.size()),
                 run.attn.begin() + static_cast<std::ptrdiff_t>(longest), 0.0F);
     }
     double sums[kSumGroup] = {};
     const float* rows[kSumGroup];
-    for (std::size_t m = 0; m < kSumGroup; ++m) rows[m] = states[members[std::min(m, members.size() - 1)]].attn.data();
+    for (std::size_t m = 0; m < kSumGroup; ++m) rows[m] = states_[members[std::min(m, members.size() - 1)]].attn.data();
     for (std::size_t i = 0; i < longest; ++i) {
       for (std::size_t m = 0; m < kSumGroup; ++m) sums[m] += static_cast<double>(rows[m][i]);
     }
-    for (std::size_t m = 0; m < members.size(); ++m) retained_of[members[m]] = sums[m];
-  };
-  // Every run, in sum groups of kSumGroup.
-  std::vector<std::size_t> all_runs(states.size());
-  for (std::size_t r = 0; r < all_runs.size(); ++r) all_runs[r] = r;
-  const auto gather_and_sum_all = [&](std::span<const std::size_t> runs_here, std::span<const float> w) {
+    for (std::size_t m = 0; m < members.size(); ++m) retained_of_[members[m]] = sums[m];
+  }
+
+  // Every run of `runs_here`, in sum groups of kSumGroup.
+  void gather_and_sum_all(std::span<const std::size_t> runs_here, std::span<const float> w) {
     for (std::size_t g = 0; g < runs_here.size(); g += kSumGroup) {
       gather_and_sum(runs_here.subspan(g, std::min(kSumGroup, runs_here.size() - g)), w);
     }
-  };
+  }
 
   // One run's step: its policy sees the step, the harness applies its victims.
-  const auto step_run = [&](std::size_t r, std::uint32_t t, std::span<const float> w,
-                            std::span<const std::uint32_t> step_top, const StepInputs* inputs) {
-    RunState& run = states[r];
+  void step_run(std::size_t r, std::uint32_t t, std::span<const float> w, std::span<const std::uint32_t> step_top,
+                const StepInputs* inputs) {
+    RunState& run = states_[r];
     const auto started = std::chrono::steady_clock::now();
     RunTotals& tot = run.totals;
     ++tot.steps;
     const std::size_t held = run.kept.size();
-    const double retained = retained_of[r];
+    const double retained = retained_of_[r];
     tot.total_retained_mass += retained;
     tot.total_heavy_possible += static_cast<std::int64_t>(step_top.size());
     for (const std::uint32_t p : step_top) tot.total_heavy_hits += run.is_kept[p];
@@ -204,10 +250,10 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
     if (std::ssize(run.kept) > run.budget) {
       ++tot.eviction_calls;
       victims = run.policy->evict(run.budget);
-      apply_victims(run, victims, t, length);
+      apply_victims(run, victims, t, length_);
     }
     run.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (observe) {
+    if (observe_) {
       StepView view;
       view.run = r;
       view.step = t;
@@ -215,90 +261,109 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
       view.kept = run.kept;
       view.victims = victims;
       view.retained = retained;
-      observe(view);
+      observe_(view);
     }
-  };
+  }
 
-  // Several runs, nothing watching each step in order (an observer sees the
-  // runs in order, step by step) and no signals read step by step: the runs
-  // are spread over the cores. The trace is still made once: kChunkSteps
-  // rows (and their top sets) at a time, and each core steps its share of the
-  // runs through all of a chunk's steps -- one fork and join a chunk, not a
-  // step.
-  const bool parallel =
-      states.size() > 1 && !observe && signals == nullptr && omp_get_max_threads() > 1 && !omp_in_parallel();
-  if (!parallel) {
-    for (std::uint32_t t = 1; t <= steps; ++t) {
-      const std::span<const float> w = trace.next();
-      top_set(w, scratch, top);
+  void run_serial() {
+    for (std::uint32_t t = 1; t <= steps_; ++t) {
+      const std::span<const float> w = trace_.next();
+      top_set(w, scratch_, top_);
       StepInputs inputs;
-      if (signals != nullptr) inputs = signals->at(t);
-      gather_and_sum_all(all_runs, w);
-      for (std::size_t r = 0; r < states.size(); ++r) {
-        step_run(r, t, w, top, signals != nullptr ? &inputs : nullptr);
+      if (signals_ != nullptr) inputs = signals_->at(t);
+      gather_and_sum_all(all_runs_, w);
+      for (std::size_t r = 0; r < states_.size(); ++r) {
+        step_run(r, t, w, top_, signals_ != nullptr ? &inputs : nullptr);
       }
-      if (progress) progress(t, steps);
+      if (progress_) progress_(t, steps_);
     }
-  } else {
-    constexpr std::uint32_t kChunkSteps = 256;
-    // Two chunk buffers: while the cores step the runs through one chunk, the
-    // first core also makes the next (the trace is read in order, by it alone).
-    struct Chunk {
-      std::uint32_t first = 0;  // its first step
-      std::uint32_t count = 0;
-      std::vector<float> rows;
-      std::vector<std::size_t> row_at = std::vector<std::size_t>(kChunkSteps + 1);
-      std::vector<std::uint32_t> tops = std::vector<std::uint32_t>(kChunkSteps * kTopK);
-      std::vector<std::uint32_t> top_count = std::vector<std::uint32_t>(kChunkSteps);
-    };
-    Chunk chunks[2];
-    // (scratch and top serve the first core alone here: no serial loop runs.)
-    const auto make_chunk = [&](Chunk& chunk, std::uint32_t t0) {
-      chunk.first = t0;
-      chunk.count = t0 > steps ? 0 : std::min(kChunkSteps, steps - t0 + 1);
-      chunk.rows.clear();
-      for (std::uint32_t k = 0; k < chunk.count; ++k) {
-        const std::span<const float> w = trace.next();
-        chunk.row_at[k] = chunk.rows.size();
-        chunk.rows.insert(chunk.rows.end(), w.begin(), w.end());
-        top_set(w, scratch, top);
-        std::copy(top.begin(), top.end(), chunk.tops.begin() + static_cast<std::ptrdiff_t>(k * kTopK));
-        chunk.top_count[k] = static_cast<std::uint32_t>(top.size());
+  }
+
+  // The trace's next `kChunkSteps` rows from step t0 (scratch_ and top_ serve
+  // the first core alone here: no serial loop runs).
+  void make_chunk(Chunk& chunk, std::uint32_t t0) {
+    chunk.first = t0;
+    chunk.count = t0 > steps_ ? 0 : std::min(kChunkSteps, steps_ - t0 + 1);
+    chunk.rows.clear();
+    for (std::uint32_t k = 0; k < chunk.count; ++k) {
+      const std::span<const float> w = trace_.next();
+      chunk.row_at[k] = chunk.rows.size();
+      chunk.rows.insert(chunk.rows.end(), w.begin(), w.end());
+      top_set(w, scratch_, top_);
+      std::copy(top_.begin(), top_.end(), chunk.tops.begin() + static_cast<std::ptrdiff_t>(k * kTopK));
+      chunk.top_count[k] = static_cast<std::uint32_t>(top_.size());
+    }
+    chunk.row_at[chunk.count] = chunk.rows.size();
+  }
+
+  // One share of the runs through all of a chunk's steps, stopping at its first error.
+  void step_share(const Chunk& chunk, const std::vector<std::size_t>& mine, Failure& failure) {
+    for (std::uint32_t k = 0; k < chunk.count && !failure.error; ++k) {
+      const std::uint32_t t = chunk.first + k;
+      const std::span<const float> w(chunk.rows.data() + chunk.row_at[k], chunk.row_at[k + 1] - chunk.row_at[k]);
+      const std::span<const std::uint32_t> step_top(chunk.tops.data() + k * kTopK, chunk.top_count[k]);
+      gather_and_sum_all(mine, w);
+      for (const std::size_t r : mine) {
+        try {
+          step_run(r, t, w, step_top, nullptr);
+        } catch (...) {
+          failure = {t, r, std::current_exception()};
+          break;
+        }
       }
-      chunk.row_at[chunk.count] = chunk.rows.size();
-    };
-    // One share of the runs per core, balanced by what each run cost in the
-    // last chunk (largest first, each to the least loaded share; the first
-    // core's share starts with the cost of making the next chunk); the first
-    // chunk deals them out in turn.
-    const auto cores = static_cast<std::size_t>(std::min<std::int64_t>(omp_get_max_threads(), std::ssize(states)));
+    }
+  }
+
+  // Rebalance: each run's cost in the last chunk, largest first, each to the
+  // least loaded share (the first core's share starts with the cost of
+  // making the next chunk).
+  void rebalance(std::vector<std::vector<std::size_t>>& shares, std::vector<double>& spent_before,
+                 double making_seconds) const {
+    std::vector<std::pair<double, std::size_t>> cost(states_.size());
+    for (std::size_t r = 0; r < states_.size(); ++r) {
+      cost[r] = {states_[r].seconds - spent_before[r], r};
+      spent_before[r] = states_[r].seconds;
+    }
+    std::sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<double> load(shares.size(), 0.0);
+    load[0] = making_seconds;
+    for (auto& share : shares) share.clear();
+    for (const auto& [seconds_here, r] : cost) {
+      const std::size_t least = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      shares[least].push_back(r);
+      load[least] += seconds_here;
+    }
+    for (auto& share : shares) std::sort(share.begin(), share.end());
+  }
+
+  // The trace is still made once: kChunkSteps rows (and their top sets) at a
+  // time, and each core steps its share of the runs through all of a chunk's
+  // steps -- one fork and join a chunk, not a step. Two chunk buffers: while
+  // the cores step the runs through one chunk, the first core also makes the
+  // next (the trace is read in order, by it alone). The first chunk deals
+  // the runs out in turn; later ones by what each cost (rebalance).
+  void run_parallel() {
+    Chunk chunks[2];
+    const auto cores = static_cast<std::size_t>(std::min<std::int64_t>(omp_get_max_threads(), std::ssize(states_)));
     std::vector<std::vector<std::size_t>> shares(cores);
-    for (std::size_t r = 0; r < states.size(); ++r) shares[r % cores].push_back(r);
-    std::vector<double> spent_before(states.size(), 0.0);
+    for (std::size_t r = 0; r < states_.size(); ++r) shares[r % cores].push_back(r);
+    std::vector<double> spent_before(states_.size(), 0.0);
     double making_seconds = 0.0;
-    // A share's first error, at its step and run: the one the serial loop
-    // would have thrown (lowest step, then lowest run) is rethrown; an error
+    // The error the serial loop would have thrown is rethrown; an error
     // making the next chunk is thrown after the chunk that was being stepped.
-    struct Failure {
-      std::uint32_t step = 0;
-      std::size_t run = 0;
-      std::exception_ptr error;
-    };
     std::vector<Failure> failures(cores);
     std::exception_ptr making_error;
     make_chunk(chunks[0], 1);
     for (std::size_t which = 0; chunks[which].count > 0; which ^= 1) {
       const Chunk& chunk = chunks[which];
       Chunk& next = chunks[which ^ 1];
-      const std::uint32_t t0 = chunk.first;
-      const std::uint32_t count = chunk.count;
 #pragma omp parallel num_threads(static_cast<int>(cores))
       {
         const auto c = static_cast<std::size_t>(omp_get_thread_num());
         if (c == 0) {
           const auto started = std::chrono::steady_clock::now();
           try {
-            make_chunk(next, t0 + count);
+            make_chunk(next, chunk.first + chunk.count);
           } catch (...) {
             making_error = std::current_exception();
             next.count = 0;
@@ -308,60 +373,46 @@ std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
         // (Each thread takes the shares c, c + threads, ...: fewer threads
         // than asked for still step every run.)
         for (std::size_t share = c; share < cores; share += static_cast<std::size_t>(omp_get_num_threads())) {
-          const std::vector<std::size_t>& mine = shares[share];
-          Failure& failure = failures[share];
-          for (std::uint32_t k = 0; k < count && !failure.error; ++k) {
-            const std::uint32_t t = t0 + k;
-            const std::span<const float> w(chunk.rows.data() + chunk.row_at[k], chunk.row_at[k + 1] - chunk.row_at[k]);
-            const std::span<const std::uint32_t> step_top(chunk.tops.data() + k * kTopK, chunk.top_count[k]);
-            gather_and_sum_all(mine, w);
-            for (const std::size_t r : mine) {
-              try {
-                step_run(r, t, w, step_top, nullptr);
-              } catch (...) {
-                failure = {t, r, std::current_exception()};
-                break;
-              }
-            }
-          }
+          step_share(chunk, shares[share], failures[share]);
         }
       }
-      const Failure* worst = nullptr;
-      for (const Failure& f : failures) {
-        if (f.error && (worst == nullptr || f.step < worst->step || (f.step == worst->step && f.run < worst->run))) {
-          worst = &f;
-        }
-      }
-      if (worst != nullptr) std::rethrow_exception(worst->error);
+      if (const Failure* worst = first_failure(failures)) std::rethrow_exception(worst->error);
       if (making_error) std::rethrow_exception(making_error);
-      if (progress) {
-        for (std::uint32_t k = 0; k < count; ++k) progress(t0 + k, steps);
+      if (progress_) {
+        for (std::uint32_t k = 0; k < chunk.count; ++k) progress_(chunk.first + k, steps_);
       }
-      // Rebalance: each run's cost in this chunk, largest first.
-      std::vector<std::pair<double, std::size_t>> cost(states.size());
-      for (std::size_t r = 0; r < states.size(); ++r) {
-        cost[r] = {states[r].seconds - spent_before[r], r};
-        spent_before[r] = states[r].seconds;
-      }
-      std::sort(cost.begin(), cost.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-      std::vector<double> load(cores, 0.0);
-      load[0] = making_seconds;
-      for (auto& share : shares) share.clear();
-      for (const auto& [seconds_here, r] : cost) {
-        const std::size_t least = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        shares[least].push_back(r);
-        load[least] += seconds_here;
-      }
-      for (auto& share : shares) std::sort(share.begin(), share.end());
+      rebalance(shares, spent_before, making_seconds);
     }
   }
 
+  Trace& trace_;
+  std::uint32_t steps_;
+  std::uint32_t length_;
+  const ProgressFn& progress_;
+  const StepObserver& observe_;
+  StepSignals* signals_;
+  std::vector<RunState> states_;
+  std::vector<double> retained_of_;
+  std::vector<float> scratch_;
+  std::vector<std::uint32_t> top_;
+  std::vector<std::size_t> all_runs_;
+};
+
+}  // namespace
+
+std::vector<RunTotals> run_many(std::span<const RunSlot> runs, Trace& trace,
+                                std::optional<std::int64_t> max_steps, const ProgressFn& progress,
+                                std::vector<double>* seconds, const StepObserver& observe,
+                                StepSignals* signals) {
+  const std::uint32_t steps = max_steps ? checked_steps(trace, *max_steps) : trace.steps();
+  ManyRuns many(runs, trace, steps, progress, observe, signals);
+  many.run();
   std::vector<RunTotals> out;
-  out.reserve(states.size());
-  for (const RunState& s : states) out.push_back(s.totals);
+  out.reserve(many.states().size());
+  for (const RunState& s : many.states()) out.push_back(s.totals);
   if (seconds != nullptr) {
     seconds->clear();
-    for (const RunState& s : states) seconds->push_back(s.seconds);
+    for (const RunState& s : many.states()) seconds->push_back(s.seconds);
   }
   return out;
 }

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "core/c_api_internal.h"
-#include "kvevict/model/batch.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/rope.h"
-#include "kvevict/model/stream.h"
+#include "kvevict/model/serving/batch.h"
+#include "kvevict/model/decoder/model.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/decoder/rope.h"
+#include "kvevict/model/evaluation/stream.h"
 
 struct kvevict_model {
   std::shared_ptr<const kvevict::Model> impl;

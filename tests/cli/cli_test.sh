@@ -553,7 +553,12 @@ if [[ $("$tool" perplexity --model "$tmp/kvm.gguf" --text "$tmp/text.txt" --poli
 else
   fail "convert: the GGUF's perplexity rows differ from the .kvm's"
 fi
-bad "convert llama"    "kvevict converts its own (.kvm) models to GGUF" -- convert --model "$tmp/tiny.gguf" --out "$tmp/again.gguf"
+# A Llama-family GGUF re-quantized (tiny.gguf is Q4_K, with Q5_0 where a row is
+# not whole 256-element blocks); kvevict reads what it wrote, and a
+# safetensors folder is refused (its q and k rows are in Hugging Face's layout).
+ok  "convert llama"    "weights: Q8_0" -- convert --model "$tmp/tiny.gguf" --out "$tmp/again.gguf" --type q8_0
+ok  "convert llama ppl" "full cache" -- perplexity --model "$tmp/again.gguf" --text "$tmp/text.txt" --max-windows 1
+bad "convert st"       "kvevict converts its own (.kvm) models and Llama-family GGUF files to GGUF" -- convert --model "$tmp/tiny-hf" --out "$tmp/again2.gguf"
 head -c 100 "$tmp/tiny.gguf" >"$tmp/cut.gguf"
 bad "gguf truncated"   "cut.gguf" -- perplexity --model "$tmp/cut.gguf" --text "$tmp/text.txt"
 printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"

@@ -7,9 +7,10 @@ cmake/LlamaCpp.cmake), driven by tests/llama_cpp/llama_logits.c: F32 K and V
 caches, flash attention off, every position's logits from one batch.
 
 The files: `kvevict random-model` GGUFs (llama, qwen2 and mistral at f32;
-llama at f16 and q8_0) and model/kvevict-small.gguf, the trained model, when it
-exists (until it does that case is reported as not run, not failed; a path
-given as the third argument replaces it). For each, the same token ids (BOS and
+llama at f16 and q8_0) and model/kvevict-small.gguf, the trained model, with
+its Q8_0 and Q4_0 forms made here by `kvevict convert`, when it exists (until
+it does that case is reported as not run, not failed; a path given as the
+third argument replaces it). For each, the same token ids (BOS and
 the start of model/heldout-sample.txt as kvevict tokenizes it, then random ids
 over the whole vocabulary) go through `kvevict logits` and llama_logits, and
 the test checks
@@ -87,12 +88,17 @@ from reference import gguf_io as G  # noqa: E402
 #         dot products; kvevict dequantizes the weights and multiplies in
 #         float32: 2.1e-3 (logits 0.08), as on other random GGUFs (2-6e-3).
 #         1e-2.
+#   kvevict-small's Q8_0 and Q4_0 forms (`kvevict convert`): its sharper
+#         distributions carry the same activation rounding further: 0.012
+#         (logits 0.12) and 0.014 (logits 0.21) at the test's 288 positions.
+#         3e-2 (TOL_SMALL_QUANTIZED).
 # The f16 and q8_0 tolerances would let a subtle fault through; the same
 # file against llama.cpp's own F32 dequantization of it (the weights exactly
 # as llama.cpp reads them, without its activation rounding) is held to the f32
 # tolerance, so a fault there is caught.
 TOL = {"f32": 5e-5, "f16": 5e-3, "q8_0": 1e-2}
 TOL_DEQUANTIZED = TOL["f32"]
+TOL_SMALL_QUANTIZED = 3e-2
 N_TEXT = 96      # BOS and the sample's first 95 tokens
 N_RANDOM = 32    # then random ids over the whole vocabulary
 N_TEXT_SMALL = 256
@@ -172,7 +178,8 @@ def same_tokens(model, text=None, path=None):
 tok_rows = []
 
 
-def check_file(label, model, typ, n_text, n_random, seed):
+def check_file(label, model, typ, n_text, n_random, seed, tol=None):
+    tol = TOL[typ] if tol is None else tol
     # tokens first: the logits' input comes from kvevict's tokenizer
     n = R.check(f"{label}: tokens of heldout-sample.txt, kvevict == llama.cpp", same_tokens, model, path=SAMPLE)
     snippets_ok = all(R.check(f"{label}: tokens of {s!r}, kvevict == llama.cpp", same_tokens, model, text=s)
@@ -185,7 +192,7 @@ def check_file(label, model, typ, n_text, n_random, seed):
     if pair is None:
         return
     kv, ll = pair
-    R.check(f"{label}: probabilities within {TOL[typ]:g}, argmax agrees", compare, label, typ, kv, ll, TOL[typ])
+    R.check(f"{label}: probabilities within {tol:g}, argmax agrees", compare, label, typ, kv, ll, tol)
     if typ != "f32":
         def dequantized():
             f32 = os.path.join(WORK.name, label.replace(" ", "-") + "-dequantized.gguf")
@@ -225,6 +232,25 @@ small_note = ""
 if os.path.isfile(SMALL):
     # kvevict-small is F16 (small_reference_test.py checks the file's contract)
     check_file("kvevict-small", SMALL, "f16", N_TEXT_SMALL, N_RANDOM, 400)
+    def f16_round_trip():
+        # Converted to its own type, every tensor is the same bytes under the
+        # same name and shape: the converter decodes and encodes exactly.
+        out = os.path.join(WORK.name, "kvevict-small-f16.gguf")
+        tool("convert", "--model", SMALL, "--type", "f16", "--out", out)
+        a, b = G.read_gguf(SMALL), G.read_gguf(out)
+        assert [(x.name, x.ne, x.type_id) for x in a.tensors] == [(x.name, x.ne, x.type_id) for x in b.tensors], \
+            "the tensors' names, shapes or types differ"
+        for x in a.tensors:
+            assert a.raw(x.name) == b.raw(x.name), f"{x.name}: the bytes differ"
+        assert a.metadata["tokenizer.ggml.tokens"] == b.metadata["tokenizer.ggml.tokens"], "the vocabulary differs"
+    R.check("convert kvevict-small to f16: the same tensors, byte for byte", f16_round_trip)
+    # Its Q8_0 and Q4_0 forms, made here by `kvevict convert` (not committed).
+    for typ in ("q8_0", "q4_0"):
+        path = os.path.join(WORK.name, f"kvevict-small-{typ}.gguf")
+        made = R.check(f"convert kvevict-small to {typ}", tool, "convert", "--model", SMALL, "--type", typ,
+                       "--out", path)
+        if made is not None:
+            check_file(f"kvevict-small {typ}", path, typ, N_TEXT_SMALL, N_RANDOM, 400, TOL_SMALL_QUANTIZED)
 else:
     small_note = f"{SMALL} does not exist yet (make model-small trains it): not compared"
     print(f"note {small_note}")

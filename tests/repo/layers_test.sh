@@ -6,6 +6,11 @@
 # src/); the core names no Eigen, zlib or JSON, the evaluation and the report no
 # Eigen or zlib; and include/ has no detail/ folder (everything under it is
 # installed).
+# Inside the model layer the same holds for its folders, in this order, each on
+# the ones before it (docs/architecture.md): kernels, format, vocab, kv,
+# decoder, arch, eviction, serving, evaluation; the layer's own C API
+# (src/model/c_api.cpp, include/kvevict_model.h) sits on them all, and no other
+# file lies loose in src/model/ or include/kvevict/model/.
 # The shared libraries' --no-undefined link (CMakeLists.txt) checks the same
 # order for symbols; tests/install/install_test.sh checks the installed core.
 # Usage: layers_test.sh SOURCE_DIR
@@ -14,8 +19,17 @@ cd "$1" || exit 1
 declare -A allowed=([core]="core" [eval]="core eval" [model]="core eval model" [report]="core eval report")
 declare -A forbidden=([core]='Eigen/|zlib\.h|nlohmann/' [eval]='Eigen/|zlib\.h' [model]='^$' [report]='Eigen/|zlib\.h')
 declare -A c_header=([kvevict.h]=core [kvevict_eval.h]=eval [kvevict_model.h]=model)
+model_parts=(kernels format vocab kv decoder arch eviction serving evaluation)
+declare -A part_rank=()
+for i in "${!model_parts[@]}"; do part_rank[${model_parts[$i]}]=$i; done
 problems=0
 checked=0
+
+# The model folder a file lies in (its part), or "top" for the C API.
+part_of() {
+  local rest=${1#*/model/}
+  [[ $rest == */* ]] && echo "${rest%%/*}" || echo top
+}
 
 # check LAYER FILE...: each file's includes against LAYER's allowed layers.
 check() {
@@ -35,6 +49,22 @@ check() {
       if [[ -n $used && " ${allowed[$layer]} " != *" $used "* ]]; then
         echo "FAIL: $file ($layer) includes $target ($used)"
         problems=$((problems + 1))
+      fi
+      # Inside the model layer: a folder includes only its own and the ones below.
+      if [[ $layer == model && $used == model ]]; then
+        local from to rest
+        from=$(part_of "$file")
+        rest=${target#kvevict/}
+        rest=${rest#model/}
+        to=${rest%%/*}
+        [[ $target == kvevict_model.h ]] && to=top
+        if [[ $rest != */* && $target != kvevict_model.h ]]; then
+          echo "FAIL: $file includes $target, outside the model's folders"
+          problems=$((problems + 1))
+        elif [[ $from != top && ( $to == top || ${part_rank[$to]:-99} -gt ${part_rank[$from]:-99} ) ]]; then
+          echo "FAIL: $file ($from) includes $target ($to, above it)"
+          problems=$((problems + 1))
+        fi
       fi
       if grep -qE "${forbidden[$layer]}" <<<"$target"; then
         echo "FAIL: $file ($layer) includes $target"
@@ -60,6 +90,16 @@ stray=$(find src include -maxdepth 1 -type f ! -name kvevict.h ! -name kvevict_e
 stray+=$(find src include/kvevict -mindepth 1 -maxdepth 1 -type d ! -name core ! -name eval ! -name model ! -name report)
 if [[ -n $stray ]]; then
   echo "FAIL: outside the layer folders:"$'\n'"$stray"
+  problems=$((problems + 1))
+fi
+# The model layer's folders: the parts above and nothing else (c_api.cpp aside).
+loose=$(find src/model include/kvevict/model -mindepth 1 -maxdepth 1 ! -name c_api.cpp \
+  | while read -r entry; do
+      name=${entry##*/}
+      [[ -d $entry && -n ${part_rank[$name]:-} ]] || echo "$entry"
+    done)
+if [[ -n $loose ]]; then
+  echo "FAIL: in the model layer but in none of its folders (${model_parts[*]}):"$'\n'"$loose"
   problems=$((problems + 1))
 fi
 details=$(find include -type d -name detail)

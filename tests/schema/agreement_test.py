@@ -10,7 +10,7 @@ run tova at budget 64 on a generated two-head .npy (so "heads" and "perHead"
 are compared too); the schema itself (`kvevict schema`, row_schema(),
 rowSchema()); and the committed model's perplexity rows over one window
 (perplexity, compare --model, a paged store, a prefill), which come from the
-perplexity row's description (include/kvevict/model/perplexity_rows.h).
+perplexity row's description (include/kvevict/model/evaluation/perplexity_rows.h).
 
 Usage: agreement_test.py TOOL BUILD_DIR SOURCE_DIR. Exit 77 (skip, saying why)
 when the Python module or the Node addon is not in BUILD_DIR.
@@ -117,7 +117,7 @@ if list(run_tool) != names:
 
 # 4. the real model's rows (one window of the held-out sample): perplexity,
 # compare --model (ranked, with the proxies), a paged store, and a prefill --
-# all from the perplexity row's one description (kvevict/model/perplexity_rows.h).
+# all from the perplexity row's one description (kvevict/model/evaluation/perplexity_rows.h).
 model_path = os.path.join(src, "model", "kvevict-tiny.kvm")
 text_path = os.path.join(src, "model", "heldout-sample.txt")
 model = kvevict.Model(model_path)

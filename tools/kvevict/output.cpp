@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvevict/model/perplexity_rows.h"
+#include "kvevict/model/evaluation/perplexity_rows.h"
 
 namespace kvevict::cli {
 

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "kvevict/eval/bench.h"
-#include "kvevict/model/decode_bench.h"
+#include "kvevict/model/serving/decode_bench.h"
 #include "kvevict/eval/evaluate.h"
-#include "kvevict/model/perplexity.h"
+#include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/eval/persistence.h"
-#include "kvevict/model/serve_bench.h"
-#include "kvevict/model/stream.h"
+#include "kvevict/model/serving/serve_bench.h"
+#include "kvevict/model/evaluation/stream.h"
 
 namespace kvevict::cli {
 
@@ -31,7 +31,7 @@ void print_simd(std::ostream& out, const std::vector<std::string>& compiled, con
                 const std::string& active, const std::string& format);
 
 // Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON
-// (the JSON from the row's one description, kvevict/model/perplexity_rows.h).
+// (the JSON from the row's one description, kvevict/model/evaluation/perplexity_rows.h).
 // Ranked rows (compare) add the rank column; rows with proxies add their two
 // columns; rows of a paged store add the peak blocks in use, and a measured
 // store (block or layer mode) the peak positions held.
@@ -44,7 +44,7 @@ void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& row
                        const std::string& format);
 
 // serve-bench rows as a table, CSV, Markdown or JSON (the JSON from the
-// row's one description, kvevict/model/serve_bench.h).
+// row's one description, kvevict/model/serving/serve_bench.h).
 void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format);
 
 // Stream rows: a table or Markdown of bits per byte over spans of the stream

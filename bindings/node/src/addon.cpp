@@ -35,16 +35,17 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/npy.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/perplexity_rows.h"
-#include "kvevict/model/rope.h"
-#include "kvevict/model/serve_bench.h"
-#include "kvevict/model/stream.h"
-#include "kvevict/model/batch.h"
-#include "kvevict/model/decode_bench.h"
-#include "kvevict/model/tasks.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/evaluation/perplexity_rows.h"
+#include "kvevict/model/decoder/rope.h"
+#include "kvevict/model/serving/serve_bench.h"
+#include "kvevict/model/evaluation/stream.h"
+#include "kvevict/model/serving/batch.h"
+#include "kvevict/model/serving/decode_bench.h"
+#include "kvevict/model/evaluation/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -1133,7 +1134,7 @@ Napi::Value RunVectors(const Napi::CallbackInfo& info) {
   });
 }
 
-// ---- the real model (kvevict/model/model.h, perplexity.h, persistence.h) -------------------
+// ---- the real model (kvevict/model/decoder/model.h, perplexity.h, persistence.h) -------------------
 
 // A float as the shortest decimal that reads back to it (1e-5F -> 1e-05, not 9.99999974e-06).
 double shortest(float x) {
@@ -1350,7 +1351,7 @@ kvevict::ModelRunOptions model_options(const Napi::Object& options, const std::s
 }
 
 // Rows as the tool's --format json prints them, walked from their row's one
-// description (kvevict/model/perplexity_rows.h, serve_bench.h).
+// description (kvevict/model/evaluation/perplexity_rows.h, serve_bench.h).
 template <class Row>
 Napi::Array row_array(Napi::Env env, const std::vector<Row>& rows) {
   Napi::Array out = Napi::Array::New(env, rows.size());
@@ -1561,7 +1562,7 @@ std::vector<std::int64_t> integer_items(const Napi::Value& v, const std::string&
 
 // tasks(model, text, {tasks?, lengths?, depths?, samples?, policies?, budgets?, moments?, overrides?, seed?,
 // window?, chunk?, kvPrecision?, kvResidual?}?) -> the rows `kvevict tasks --format json` prints: the
-// library's tasks_json, parsed (kvevict/model/tasks.h).
+// library's tasks_json, parsed (kvevict/model/evaluation/tasks.h).
 Napi::Value Tasks(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
@@ -1630,7 +1631,7 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
 }
 
 // benchModel(model, text?, {tokens?, rounds?, policies?, budgets?, prompt?, threads?, together?}?) -> the rows `kvevict bench --model
-// --format json` prints: the library's decode_bench_json, parsed (kvevict/model/decode_bench.h). text
+// --format json` prints: the library's decode_bench_json, parsed (kvevict/model/serving/decode_bench.h). text
 // undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
 Napi::Value BenchModel(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -1683,7 +1684,7 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
 
 // stream(model, text, {policies?, budgets?, positions?, tokens?, segment?, fullCache?, recompute?,
 // recomputeTokens?, kvPrecision?, kvResidual?, overrides?}?) -> what `kvevict stream --format json` prints:
-// the library's stream_json, parsed (kvevict/model/stream.h).
+// the library's stream_json, parsed (kvevict/model/evaluation/stream.h).
 Napi::Value Stream(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call& call) -> Napi::Value {
@@ -1937,7 +1938,7 @@ Napi::Float32Array float_array(Napi::Env env, std::span<const float> w) {
   return out;
 }
 
-// Sequences on one block pool (kvevict/model/batch.h).
+// Sequences on one block pool (kvevict/model/serving/batch.h).
 class BatchWrap : public Napi::ObjectWrap<BatchWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {

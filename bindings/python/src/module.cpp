@@ -7,7 +7,7 @@
 // library's row schema (kvevict/eval/row_schema.h), the same walk the tool's JSON comes
 // from, so the binding and the tool cannot drift apart.
 //
-// The real model (kvevict/model/model.h, kvevict/model/perplexity.h): Model, Decoder and
+// The real model (kvevict/model/decoder/model.h, kvevict/model/evaluation/perplexity.h): Model, Decoder and
 // the evaluations over a text. Their rows come from the library's one
 // description of each row (perplexity_rows.h, serve_bench.h, tasks_json,
 // stream_json, decode_bench_json), with the keys the tool prints; the
@@ -42,16 +42,17 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/npy.h"
 #include "kvevict/core/layer_budget.h"
-#include "kvevict/model/model.h"
+#include "kvevict/model/decoder/decoder.h"
+#include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
-#include "kvevict/model/perplexity.h"
-#include "kvevict/model/perplexity_rows.h"
-#include "kvevict/model/batch.h"
-#include "kvevict/model/decode_bench.h"
-#include "kvevict/model/rope.h"
-#include "kvevict/model/serve_bench.h"
-#include "kvevict/model/stream.h"
-#include "kvevict/model/tasks.h"
+#include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/evaluation/perplexity_rows.h"
+#include "kvevict/model/serving/batch.h"
+#include "kvevict/model/serving/decode_bench.h"
+#include "kvevict/model/decoder/rope.h"
+#include "kvevict/model/serving/serve_bench.h"
+#include "kvevict/model/evaluation/stream.h"
+#include "kvevict/model/evaluation/tasks.h"
 #include "kvevict/eval/persistence.h"
 #include "kvevict/core/policies/pyramidkv.h"
 #include "kvevict/core/prefill.h"
@@ -1377,7 +1378,7 @@ double to_real(py::handle value, const std::string& what) {
   return py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
 }
 
-// `kvevict tasks`: retrieval tasks answered by the model (kvevict/model/tasks.h).
+// `kvevict tasks`: retrieval tasks answered by the model (kvevict/model/evaluation/tasks.h).
 // The rows are the tool's own JSON (tasks_json), parsed: the same keys, order
 // and values as `kvevict tasks --format json`.
 py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const PolicyList& tasks_arg,
@@ -1448,7 +1449,7 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
 }
 
 // `kvevict bench --model`: decode speed and where a step's time goes
-// (kvevict/model/decode_bench.h). The rows carry the keys, order and values of
+// (kvevict/model/serving/decode_bench.h). The rows carry the keys, order and values of
 // `kvevict bench --model --format json` (tools/kvevict/output.cpp writes them;
 // the library has no row description for them yet).
 py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
@@ -1633,7 +1634,7 @@ std::vector<kvevict::PositionMode> position_modes_of(py::handle value, const std
   return out;
 }
 
-// kvevict stream (kvevict/model/stream.h): the library's stream_json, parsed.
+// kvevict stream (kvevict/model/evaluation/stream.h): the library's stream_json, parsed.
 py::object model_stream(const ModelArg& model_arg, const Text& text_arg, const py::object& policies_arg,
                         const IntList& budgets_arg, const py::object& positions_arg, const Int& tokens_arg,
                         const Int& segment_arg, const py::object& full_cache_arg, const Int& recompute_arg,
@@ -1679,7 +1680,7 @@ py::object model_sink_shares(const ModelArg& model_arg, const Text& text_arg, co
   return json_loads(kvevict::stream_json({}, shares))["sinks"];
 }
 
-// Sequences on one block pool (kvevict/model/batch.h).
+// Sequences on one block pool (kvevict/model/serving/batch.h).
 class PyBatch {
  public:
   PyBatch(const std::shared_ptr<const kvevict::Model>& model, const kvevict::BatchOptions& options)
@@ -2103,24 +2104,22 @@ keeping at least head_floor (-1: layer_budget // (5 * heads)); victims(head).
            "One head's policy query by name (scoreOf or score_of), with its integer arguments.");
 }
 
-PYBIND11_MODULE(_kvevict, m) {
-  m.doc() =
-      "The compiled core of the kvevict Python package: KV-cache eviction policies built "
-      "through the C++ registry. Import `kvevict`, not this module.";
-  m.attr("__version__") = KVEVICT_VERSION;
-  bind_paged(m);
-  {
-    // sweep_model's result: a list of rows with the pairs skip_refused left out.
-    py::dict attrs;
-    attrs["__module__"] = "kvevict";
-    attrs["__doc__"] = "The rows of sweep_model(), a list, with `skipped`: the value x budget pairs "
-                       "skip_refused left out, one line each.";
-    sweep_rows_type() = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
-        "SweepRows", py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type))),
-        attrs);
-    m.attr("SweepRows") = sweep_rows_type();
-  }
+// SweepRows, the list type sweep_model returns (with `skipped`).
+void bind_sweep_rows(py::module_& m) {
+  // sweep_model's result: a list of rows with the pairs skip_refused left out.
+  py::dict attrs;
+  attrs["__module__"] = "kvevict";
+  attrs["__doc__"] = "The rows of sweep_model(), a list, with `skipped`: the value x budget pairs "
+                     "skip_refused left out, one line each.";
+  sweep_rows_type() = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+      "SweepRows", py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type))),
+      attrs);
+  m.attr("SweepRows") = sweep_rows_type();
+}
 
+// The core's errors as Python's: ParameterError -> ValueError, any other
+// kvevict::Error -> RuntimeError (registered for this module only).
+void bind_exceptions() {
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -2130,23 +2129,11 @@ PYBIND11_MODULE(_kvevict, m) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
+}
 
-  py::class_<PyPolicy>(m, "Policy", R"doc(
-A KV-cache eviction policy, built by name through the registry.
-
-Policy(name, **params): `name` is a registry name ("scissorhands", "h2o",
-"streaming-llm", "sliding-window", "tova", "snapkv", "pyramidkv"); parameters
-are integers, in snake_case (recent_window=64) or camelCase (recentWindow=64);
-omitted ones take their defaults. A parameter that breaks a rule, or an
-unknown name, raises ValueError with the core's message.
-
-Each decode step, pass the attention the new token paid to the held positions
-(ascending) to on_decode_step(), then call evict(budget) when more than
-`budget` are held. Introspection queries (votes_of, score_of, ...) exist only
-on the policies that have them; see `queries`.
-)doc")
-      .def(py::init(&make_policy), py::arg("name"),
-           "Builds the registry policy `name` with the given integer parameters.")
+// Policy: decode steps and eviction.
+void bind_policy_steps(py::class_<PyPolicy>& policy) {
+  policy
       .def(
           "on_decode_step",
           [](const PolicySelf& self, const Int& pos, const Attention& attn) {
@@ -2215,7 +2202,12 @@ ValueError; a non-integer one TypeError.
           "Number of positions held now (same as kept_count()).")
       .def(
           "memory_bytes", [](const PolicySelf& self) { return self.get().memory_bytes(); },
-           "Bytes of per-slot state allocated at construction (the decode path never allocates).")
+           "Bytes of per-slot state allocated at construction (the decode path never allocates).");
+}
+
+// Policy: queries, introspection and the Python protocol methods.
+void bind_policy_introspection(py::class_<PyPolicy>& policy) {
+  policy
       .def(
           "query",
           [](const PolicySelf& self, const Str& name, const py::args& args) {
@@ -2313,7 +2305,32 @@ arguments. Raises ValueError when this policy has no such query.
             return out + ")";
           },
           "Policy('name', param=value, ...) with every effective parameter.");
+}
 
+// Policy, the registry's policies built by name.
+void bind_policy(py::module_& m) {
+  py::class_<PyPolicy> policy(m, "Policy", R"doc(
+A KV-cache eviction policy, built by name through the registry.
+
+Policy(name, **params): `name` is a registry name ("scissorhands", "h2o",
+"streaming-llm", "sliding-window", "tova", "snapkv", "pyramidkv"); parameters
+are integers, in snake_case (recent_window=64) or camelCase (recentWindow=64);
+omitted ones take their defaults. A parameter that breaks a rule, or an
+unknown name, raises ValueError with the core's message.
+
+Each decode step, pass the attention the new token paid to the held positions
+(ascending) to on_decode_step(), then call evict(budget) when more than
+`budget` are held. Introspection queries (votes_of, score_of, ...) exist only
+on the policies that have them; see `queries`.
+)doc");
+  policy.def(py::init(&make_policy), py::arg("name"),
+             "Builds the registry policy `name` with the given integer parameters.");
+  bind_policy_steps(policy);
+  bind_policy_introspection(policy);
+}
+
+// TraceIterator and the generated traces.
+void bind_traces(py::module_& m) {
   py::class_<TraceIterator>(m, "TraceIterator",
                             "Iterator over a trace's decode steps: step t yields a new float32 "
                             "array of t weights over positions 0 ... t-1.")
@@ -2365,7 +2382,10 @@ step t = 1, 2, ... Unknown ids and out-of-range steps raise RuntimeError.
         return out;
       },
       "Ids of the generated traces, e.g. [\"decode-4096\"].");
+}
 
+// PyramidKV's per-layer budget.
+void bind_pyramid_budget(py::module_& m) {
   m.def(
       "pyramid_budget",
       [](const Int& budget, const Int& layer, const Int& num_layers, const Int& ratio) {
@@ -2378,7 +2398,10 @@ PyramidKV's share for `layer` of `num_layers` with average `budget`:
 floor(2*budget*(r*(L-1) - layer*(r-1)) / ((r+1)*(L-1))), or `budget` when
 L <= 1. Arguments outside their ranges raise ValueError.
 )doc");
+}
 
+// The kernels' SIMD targets.
+void bind_simd(py::module_& m) {
   // The kernels run at the SIMD target KVEVICT_SIMD names, if set (an unknown
   // target, or one the CPU lacks, fails the import with the reason).
   kvevict::simd::select_from_environment();
@@ -2407,7 +2430,11 @@ Runs every kernel at `target` from now on ("best" for the CPU's best). Raises
 ValueError for an unknown target or one this CPU cannot run. Call it while
 no other thread runs a policy.
 )doc");
+}
 
+// The catalogue and the trace evaluations: policies, run, compare, row_schema,
+// run_vectors.
+void bind_evaluation(py::module_& m) {
   m.def("policies", &policy_descriptions, R"doc(
 Every registered policy, in catalogue order: a list of dicts with "name",
 "title", "summary", "params" (a list of {"name", "default", "help"}, camelCase
@@ -2471,9 +2498,10 @@ Replays test-vector files, or folders of *.vectors.json, through the C++
 runner; returns {"passed": int, "failed": int, "failures": [one line each]}
 (counts are cases). A path that does not exist raises RuntimeError.
 )doc");
+}
 
-  // ---- the real model ----
-
+// The real model: Model.
+void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model", R"doc(
 The byte-level transformer of model/FORMAT.md, loaded from a .kvm file.
 
@@ -2506,7 +2534,10 @@ number of Decoders and evaluations.
                    ", " + std::to_string(model.parameter_count()) + " parameters>";
           },
           "<Model 'path': layers=..., heads=..., kv_heads=..., width=..., context=..., N parameters>.");
+}
 
+// The real model: Decoder, one sequence token by token.
+void bind_decoder(py::module_& m) {
   py::class_<PyDecoder>(m, "Decoder", R"doc(
 One sequence through a Model, token by token, with a real KV cache per
 (layer, head). Head h = layer * kv_heads + KV head has its own cache; give it a
@@ -2593,7 +2624,10 @@ meanwhile raises RuntimeError. A budget below 1 raises ValueError.
                    std::to_string(d.capacity()) + " heads=" + std::to_string(d.head_count()) + ">";
           },
           "<Decoder position=... capacity=... heads=...>.");
+}
 
+// Serving: Batch (sequences over one block pool) and serve_bench.
+void bind_serving(py::module_& m) {
   py::class_<PyBatch>(m, "Batch", R"doc(
 Sequences decoding together over one pool of KV blocks (docs/serving.md):
 each joins or leaves between steps, with its own policy per cache; with
@@ -2680,7 +2714,10 @@ positions: where kept keys sit in rotary space, "original" or "cache" (as
     for Decoder). tokens may then go past the model's context when every run
     evicts while decoding.
 )doc");
+}
 
+// Streaming past the context: stream and sink_shares.
+void bind_streaming(py::module_& m) {
   m.def("stream", &model_stream, py::arg("model"), py::arg("text"), py::arg("policies") = "default",
         py::arg("budgets") = py::make_tuple(256, 512), py::arg("positions") = py::make_tuple("original", "cache"),
         py::arg("tokens") = 0, py::arg("segment") = 0, py::arg("full_cache") = true, py::arg("recompute") = 0,
@@ -2724,7 +2761,10 @@ share of each step's attention the first position and the first four draw,
 by layer, beside the share spread evenly would give them. Returns a list of
 dicts {"layer", "first", "firstFour", "evenFirst", "evenFirstFour"}.
 )doc");
+}
 
+// The model's evaluations by perplexity: perplexity, compare_model, sweep_model.
+void bind_perplexity(py::module_& m) {
   m.def("perplexity", &model_perplexity, py::arg("model"), py::arg("text"),
         py::arg("runs") = py::none(), py::arg("max_windows") = 0, py::arg("paged") = py::none(),
         py::arg("prefill") = 0, py::arg("prefill_window") = 32, py::arg("kv_precision") = "fp32",
@@ -2805,7 +2845,10 @@ result is a list (kvevict.SweepRows) whose `skipped` attribute lists the
 pairs left out, one line each ("recentWindow=96 at budget 64: <the rule>"),
 the lines the tool writes to stderr; empty without skip_refused.
 )doc");
+}
 
+// The model's retrieval tasks and decode speed: tasks, bench_model.
+void bind_tasks_and_bench(py::module_& m) {
   m.def("tasks", &model_tasks, py::arg("model"), py::arg("text"), py::arg("tasks") = "passkey",
         py::arg("lengths") = py::make_tuple(1024), py::arg("depths") = 5, py::arg("samples") = 20,
         py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(128), py::arg("moments") = "decode",
@@ -2841,7 +2884,7 @@ Runs on every core without the GIL.
 `kvevict bench --model`: decode speed on `model` with the full cache and with
 each policy x budget, where a step's time goes (the decode profile), against
 the floor of reading the weights once a token. Returns the rows `kvevict bench
---model --format json` prints (kvevict/model/decode_bench.h): {"mode"
+--model --format json` prints (kvevict/model/serving/decode_bench.h): {"mode"
 ("decode", "prefill", "together"), "policy" ("full cache" first), "budget" (0
 for it), "threads", "runs", "prompt", "tokens", "tokensPerSecond" (the median
 round, wall time), "tokensPerSecondSpread": {"min", "median", "max"},
@@ -2858,7 +2901,11 @@ prompt: tokens prefilled before the timed ones (and a prefill row timing them).
 threads: thread counts, each timed (0: every core). together: and a row
     stepping every run as one batch.
 )doc");
+}
 
+// Attention signals and analysis: attention_from_keys, rope_neox,
+// record_attention, prefill, persistence.
+void bind_attention(py::module_& m) {
   m.def("attention_from_keys", &signals_attention, py::arg("queries"), py::arg("keys"), py::arg("scale") = py::none(),
         R"doc(
 The softmax weights query heads pay to keys (docs/signals.md), what an
@@ -2908,4 +2955,27 @@ still above it at step t + k. One dict per lag (ascending, each 1 ... N - 2):
 {"lag", "important", "persisted", "share" (the mean over heads), "baseRate"
 (the chance level)}.
 )doc");
+}
+
+PYBIND11_MODULE(_kvevict, m) {
+  m.doc() =
+      "The compiled core of the kvevict Python package: KV-cache eviction policies built "
+      "through the C++ registry. Import `kvevict`, not this module.";
+  m.attr("__version__") = KVEVICT_VERSION;
+  bind_paged(m);
+  bind_sweep_rows(m);
+  bind_exceptions();
+  bind_policy(m);
+  bind_traces(m);
+  bind_pyramid_budget(m);
+  bind_simd(m);
+  bind_evaluation(m);
+  // ---- the real model ----
+  bind_model(m);
+  bind_decoder(m);
+  bind_serving(m);
+  bind_streaming(m);
+  bind_perplexity(m);
+  bind_tasks_and_bench(m);
+  bind_attention(m);
 }

@@ -97,6 +97,16 @@ class PolicyBank {
   std::uint64_t vote_key(std::size_t k, std::size_t slot) const noexcept;
 
   void step_recency(std::size_t k, std::uint32_t pos, Position& victim_pos, std::uint32_t& victim_slot);
+  // step()'s three attention paths, after its checks: Scissorhands and H2O
+  // without aggregation (one pass an instance), and grouped queries.
+  void step_votes(std::int64_t pos, const float* attn, std::size_t stride, int threads, std::uint32_t protect_from,
+                  Position* victim_positions, std::uint32_t* victim_slots);
+  void step_scores(std::int64_t pos, const float* attn, std::size_t stride, int threads, std::uint32_t protect_from,
+                   Position* victim_positions, std::uint32_t* victim_slots);
+  void step_grouped(std::int64_t pos, const float* attn, std::size_t stride, int threads, std::uint32_t protect_from,
+                    Position* victim_positions, std::uint32_t* victim_slots);
+  // Admits `pos` once the step's weights are accepted: the recent window and the newest position.
+  void commit(std::int64_t pos) noexcept;
   void step_tova(std::int64_t pos, const float* attn, std::size_t stride, int threads, Position* victim_positions,
                  std::uint32_t* victim_slots);
 

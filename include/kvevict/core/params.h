@@ -35,4 +35,12 @@ std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_
 // Sets or replaces `key` in `params`.
 void set_param(ParamMap& params, std::string_view key, std::int64_t value);
 
+// The candidate `given` is most likely a typo of: the nearest by edit
+// distance (insertions, deletions, substitutions and adjacent swaps, case
+// ignored) when it is at most two edits away and those are fewer than half
+// the longer name's letters; the first such in `candidates` order on a tie.
+// Empty when none is that near. The registry's policy names, the parameters'
+// keys and the tool's commands and flags use it.
+std::string nearest_name(std::string_view given, std::span<const std::string> candidates);
+
 }  // namespace kvevict

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -88,6 +89,11 @@ enum Signal : std::uint32_t {
 };
 using Signals = std::uint32_t;
 inline constexpr Signals kEverySignal = kSignalAttention | kSignalKey | kSignalValue | kSignalQueries;
+
+// "attention", "key", "value", "queries": the name of one kSignal* bit.
+std::string_view signal_name(Signal signal) noexcept;
+// "key, value": every bit of `signals`, in bit order ("none" when empty).
+std::string signal_names(Signals signals);  // (src/core/signals.cpp)
 
 // One step's signals. Spans are views valid for the call only; an empty span
 // means "not given". `queries` is head-major: query head g of the group is

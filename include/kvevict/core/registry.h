@@ -55,13 +55,6 @@ std::span<const PolicyInfo* const> policies();
 // suggestion when nearest_name finds one.
 const PolicyInfo& find_policy(std::string_view name);
 
-// The candidate `given` is most likely a typo of: the nearest by edit
-// distance (insertions, deletions, substitutions and adjacent swaps, case
-// ignored) when it is at most two edits away and those are fewer than half
-// the longer name's letters; the first such in `candidates` order on a tie.
-// Empty when none is that near. The tool's command names use it too.
-std::string nearest_name(std::string_view given, std::span<const std::string> candidates);
-
 std::unique_ptr<Policy> make_policy(std::string_view name, const ParamMap& params = {});
 
 // "a,b,c" or "all" -> policy names, each checked against the registry.
@@ -75,10 +68,6 @@ std::vector<std::string> parse_policy_list(std::string_view text, Signals availa
 // catalogue order: kSignalAttention for a trace, kEverySignal for the model.
 std::vector<std::string> policy_names(Signals available = kEverySignal);
 
-// "attention", "key", "value", "queries": the name of one kSignal* bit.
-std::string_view signal_name(Signal signal) noexcept;
-// "key, value": every bit of `signals`, in bit order ("none" when empty).
-std::string signal_names(Signals signals);
 // Refuses a policy whose signals are not all in `available`:
 // "<policy> reads the new token's <signal>, which <source> does not supply".
 void check_signals_available(const PolicyInfo& info, Signals available, std::string_view source);

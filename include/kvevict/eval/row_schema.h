@@ -104,7 +104,7 @@ struct SchemaEntry {
 
 // The schema as JSON text: {"run": [field...], "compare": [field...]}, then
 // `more` in order (the model layer adds its perplexity row, see
-// kvevict/model/perplexity_rows.h), each field {"name", "type", "unit"?,
+// kvevict/model/evaluation/perplexity_rows.h), each field {"name", "type", "unit"?,
 // "description", "presentWhen"?, "fields"?}.
 std::string schema_json(int indent = 2, std::span<const SchemaEntry> more = {});
 

@@ -2,7 +2,7 @@
 // task x length x needle depth x policy x budget x moment, with exact-match
 // accuracy and its Wilson interval. The rows live in the evaluation layer so
 // that the report can chart them without the model; the model layer
-// (kvevict/model/tasks.h) produces them.
+// (kvevict/model/evaluation/tasks.h) produces them.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 #include <kvevict/core/errors.h>
 #include <kvevict/core/registry.h>
 #include <kvevict/eval/trace.h>
-#include <kvevict/model/model.h>
+#include <kvevict/model/decoder/model.h>
 #include <kvevict/report/report.h>
 
 #include <cstdio>
