@@ -17,6 +17,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
 #include "kvevict/core/registry.h"
+#include "kvevict/core/sequence_budget.h"
 #include "support.h"
 
 namespace kvevict {
@@ -43,6 +44,7 @@ const PolicyInfo& any_policy() {
   return *all[*rc::gen::noShrink(rc::gen::elementOf(indices))];
 }
 
+// (And a sequence of one cache decides as the policy too: SequenceBudget.)
 RC_GTEST_PROP(BlockEvictor, BlockSizeOneDecidesLikeThePolicy, ()) {
   const PolicyInfo& info = any_policy();
   const std::int64_t budget = random_budget();
@@ -54,6 +56,7 @@ RC_GTEST_PROP(BlockEvictor, BlockSizeOneDecidesLikeThePolicy, ()) {
   auto token = info.make(params);
   BlockEvictor blocks(info.name, params, BlockParams{1, 0, 0, budget, BlockScore::kSum});
   LayerBudget layer(info.name, params, LayerBudgetParams{1, budget, 0});
+  SequenceBudget sequence(info.name, params, SequenceBudgetParams{1, budget});
   std::vector<float> w;
   std::vector<Position> want;
   for (int t = 1; t <= steps; ++t) {
@@ -61,6 +64,7 @@ RC_GTEST_PROP(BlockEvictor, BlockSizeOneDecidesLikeThePolicy, ()) {
     token->on_decode_step(t, attn);
     blocks.on_decode_step(t, attn);
     layer.on_decode_step(0, t, attn);
+    sequence.on_decode_step(0, t, attn);
     if (std::ssize(blocks.positions()) > budget || info.name == "pyramidkv") {
       const auto a = token->evict(budget);
       want.assign(a.begin(), a.end());
@@ -73,6 +77,9 @@ RC_GTEST_PROP(BlockEvictor, BlockSizeOneDecidesLikeThePolicy, ()) {
       RC_ASSERT(std::vector<Position>(by_layer.begin(), by_layer.end()) == want);
       RC_ASSERT(blocks.kept_count() == token->kept_count());
       RC_ASSERT(layer.kept_count(0) == token->kept_count());
+      const auto by_sequence = sequence.evict(budget);
+      RC_ASSERT(std::vector<Position>(by_sequence.begin(), by_sequence.end()) == want);
+      RC_ASSERT(sequence.kept_count() == token->kept_count());
       if (std::ssize(blocks.positions()) > budget) break;  // TOVA with nothing observed
     }
   }
