@@ -11,7 +11,9 @@ shift || true
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(vectors params policy npy model task_rows gguf tokenizer)
 
-cmake --preset fuzz >/dev/null && cmake --build --preset fuzz || { echo "fuzz: build failed" >&2; exit 1; }
+# The targets alone (the libraries they link), not the tool or the shared libraries.
+cmake --preset fuzz >/dev/null && cmake --build --preset fuzz --target "${targets[@]/#/fuzz_}" ||
+  { echo "fuzz: build failed" >&2; exit 1; }
 
 passed=0
 failed=0
