@@ -713,11 +713,11 @@ export interface ServeBenchOptions {
   sharing?: boolean | readonly boolean[];
   /** 0: evict while decoding; C: read the prompt in chunks of C, compressing after each (default [0]). */
   chunks?: readonly number[];
-  /** Bytes every sequence starts with (default 512). */
+  /** Tokens every sequence starts with (bytes for kvevict-tiny; default 512). */
   sharedPrefix?: number;
-  /** Bytes each sequence reads (0: the model's context). */
+  /** Tokens each sequence reads (bytes for kvevict-tiny; 0: the model's context). */
   tokens?: number;
-  /** Chunked runs: bytes read as the prompt (0: all). */
+  /** Chunked runs: tokens read as the prompt (0: all). */
   prompt?: number;
   /** Chunked runs: attention rows each compression scores from (default 32). */
   window?: number;

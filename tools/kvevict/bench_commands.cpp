@@ -192,7 +192,7 @@ Command add_serve_bench_command(CLI::App& app, const ModelContext& context) {
   add_context_option(cmd, *context);
   cmd->add_option("--text", f->text, "the bytes the sequences read, e.g. model/heldout-sample.txt")->required();
   cmd->add_option("--sequences", f->sequences, "sequence counts, comma-separated (one run each)")->capture_default_str();
-  cmd->add_option("--shared-prefix", f->prefix, "bytes every sequence starts with (the text's first ones)")
+  cmd->add_option("--shared-prefix", f->prefix, "tokens every sequence starts with (the text's first ones; bytes for kvevict-tiny)")
       ->capture_default_str();
   cmd->add_option("--tokens", f->tokens,
                   "tokens each sequence reads, its capacity (0 = the model's context); past the context when every "
@@ -213,7 +213,7 @@ Command add_serve_bench_command(CLI::App& app, const ModelContext& context) {
                   "0 (evict while decoding) or chunk sizes, comma-separated: read the prompt in chunks, compressing "
                   "after each (a chunk equal to the prompt is one-shot compression)")
       ->capture_default_str();
-  cmd->add_option("--prompt", f->prompt, "with --chunk: bytes of each sequence read as the prompt (0 = all)");
+  cmd->add_option("--prompt", f->prompt, "with --chunk: tokens of each sequence read as the prompt (0 = all)");
   cmd->add_option("--window", f->window, "with --chunk: attention rows each compression scores from")
       ->capture_default_str();
   cmd->add_option("--block-size", f->block_size, "positions per pool block")->capture_default_str();

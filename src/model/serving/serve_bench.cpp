@@ -281,16 +281,16 @@ constexpr RowField<Row> kFields[] = {
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.run.share_prefix ? "on" : "off"); }},
     {{"sequences", FieldType::kInteger, "sequences", "sequences decoding together over the pool", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, r.run.sequences); }},
-    {{"sharedPrefix", FieldType::kInteger, "bytes", "bytes every sequence starts with", "", {}},
+    {{"sharedPrefix", FieldType::kInteger, "tokens", "tokens every sequence starts with (bytes for kvevict-tiny)", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, r.shared_prefix); }},
-    {{"tokens", FieldType::kInteger, "bytes", "bytes each sequence reads (its capacity)", "", {}},
+    {{"tokens", FieldType::kInteger, "tokens", "tokens each sequence reads, its capacity (bytes for kvevict-tiny)", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.integer(f, r.tokens); }},
-    {{"chunk", FieldType::kInteger, "bytes", "chunked: bytes per chunk (= prompt: one-shot compression)",
+    {{"chunk", FieldType::kInteger, "tokens", "chunked: tokens per chunk (= prompt: one-shot compression)",
       "chunked", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.run.chunk != 0) v.integer(f, r.run.chunk);
      }},
-    {{"prompt", FieldType::kInteger, "bytes", "chunked: bytes of each sequence read as the prompt", "chunked", {}},
+    {{"prompt", FieldType::kInteger, "tokens", "chunked: tokens of each sequence read as the prompt", "chunked", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.run.chunk != 0) v.integer(f, r.prompt);
      }},

@@ -38,7 +38,7 @@ struct ServeRun {
 
 struct ServeBenchRequest {
   std::vector<ServeRun> runs;         // in order; serve_runs() makes the usual grid
-  std::uint32_t shared_prefix = 512;  // bytes every sequence starts with
+  std::uint32_t shared_prefix = 512;  // tokens every sequence starts with (bytes for kvevict-tiny)
   // Tokens each sequence reads (0: the model's context). Past the context
   // only when every run evicts while decoding (its policy holds each cache
   // within the context; the full cache and chunked runs stop there); the
