@@ -99,6 +99,35 @@ Policy& SequenceBudget::cache(std::size_t c) {
   return *caches_[c];
 }
 
+// Adds cache c's scores, scaled to [0, 1] by its own least and greatest
+// finite one, into combined_ (+infinity where it protects a position).
+void SequenceBudget::add_scaled_scores(std::size_t c, std::size_t kept) {
+  if (c > 0) {
+    const std::size_t held = caches_[c]->scores({others_.data(), capacity_}, {scores_.data(), capacity_});
+    if (held != kept || !std::equal(others_.begin(), others_.begin() + static_cast<std::ptrdiff_t>(held),
+                                    positions_.begin())) {
+      throw ContractError(fmt::format("{}: cache {} holds {} positions, cache 0 {}; every cache must hold the same "
+                                      "ones (step each cache once a step)",
+                                      kTitle, c, held, kept));
+    }
+  }
+  double low = kProtected, high = -kProtected;
+  for (std::size_t i = 0; i < kept; ++i) {
+    if (scores_[i] != kProtected) {
+      low = std::min(low, scores_[i]);
+      high = std::max(high, scores_[i]);
+    }
+  }
+  const double span = high - low;
+  for (std::size_t i = 0; i < kept; ++i) {
+    if (scores_[i] == kProtected) {
+      combined_[i] = kProtected;
+    } else if (combined_[i] != kProtected) {
+      combined_[i] += span > 0.0 ? (scores_[i] - low) / span : 0.0;
+    }
+  }
+}
+
 std::span<const Position> SequenceBudget::evict(std::int64_t budget) {
   if (budget < 0) {
     throw ContractError(fmt::format("{}: evict was asked for a budget of {}; it must be at least 0", kTitle, budget));
@@ -118,32 +147,7 @@ std::span<const Position> SequenceBudget::evict(std::int64_t budget) {
     std::copy_n(scores_.begin(), kept, combined_.begin());
   } else {
     std::fill_n(combined_.begin(), kept, 0.0);
-  }
-  for (std::size_t c = 0; c < n && n > 1; ++c) {
-    if (c > 0) {
-      const std::size_t held = caches_[c]->scores({others_.data(), capacity_}, {scores_.data(), capacity_});
-      if (held != kept || !std::equal(others_.begin(), others_.begin() + static_cast<std::ptrdiff_t>(held),
-                                      positions_.begin())) {
-        throw ContractError(fmt::format("{}: cache {} holds {} positions, cache 0 {}; every cache must hold the same "
-                                        "ones (step each cache once a step)",
-                                        kTitle, c, held, kept));
-      }
-    }
-    double low = kProtected, high = -kProtected;
-    for (std::size_t i = 0; i < kept; ++i) {
-      if (scores_[i] != kProtected) {
-        low = std::min(low, scores_[i]);
-        high = std::max(high, scores_[i]);
-      }
-    }
-    const double span = high - low;
-    for (std::size_t i = 0; i < kept; ++i) {
-      if (scores_[i] == kProtected) {
-        combined_[i] = kProtected;
-      } else if (combined_[i] != kProtected) {
-        combined_[i] += span > 0.0 ? (scores_[i] - low) / span : 0.0;
-      }
-    }
+    for (std::size_t c = 0; c < n; ++c) add_scaled_scores(c, kept);
   }
   std::size_t count = 0;
   for (std::size_t i = 0; i < kept; ++i) {

@@ -74,6 +74,7 @@ class SequenceBudget {
 
  private:
   void check_cache(std::size_t cache, const char* what) const;
+  void add_scaled_scores(std::size_t c, std::size_t kept);
   // positions 4 x 2 + scores 8 x 2 + order 4 + victim 4 for each slot.
   static constexpr std::uint64_t kBytesPerSlot = 4 * 2 + 8 * 2 + 4 + 4;
 

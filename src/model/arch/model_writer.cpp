@@ -368,7 +368,6 @@ void write_llama_gguf(const Model& model, const std::filesystem::path& out, Weig
   set_model_keys(writer, keys, fmt::format("{} ({})", std::filesystem::path(model.path()).filename().string(), info.name),
                  type);
   model.vocabulary().write_gguf(writer);
-  std::vector<float> row;
   auto matrix = [&](const std::string& name, const WeightMatrix& m) {
     const WeightType t = matrix_type(type, m.cols);
     std::vector<float> values(std::size_t{m.rows} * m.cols);
