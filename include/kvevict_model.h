@@ -67,6 +67,20 @@ kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uin
                                            int64_t kv_residual, kvevict_perplexity_result* result,
                                            uint64_t* peak_cache_bytes);
 
+/* kvevict_model_perplexity at a granularity (docs/paged.md, "Granularity"):
+ * which caches share the budget. "head" (or NULL): each (layer, KV head) its
+ * own instance, as kvevict_model_perplexity; "layer": a layer's KV heads
+ * hold budget x kv_heads positions together; "sequence": every cache of the
+ * sequence holds the same `budget` positions, one victim set chosen from all
+ * their scores -- the granularity of llama.cpp's cells. *result's `evicted`
+ * counts every cache's removals. KVEVICT_ERROR_PARAMETER for another name,
+ * or a policy the granularity cannot carry out (PyramidKV, whose budget
+ * differs by layer, at "sequence"). */
+kvevict_status kvevict_model_perplexity_granular(const kvevict_model* model, const uint8_t* text, size_t length,
+                                                 const char* policy, int64_t budget, const kvevict_param* params,
+                                                 size_t param_count, uint32_t max_windows, const char* granularity,
+                                                 kvevict_perplexity_result* result);
+
 /* ---- streaming past the context (docs/streaming.md) ----------------------- */
 
 /* One long text read as a single sequence by decoders whose caches a policy

@@ -32,7 +32,7 @@ std::string unknown_param_hint(const PolicyInfo& info, const std::string& param)
 
 std::vector<RunRow> evaluate(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
   check_paged(options.paged);
-  if (options.paged.layer_budget) return detail::evaluate_layer(specs, options);
+  if (options.paged.layer_budget || options.paged.sequence_budget) return detail::evaluate_shared(specs, options);
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
   if (options.steps) checked_steps(*heads.front(), *options.steps);
   // The recorded keys, values and queries, checked against the trace.

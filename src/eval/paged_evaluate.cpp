@@ -74,7 +74,34 @@ void check_paged(const PagedOptions& p) {
     throw ParameterError("--layer-budget and --block-size: a layer budget shared by heads is per position; "
                          "blocks are evicted per head (give one or the other)");
   }
-  if (!p.layer_budget && p.head_floor != -1) throw ParameterError("--head-floor needs --layer-budget");
+  if (p.layer_budget && p.sequence_budget) {
+    throw ParameterError("--granularity: a budget is shared by a layer's heads or by the whole sequence, not both "
+                         "(--layer-budget is --granularity layer)");
+  }
+  if (p.blocks() && p.sequence_budget) {
+    throw ParameterError("--granularity sequence and --block-size: a sequence's one victim set is per position; "
+                         "blocks are evicted per head (give one or the other)");
+  }
+  if (!p.layer_budget && p.head_floor != -1) throw ParameterError("--head-floor needs --granularity layer");
+}
+
+Granularity parse_granularity(std::string_view name) {
+  if (name == "head") return Granularity::kHead;
+  if (name == "layer") return Granularity::kLayer;
+  if (name == "sequence") return Granularity::kSequence;
+  throw ParameterError(fmt::format("--granularity ({}) must be head, layer or sequence", name));
+}
+
+std::string_view granularity_name(Granularity granularity) noexcept {
+  switch (granularity) {
+    case Granularity::kLayer:
+      return "layer";
+    case Granularity::kSequence:
+      return "sequence";
+    case Granularity::kHead:
+      break;
+  }
+  return "head";
 }
 
 std::int64_t given_block_size(std::int64_t value, std::string_view name) {
@@ -119,18 +146,53 @@ std::unique_ptr<Policy> make_run_policy(const std::string& policy, const ParamMa
   return std::make_unique<BlockPolicy>(policy, params, block);
 }
 
-std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
-                                 std::uint32_t steps, const ProgressFn& progress,
-                                 std::span<StepSignals* const> signals) {
+namespace {
+
+// What run_shared needs of a budget shared by several caches.
+struct LayerShare {
+  LayerBudget& lb;
+  std::string_view name() const { return lb.head(0).name(); }
+  std::size_t heads() const { return lb.heads(); }
+  // Positions the caches hold together, against the budget: their sum.
+  static std::size_t measure(std::size_t held_sum, std::size_t /*one*/) { return held_sum; }
+  void evict(std::int64_t budget) { lb.evict(budget); }
+  std::span<const Position> victims(std::size_t h) const { return lb.victims(h); }
+  void on_decode_step(std::size_t h, std::int64_t t, Attention attn) { lb.on_decode_step(h, t, attn); }
+  void on_step(std::size_t h, std::int64_t t, const StepInputs& in) { lb.on_step(h, t, in); }
+  void on_origin(std::size_t h, const StepInputs& in) { lb.on_origin(h, in); }
+  static constexpr const char* kHolder = "layer";
+};
+
+struct SequenceShare {
+  SequenceBudget& sb;
+  std::span<const Position> last{};
+  std::string_view name() const { return sb.cache(0).name(); }
+  std::size_t heads() const { return sb.caches(); }
+  // Every cache holds the same positions: one cache's count is the sequence's.
+  static std::size_t measure(std::size_t /*held_sum*/, std::size_t one) { return one; }
+  void evict(std::int64_t budget) { last = sb.evict(budget); }
+  std::span<const Position> victims(std::size_t /*h*/) const { return last; }
+  void on_decode_step(std::size_t h, std::int64_t t, Attention attn) { sb.on_decode_step(h, t, attn); }
+  void on_step(std::size_t h, std::int64_t t, const StepInputs& in) { sb.on_step(h, t, in); }
+  void on_origin(std::size_t h, const StepInputs& in) { sb.on_origin(h, in); }
+  static constexpr const char* kHolder = "sequence";
+};
+
+// run_layer and run_sequence: the heads stepped in lock step, measured before
+// each eviction as the harness measures them, evicted together.
+template <class Share>
+std::vector<RunTotals> run_shared(Share share, std::int64_t budget, std::int64_t head_budget,
+                                  std::span<Trace* const> heads, std::uint32_t steps, const ProgressFn& progress,
+                                  std::span<StepSignals* const> signals, const char* who) {
   const std::size_t n = heads.size();
-  if (n != lb.heads()) {
-    throw ContractError(fmt::format("run_layer: {} traces for a layer budget of {} heads", n, lb.heads()));
+  if (n != share.heads()) {
+    throw ContractError(fmt::format("{}: {} traces for a {} budget of {} heads", who, n, Share::kHolder, share.heads()));
   }
   if (!signals.empty() && signals.size() != n) {
-    throw ContractError(fmt::format("run_layer: {} signal sources for {} heads", signals.size(), n));
+    throw ContractError(fmt::format("{}: {} signal sources for {} heads", who, signals.size(), n));
   }
-  for (std::size_t h = 0; h < signals.size(); ++h) lb.on_origin(h, signals[h]->at(0));
-  const std::string name(lb.head(0).name());
+  for (std::size_t h = 0; h < signals.size(); ++h) share.on_origin(h, signals[h]->at(0));
+  const std::string name(share.name());
   const std::uint32_t length = heads.front()->length();
   std::vector<float> scratch;
   std::vector<std::uint32_t> top;
@@ -141,10 +203,14 @@ std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std
   for (Trace* head : heads) head->rewind();
   for (std::size_t h = 0; h < n; ++h) {
     is_kept[h][0] = 1;
-    totals[h].budget = layer_budget / static_cast<std::int64_t>(n);
+    totals[h].budget = head_budget;
   }
+  auto held_now = [&] {
+    std::size_t sum = 0;
+    for (const auto& k : kept) sum += k.size();
+    return Share::measure(sum, kept.front().size());
+  };
   for (std::uint32_t t = 1; t <= steps; ++t) {
-    std::size_t held = 0;
     for (std::size_t h = 0; h < n; ++h) {
       const std::span<const float> w = heads[h]->next();
       top_set(w, scratch, top);
@@ -160,43 +226,55 @@ std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std
       tot.total_heavy_possible += static_cast<std::int64_t>(top.size());
       for (const std::uint32_t p : top) tot.total_heavy_hits += is_kept[h][p];
       if (signals.empty()) {
-        lb.on_decode_step(h, t, std::span<const float>(attn));
+        share.on_decode_step(h, t, std::span<const float>(attn));
       } else {
         StepInputs in = signals[h]->at(t);
         in.attention = std::span<const float>(attn);
-        lb.on_step(h, t, in);
+        share.on_step(h, t, in);
       }
       kept[h].push_back(t);
       is_kept[h][t] = 1;
-      held += kept[h].size();
     }
     if (progress) progress(t, steps);
-    if (static_cast<std::int64_t>(held) <= layer_budget) continue;
-    lb.evict(layer_budget);
-    held = 0;
+    if (static_cast<std::int64_t>(held_now()) <= budget) continue;
+    share.evict(budget);
     for (std::size_t h = 0; h < n; ++h) {
       ++totals[h].eviction_calls;
-      for (const Position v : lb.victims(h)) {
+      for (const Position v : share.victims(h)) {
         if (v >= length || is_kept[h][v] == 0) {
           throw ContractError(fmt::format("{}: head {}'s victim {} at step {} is not held", name, h, v, t));
         }
         is_kept[h][v] = 0;
       }
-      totals[h].evicted += static_cast<std::int64_t>(lb.victims(h).size());
+      totals[h].evicted += static_cast<std::int64_t>(share.victims(h).size());
       std::erase_if(kept[h], [&](Position p) { return is_kept[h][p] == 0; });
-      held += kept[h].size();
     }
-    if (static_cast<std::int64_t>(held) > layer_budget) {
-      throw ContractError(fmt::format("{}: the layer holds {} positions at step {} against a layer budget of {}",
-                                      name, held, t, layer_budget));
+    if (static_cast<std::int64_t>(held_now()) > budget) {
+      throw ContractError(fmt::format("{}: the {} holds {} positions at step {} against a {} budget of {}", name,
+                                      Share::kHolder, held_now(), t, Share::kHolder, budget));
     }
   }
   return totals;
 }
 
+}  // namespace
+
+std::vector<RunTotals> run_layer(LayerBudget& lb, std::int64_t layer_budget, std::span<Trace* const> heads,
+                                 std::uint32_t steps, const ProgressFn& progress,
+                                 std::span<StepSignals* const> signals) {
+  const auto n = static_cast<std::int64_t>(std::max<std::size_t>(heads.size(), 1));
+  return run_shared(LayerShare{lb}, layer_budget, layer_budget / n, heads, steps, progress, signals, "run_layer");
+}
+
+std::vector<RunTotals> run_sequence(SequenceBudget& sb, std::int64_t budget, std::span<Trace* const> heads,
+                                    std::uint32_t steps, const ProgressFn& progress,
+                                    std::span<StepSignals* const> signals) {
+  return run_shared(SequenceShare{sb}, budget, budget, heads, steps, progress, signals, "run_sequence");
+}
+
 namespace detail {
 
-std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
+std::vector<RunRow> evaluate_shared(const std::vector<RunSpec>& specs, const EvaluateOptions& options) {
   std::vector<std::unique_ptr<Trace>> heads = open_trace_heads(options.trace);
   const std::uint32_t steps = options.steps ? checked_steps(*heads.front(), *options.steps) : heads.front()->steps();
   const std::size_t n = heads.size();
@@ -205,18 +283,25 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
   layer.head_floor = options.paged.head_floor;
   const SignalReplay replay(options.signals, options.trace, n, heads.front()->length());
 
-  // Every layer built first, so a bad parameter fails before any work.
+  // Every layer (or sequence) built first, so a bad parameter fails before any work.
+  const bool sequence = options.paged.sequence_budget;
   std::vector<RunRow> rows;
   std::vector<std::unique_ptr<LayerBudget>> built;
+  std::vector<std::unique_ptr<SequenceBudget>> built_sequences;
   for (const RunSpec& spec : specs) {
     const PolicyInfo& info = find_policy(spec.policy);
     if (spec.budget < 1) throw ParameterError(fmt::format("{}: budget ({}) must be at least 1", info.name, spec.budget));
-    layer.layer_budget = layer_budget_of(spec.budget, layer.heads, options.paged);
+    if (!sequence) layer.layer_budget = layer_budget_of(spec.budget, layer.heads, options.paged);
     check_replay_signals(info, options.signals);
     ParamMap params = replay.params_for(info, spec.params);
     params.erase(std::remove_if(params.begin(), params.end(), [](const auto& kv) { return kv.first == "budget"; }),
                  params.end());
-    built.push_back(std::make_unique<LayerBudget>(info.name, params, layer));
+    if (sequence) {
+      built_sequences.push_back(std::make_unique<SequenceBudget>(
+          info.name, params, SequenceBudgetParams{.caches = layer.heads, .budget = spec.budget}));
+    } else {
+      built.push_back(std::make_unique<LayerBudget>(info.name, params, layer));
+    }
     RunRow row;
     row.policy = info.name;
     row.trace = options.trace;
@@ -224,7 +309,7 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
     ParamMap shown = params;
     set_param(shown, "budget", spec.budget);
     row.params = info.effective(shown);
-    row.memory_bytes = built.back()->memory_bytes();
+    row.memory_bytes = sequence ? built_sequences.back()->memory_bytes() : built.back()->memory_bytes();
     row.heads = n;
     rows.push_back(std::move(row));
   }
@@ -241,8 +326,10 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
   }
   for (std::size_t r = 0; r < specs.size(); ++r) {
     const auto started = std::chrono::steady_clock::now();
-    const std::vector<RunTotals> totals = run_layer(*built[r], layer_budget_of(specs[r].budget, layer.heads, options.paged), views, steps,
-                                                    options.progress, signals);
+    const std::vector<RunTotals> totals =
+        sequence ? run_sequence(*built_sequences[r], specs[r].budget, views, steps, options.progress, signals)
+                 : run_layer(*built[r], layer_budget_of(specs[r].budget, layer.heads, options.paged), views, steps,
+                             options.progress, signals);
     RunRow& row = rows[r];
     double mass = 0.0;
     double recall = 0.0;
@@ -260,7 +347,7 @@ std::vector<RunRow> evaluate_layer(const std::vector<RunSpec>& specs, const Eval
                                              : static_cast<double>(tt.total_heavy_hits) /
                                                    static_cast<double>(tt.total_heavy_possible);
     }
-    // Eviction calls are the layer's (one call evicts for every head).
+    // Eviction calls are the layer's or the sequence's (one call evicts for every head).
     row.totals.eviction_calls = totals.front().eviction_calls;
     if (n == 1) {
       row.metrics = row.head_metrics.front();

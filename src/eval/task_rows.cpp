@@ -70,18 +70,28 @@ std::string tasks_json(const std::vector<TaskRow>& rows) {
                    {"kvPrecision", r.kv_precision},
                    {"kvResidual", r.kv_residual},
                    {"bytesPerPosition", r.bytes_per_position}});
+    if (!r.granularity.empty()) out.back()["granularity"] = r.granularity;
   }
   return out.dump(2) + "\n";
 }
 
+namespace {
+bool any_granularity(const std::vector<TaskRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const TaskRow& r) { return !r.granularity.empty(); });
+}
+}  // namespace
+
 std::string tasks_csv(const std::vector<TaskRow>& rows) {
+  const bool granular = any_granularity(rows);
   std::string out =
       "task,policy,budget,moment,length,depth,samples,correct,accuracy,accuracy_low,accuracy_high,evicted,"
-      "kv_precision,kv_residual,bytes_per_position\n";
+      "kv_precision,kv_residual,bytes_per_position";
+  out += granular ? ",granularity\n" : "\n";
   for (const TaskRow& r : rows) {
-    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{},{},{},{:.1f}\n", r.task, label(r),
+    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{},{},{},{:.1f}", r.task, label(r),
                        r.budget, moment_name(r.moment), r.length, r.depth, r.samples, r.correct, r.accuracy, r.low,
                        r.high, r.evicted, r.kv_precision, r.kv_residual, r.bytes_per_position);
+    out += granular ? fmt::format(",{}\n", r.granularity.empty() ? "head" : r.granularity) : "\n";
   }
   return out;
 }
@@ -95,6 +105,8 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
   std::sort(depths.begin(), depths.end());
   // The store's precision gets a column when it is not fp32 (one run has one).
   const bool quantized = std::any_of(rows.begin(), rows.end(), [](const TaskRow& r) { return r.kv_precision != "fp32"; });
+  // And the granularity when a budget was shared (one run has one).
+  const bool granular = any_granularity(rows);
   using Key = std::tuple<std::string, std::uint32_t, std::string, std::int64_t, std::string>;
   std::vector<Key> order;
   std::map<Key, std::map<double, const TaskRow*>> grid;
@@ -105,9 +117,11 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
   }
   std::string out = "| task | length | policy | budget | moment |";
   if (quantized) out += " KV |";
+  if (granular) out += " granularity |";
   for (const double d : depths) out += fmt::format(" depth {:.0f} % |", d * 100.0);
   out += " mean | 95 % interval |\n|---|---:|---|---:|---|";
   if (quantized) out += "---|";
+  if (granular) out += "---|";
   for (std::size_t i = 0; i < depths.size(); ++i) out += "---:|";
   out += "---:|---|\n";
   for (const Key& k : order) {
@@ -119,6 +133,10 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows) {
       const TaskRow& any = *cells.begin()->second;
       out += any.kv_residual == 0 ? fmt::format(" {} |", any.kv_precision)
                                   : fmt::format(" {} (residual {}) |", any.kv_precision, any.kv_residual);
+    }
+    if (granular) {
+      const TaskRow& any = *cells.begin()->second;
+      out += fmt::format(" {} |", !any.granularity.empty() ? any.granularity : any.policy.empty() ? "—" : "head");
     }
     for (const double d : depths) {
       const auto it = cells.find(d);
@@ -234,6 +252,12 @@ TaskRow read_row(const nlohmann::json& r) {
       throw InputError(fmt::format("'bytesPerPosition' must be a number at least 0, not {}", b.dump()));
     }
     row.bytes_per_position = b.get<double>();
+  }
+  if (r.contains("granularity")) {
+    row.granularity = in.text("granularity");
+    if (row.granularity != "layer" && row.granularity != "sequence") {
+      throw InputError(fmt::format("'granularity' ('{}') is not layer or sequence", row.granularity));
+    }
   }
   return row;
 }

@@ -92,7 +92,8 @@ std::vector<kvevict::PositionMode> position_modes(const char* text, const char* 
 kvevict_status model_perplexity(const char* who, const kvevict_model* model, const uint8_t* text, size_t length,
                                 const char* policy, int64_t budget, const kvevict_param* params, size_t param_count,
                                 uint32_t max_windows, const char* kv_precision, int64_t kv_residual,
-                                kvevict_perplexity_result* result, uint64_t* peak_cache_bytes) {
+                                kvevict_perplexity_result* result, uint64_t* peak_cache_bytes,
+                                const char* granularity = nullptr) {
   return guard([&] {
     check_live(model, who);
     need(result, who, "result");
@@ -105,6 +106,7 @@ kvevict_status model_perplexity(const char* who, const kvevict_model* model, con
       options.kv.precision = kvevict::parse_precision(kv_precision, std::string(who) + ": kv_precision");
     }
     options.kv.residual = kv_residual;
+    if (granularity != nullptr) options.paged.set_granularity(kvevict::parse_granularity(granularity));
     const auto rows = kvevict::perplexity(*model->impl, std::span<const std::uint8_t>(text, length), specs, options);
     const kvevict::PerplexityRow& row = rows.back();
     *result = {row.perplexity, row.bits_per_byte, row.predictions, row.evicted};
@@ -131,6 +133,14 @@ kvevict_status kvevict_model_perplexity_kv(const kvevict_model* model, const uin
                                            uint64_t* peak_cache_bytes) {
   return model_perplexity("kvevict_model_perplexity_kv", model, text, length, policy, budget, params, param_count,
                           max_windows, kv_precision, kv_residual, result, peak_cache_bytes);
+}
+
+kvevict_status kvevict_model_perplexity_granular(const kvevict_model* model, const uint8_t* text, size_t length,
+                                                 const char* policy, int64_t budget, const kvevict_param* params,
+                                                 size_t param_count, uint32_t max_windows, const char* granularity,
+                                                 kvevict_perplexity_result* result) {
+  return model_perplexity("kvevict_model_perplexity_granular", model, text, length, policy, budget, params,
+                          param_count, max_windows, nullptr, -1, result, nullptr, granularity);
 }
 
 kvevict_status kvevict_model_stream(const kvevict_model* model, const uint8_t* text, size_t length,

@@ -41,6 +41,7 @@ struct ServeBenchArgs {
   std::int64_t block_size = 16;
   std::uint64_t pool = 0;
   std::vector<std::string> sets;
+  std::string granularity;
   std::string format = "table";
   RunFlags run;
   std::string positions = "original";
@@ -84,6 +85,7 @@ int run_serve_bench(const ServeBenchArgs& f, const CLI::App* cmd, std::uint32_t 
   request.block_size = static_cast<std::uint32_t>(f.block_size);
   request.pool_blocks = f.pool;
   request.overrides = parse_sets(f.sets);
+  request.granularity = granularity_of(f.granularity).granularity();
   request.progress = progress.fn("ticks");
   cli::print_serve(std::cout, serve_bench(model, text, request), f.format);
   return 0;
@@ -219,6 +221,7 @@ Command add_serve_bench_command(CLI::App& app, const ModelContext& context) {
   cmd->add_option("--block-size", f->block_size, "positions per pool block")->capture_default_str();
   cmd->add_option("--pool-blocks", f->pool, "blocks in the pool (0 = every cache of every sequence at capacity)");
   cmd->add_option("--set", f->sets, "POLICY.KEY=VALUE, or KEY=VALUE for every policy that has KEY (repeatable)");
+  add_granularity_option(cmd, f->granularity);
   cmd->add_option("--format", f->format, "table, json, csv or markdown")
       ->check(CLI::IsMember({"table", "json", "csv", "markdown"}))->capture_default_str();
   return {cmd, [f, cmd, context] { return run_serve_bench(*f, cmd, *context); }};

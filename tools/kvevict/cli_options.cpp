@@ -142,11 +142,26 @@ void add_paged_options(CLI::App* cmd, PagedFlags& f, bool model) {
                   "with --block-size: the last N full blocks are never evicted (the partial block never is)");
   cmd->add_option("--block-score", f.block_score, "with --block-size: a block's score from its positions' "
                                                   "scores: sum, mean, max or normsum (each over its steps held)");
-  cmd->add_flag("--layer-budget", f.layer_budget,
-                std::string("a layer's heads (a trace's heads") + (model ? "; a model's KV heads per layer" : "") +
-                    ") share budget x heads positions; the lowest-scoring across heads go");
+  add_granularity_option(cmd, f.granularity, model);
+  cmd->add_flag("--layer-budget", f.layer_budget, "the same as --granularity layer");
   cmd->add_option("--head-floor", f.head_floor,
-                  "with --layer-budget: the fewest positions a head keeps (default: a fifth of the fair share)");
+                  "with --granularity layer: the fewest positions a head keeps (default: a fifth of the fair share)");
+}
+
+void add_granularity_option(CLI::App* cmd, std::string& granularity, bool model) {
+  cmd->add_option("--granularity", granularity,
+                  std::string("which caches share the budget: head (each its own, the default), layer (a layer's ") +
+                      (model ? "KV heads" : "heads: all of a trace's") +
+                      " share budget x heads positions, the lowest-scoring across them go) or sequence (every " +
+                      (model ? "cache of the sequence, all layers and KV heads," : "head of the trace") +
+                      " holds the same budget positions, one victim set from all their scores: llama.cpp's cells; "
+                      "docs/paged.md)");
+}
+
+PagedOptions granularity_of(const std::string& granularity) {
+  PagedOptions p;
+  if (!granularity.empty()) p.set_granularity(parse_granularity(granularity));
+  return p;
 }
 
 CLI::Option* add_kv_options(CLI::App* cmd, KvFlags& f, const std::string& needs) {
@@ -236,6 +251,14 @@ PagedOptions paged_of(const PagedFlags& f) {
   p.recent_blocks = f.recent_blocks;
   p.block_score = parse_block_score(f.block_score);
   p.layer_budget = f.layer_budget;
+  if (!f.granularity.empty()) {
+    const Granularity g = parse_granularity(f.granularity);
+    if (f.layer_budget && g != Granularity::kLayer) {
+      throw ParameterError(fmt::format("--layer-budget is --granularity layer; it cannot be given with --granularity {}",
+                                       f.granularity));
+    }
+    p.set_granularity(g);
+  }
   p.head_floor = f.head_floor;
   check_paged(p);
   return p;

@@ -79,8 +79,8 @@ void add_trace_options(CLI::App* cmd, std::string& trace, std::optional<std::int
 // (kvevict record), for the key-aware policies; checked by the library.
 void add_signal_options(CLI::App* cmd, SignalFiles& f);
 
-// --block-size, --start-blocks, --recent-blocks, --block-score, --layer-budget,
-// --head-floor (docs/paged.md); parsed here, checked by the library.
+// --block-size, --start-blocks, --recent-blocks, --block-score, --granularity,
+// --layer-budget, --head-floor (docs/paged.md); parsed here, checked by the library.
 struct PagedFlags {
   std::optional<std::int64_t> block_size;  // left out: token-level eviction; given: at least 1
   std::int64_t start_blocks = 0;
@@ -88,12 +88,17 @@ struct PagedFlags {
   std::string block_score = "sum";
   bool layer_budget = false;
   std::int64_t head_floor = -1;
+  std::string granularity;  // head, layer or sequence; empty: head, or layer with --layer-budget
 };
 
 // `model`: the command runs a model (with --model, or always), so the help
 // says what the flags do to its decoder; run replays traces only.
 void add_paged_options(CLI::App* cmd, PagedFlags& f, bool model = true);
 PagedOptions paged_of(const PagedFlags& f);
+// --granularity alone, for the commands without the block flags (stream,
+// tasks, serve-bench); granularity_of: its PagedOptions (head when empty).
+void add_granularity_option(CLI::App* cmd, std::string& granularity, bool model = true);
+PagedOptions granularity_of(const std::string& granularity);
 
 // --kv-precision and --kv-residual (docs/paged.md "Fewer bits a position");
 // checked by the library against the model.

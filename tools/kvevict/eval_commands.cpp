@@ -117,6 +117,7 @@ struct StreamArgs {
   std::string format = "table";
   RunFlags run;
   KvFlags kv;
+  std::string granularity;
 };
 
 int run_stream(const StreamArgs& f, std::uint32_t context) {
@@ -146,6 +147,7 @@ int run_stream(const StreamArgs& f, std::uint32_t context) {
   }
   ModelRunOptions options;
   options.kv = kv_of(f.kv);
+  options.paged = granularity_of(f.granularity);
   options.progress = progress.fn("runs", f.tokens);
   if (!f.svg.empty()) check_output_file(f.svg, f.force);  // before the work, not after
   const std::vector<StreamRow> rows = stream_perplexity(*model, text, request, options);
@@ -179,6 +181,7 @@ struct TasksArgs {
   std::string format = "markdown";
   RunFlags run;
   KvFlags kv;
+  std::string granularity;
 };
 
 int run_tasks_command(const TasksArgs& f, std::uint32_t context) {
@@ -213,6 +216,7 @@ int run_tasks_command(const TasksArgs& f, std::uint32_t context) {
   request.chunk = f.chunk;
   ModelRunOptions options;
   options.kv = kv_of(f.kv);
+  options.paged = granularity_of(f.granularity);
   options.progress = progress.fn("answers");
   const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
   if (f.format == "json") {
@@ -359,6 +363,7 @@ Command add_stream_command(CLI::App& app, const ModelContext& context) {
   cmd->add_flag("--sinks", f->sinks,
                 "print instead the share of attention the first position and the first four draw, by layer, on the "
                 "full cache over the first context of the text");
+  add_granularity_option(cmd, f->granularity);
   cmd->add_option("--svg", f->svg, "also write the chart of bits per byte along the stream to this SVG file");
   cmd->add_flag("--force", f->force, "with --svg: replace the file if it exists");
   add_kv_options(cmd, f->kv);
@@ -405,6 +410,7 @@ Command add_tasks_command(CLI::App& app, const ModelContext& context) {
   cmd->add_option("--chunk", f->chunk,
                   "prefill moments: read the prompt in chunks of N bytes, compressing after each (0 = once)")
       ->check(CLI::Range(0U, 1U << 20))->capture_default_str();
+  add_granularity_option(cmd, f->granularity);
   add_kv_options(cmd, f->kv);
   cmd->add_option("--format", f->format, "markdown, json or csv")
       ->check(CLI::IsMember({"markdown", "json", "csv"}))->capture_default_str();

@@ -38,6 +38,10 @@ struct TaskRow {
   std::string kv_precision = "fp32";
   std::uint32_t kv_residual = 0;
   double bytes_per_position = 0.0;
+  // Which caches shared a budget (eval/paged.h): "layer" or "sequence";
+  // empty for head, each cache its own (a field, a CSV column and a markdown
+  // column only when some row has one).
+  std::string granularity;
 };
 
 // The rows as JSON (an array of objects), CSV (a header line, then one line

@@ -17,6 +17,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
+#include "kvevict/core/sequence_budget.h"
 
 namespace kvevict {
 
@@ -87,6 +88,7 @@ struct Decoder::Impl {
   std::vector<HeadCache> heads;
   std::vector<LayerBudget*> layer_budgets;   // per layer, null: none
   std::vector<std::int64_t> layer_budget_of;
+  SequenceBudget* sequence = nullptr;        // every cache's, null: none
   // Identifies the tokens fed so far (prefix sharing's key, with positions).
   std::uint64_t tokens = 0;
 
@@ -146,6 +148,15 @@ struct Decoder::Impl {
   // query heads attend, its policy steps and evicts; then a layer budget's
   // eviction. Returns the positions evicted.
   std::uint64_t attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out, Lap& lap);
+  // A sequence budget's eviction once the token at `pos` has passed every
+  // layer: one victim set leaves every cache. Returns the positions evicted.
+  std::uint64_t evict_sequence(std::uint32_t pos, Lap& lap);
+  // The budget cache h is held to (-1: none, it grows).
+  std::int64_t budget_of(std::uint32_t h) const noexcept {
+    if (sequence != nullptr) return sequence->budget();
+    if (layer_budgets[h / cfg.kv_heads] != nullptr) return layer_budget_of[h / cfg.kv_heads];
+    return heads[h].policy != nullptr ? heads[h].budget : -1;
+  }
 
   // Whether a prefill chunk's attention in layer l may run its tokens side
   // by side (attend_chunk): no cache evicts (no policy, no layer budget), so
@@ -273,6 +284,9 @@ void Decoder::set_policy(std::uint32_t h, Policy* policy, std::int64_t budget) {
     throw ContractError(fmt::format("decoder: cache {} is in layer {}, which has a layer budget", h,
                                     h / m.cfg.kv_heads));
   }
+  if (policy != nullptr && m.sequence != nullptr) {
+    throw ContractError(fmt::format("decoder: cache {} is under the sequence's budget", h));
+  }
   m.heads[h].policy = policy;
   m.heads[h].budget = budget;
 }
@@ -284,6 +298,7 @@ void Decoder::set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::in
   }
   if (fed_ != 0) throw ContractError("decoder: layer budgets are set before the first token");
   if (budget != nullptr) {
+    if (m.sequence != nullptr) throw ContractError(fmt::format("decoder: layer {} is under the sequence's budget", layer));
     if (budget->heads() != m.cfg.kv_heads) {
       throw ParameterError(fmt::format("decoder: the layer budget has {} heads; layer {} has {} KV heads",
                                        budget->heads(), layer, m.cfg.kv_heads));
@@ -303,6 +318,24 @@ void Decoder::set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::in
   m.layer_budget_of[layer] = layer_budget;
 }
 
+void Decoder::set_sequence_budget(SequenceBudget* budget) {
+  Impl& m = *impl_;
+  if (fed_ != 0) throw ContractError("decoder: a sequence budget is set before the first token");
+  if (budget != nullptr) {
+    if (budget->caches() != m.heads.size()) {
+      throw ParameterError(fmt::format("decoder: the sequence budget has {} caches; the model has {} ({} layers x {} "
+                                       "KV heads)",
+                                       budget->caches(), m.heads.size(), m.cfg.layers, m.cfg.kv_heads));
+    }
+    for (std::uint32_t h = 0; h < m.heads.size(); ++h) {
+      if (m.heads[h].policy != nullptr || m.layer_budgets[h / m.cfg.kv_heads] != nullptr) {
+        throw ContractError(fmt::format("decoder: cache {} has a policy or layer budget of its own", h));
+      }
+    }
+  }
+  m.sequence = budget;
+}
+
 StoreStats Decoder::store() const noexcept { return impl_->store->stats(); }
 
 const SequenceStore& Decoder::kv() const noexcept { return *impl_->store; }
@@ -317,8 +350,9 @@ void Decoder::drop(std::uint32_t h, std::span<const Position> positions) {
     throw ContractError(fmt::format("decoder: cache {} has a policy ({}); drop() is for caches without one", h,
                                     hc.policy->name()));
   }
-  if (m.layer_budgets[h / m.cfg.kv_heads] != nullptr) {
-    throw ContractError(fmt::format("decoder: cache {} is under a layer budget; drop() is for caches without one", h));
+  if (m.layer_budgets[h / m.cfg.kv_heads] != nullptr || m.sequence != nullptr) {
+    throw ContractError(fmt::format("decoder: cache {} is under a layer or sequence budget; drop() is for caches "
+                                    "without one", h));
   }
   SequenceStore& store = *m.store;
   if (const auto bad = store.try_mark(h, positions)) {
@@ -463,6 +497,15 @@ std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uin
       lap.charge(&DecodeProfile::policies);
       continue;
     }
+    if (sequence != nullptr) {  // evicted once the token has passed every layer (evict_sequence)
+      if (pos == 0) {
+        sequence->on_origin(cache, inputs);
+      } else {
+        sequence->on_step(cache, pos, inputs);
+      }
+      lap.charge(&DecodeProfile::policies);
+      continue;
+    }
     if (hc.policy == nullptr) continue;
     if (pos == 0) {
       hc.policy->on_origin(inputs);
@@ -511,8 +554,29 @@ std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uin
   return evicted;
 }
 
+std::uint64_t Decoder::Impl::evict_sequence(std::uint32_t pos, Lap& lap) {
+  if (sequence == nullptr || pos == 0) return 0;
+  const std::int64_t budget = sequence->budget();
+  if (static_cast<std::int64_t>(store->count(0)) <= budget) return 0;
+  const std::span<const Position> victims = sequence->evict(budget);
+  std::uint64_t evicted = 0;
+  for (std::uint32_t cache = 0; cache < heads.size(); ++cache) {
+    const std::uint32_t n = store->count(cache);
+    store->mark(cache, victims, sequence->cache(cache).name(), pos);
+    const std::uint32_t kept = n - store->remove_marked(cache);
+    evicted += n - kept;
+    if (static_cast<std::int64_t>(kept) > budget) {
+      throw ContractError(fmt::format("{}: cache {} holds {} positions against the sequence's budget of {} at "
+                                      "position {}",
+                                      sequence->cache(cache).name(), cache, kept, budget, pos));
+    }
+  }
+  lap.charge(&DecodeProfile::policies);
+  return evicted;
+}
+
 bool Decoder::Impl::chunk_attention(std::uint32_t l) const noexcept {
-  if (chunk_held.empty() || layer_budgets[l] != nullptr || positions != PositionMode::kOriginal ||
+  if (chunk_held.empty() || layer_budgets[l] != nullptr || sequence != nullptr || positions != PositionMode::kOriginal ||
       store->format().quantized() || store->pool() != nullptr) {
     return false;
   }
@@ -644,11 +708,8 @@ void Decoder::check_ready(std::span<const Token> tokens, const std::string& who)
   const auto n = static_cast<std::uint64_t>(tokens.size());
   for (std::uint32_t h = 0; h < m.heads.size(); ++h) {
     const std::uint64_t count = m.store->count(h);
-    const std::uint32_t layer = h / m.cfg.kv_heads;
     std::uint64_t before_last = count + n - 1;  // held before the last token, at most
-    const std::int64_t budget = m.layer_budgets[layer] != nullptr ? m.layer_budget_of[layer]
-                                : m.heads[h].policy != nullptr    ? m.heads[h].budget
-                                                                  : -1;
+    const std::int64_t budget = m.budget_of(h);
     if (budget >= 0) before_last = std::min(before_last, std::max(count, static_cast<std::uint64_t>(budget)));
     if (before_last >= m.capacity) {
       const std::uint64_t at = std::min<std::uint64_t>(fed_ + n - 1, fed_ + (m.capacity > count ? m.capacity - count : 0));
@@ -676,12 +737,27 @@ std::span<const float> Decoder::prefill(std::span<const Token> tokens) {
                                  tokens.size(), m.chunk));
   }
   check_ready(tokens, "");
+  const std::size_t vocab = m.cfg.vocab;
+  if (m.sequence != nullptr && tokens.size() > 1) {
+    // The sequence's eviction after a token must come before the next
+    // token's first layer: one pass a token, each token's logits kept in
+    // its row (the first token's aside until the last pass, which writes row 0).
+    Decoder* self = this;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      Lanes one{std::span<Decoder* const>(&self, 1), tokens.subspan(i, 1), &m.own, m.threads, profile_};
+      forward(one);
+      std::copy_n(m.own.logits.data(), vocab, i == 0 ? m.led_logits.data() : m.own.logits.data() + i * vocab);
+    }
+    std::copy_n(m.led_logits.data(), vocab, m.own.logits.data());
+    m.last = m.own.logits.data() + (tokens.size() - 1) * vocab;
+    return {m.own.logits.data(), tokens.size() * vocab};
+  }
   // Every lane is this decoder: the pass takes the tokens in order.
   std::array<Decoder*, 4096> self{};
   std::fill_n(self.begin(), tokens.size(), this);
   Lanes lanes{std::span<Decoder* const>(self.data(), tokens.size()), tokens, &m.own, m.threads, profile_};
   forward(lanes);
-  return {m.own.logits.data(), tokens.size() * m.cfg.vocab};
+  return {m.own.logits.data(), tokens.size() * vocab};
 }
 
 void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const Token> tokens) {
@@ -831,6 +907,13 @@ void Decoder::forward(Lanes& lanes) {
       lap.charge(&DecodeProfile::projections);
       for (std::size_t j = 0; j < std::size_t{n} * width; ++j) s.x[j] += s.h[j];
     }
+    // A sequence budget evicts once its token has passed every layer (a
+    // decoder with one has one lane: prefill() feeds it token by token).
+    for (lane = 0; lane < n; ++lane) {
+      Decoder& dec = *lanes.decoders[lane];
+      dec.evicted_ += dec.impl_->evict_sequence(s.pos[lane], lap);
+    }
+    lane = 0;
     lap.skip();
     for (std::uint32_t i = 0; i < n; ++i) {
       rms_norm(s.x.data() + std::size_t{i} * width, model.final_norm(), s.h.data() + std::size_t{i} * width, width,

@@ -15,6 +15,7 @@
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/layer_budget.h"
+#include "kvevict/core/sequence_budget.h"
 #include "kvevict/core/prefill.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/model/eviction/compress.h"
@@ -396,6 +397,9 @@ PerplexityRow run_row(const ModelConfig& cfg, const TokenizedText& text, const s
     row.has_extra_interval = cost.has_interval;
   }
   row.block_size = static_cast<std::uint32_t>(options.paged.block_size);
+  if (runs_in[r].spec != nullptr && options.paged.granularity() != Granularity::kHead) {
+    row.granularity = std::string(granularity_name(options.paged.granularity()));
+  }
   row.peak_blocks = peak_blocks;
   row.peak_positions = peak_positions;
   row.store_measured = options.paged.active();
@@ -671,7 +675,28 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
                                          static_cast<double>(t.total_heavy_possible));
       head_calls[h].push_back(t.eviction_calls);
     };
-    if (options.paged.layer_budget) {
+    if (options.paged.sequence_budget) {
+      // Sequence mode: every cache replayed in lock step through one
+      // SequenceBudget; its one eviction call a step is counted once, on cache 0.
+      std::vector<Trace*> views;
+      for (const auto& head : heads) views.push_back(head.get());
+      for (const RunSpec& spec : specs) {
+        DecoderPolicies::check_sequence_policy(spec);
+        SequenceBudget sb(find_policy(spec.policy).name, head_params(spec, cfg, 0),
+                          SequenceBudgetParams{.caches = std::int64_t{cfg.head_count()}, .budget = spec.budget});
+        std::vector<std::unique_ptr<StepSignals>> sources;
+        std::vector<StepSignals*> per_head;
+        if ((find_policy(spec.policy).signals & ~kSignalAttention) != 0) {
+          for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+            sources.push_back(recorded.head(h));
+            per_head.push_back(sources.back().get());
+          }
+        }
+        std::vector<RunTotals> totals = run_sequence(sb, spec.budget, views, views.front()->steps(), {}, per_head);
+        for (std::size_t h = 1; h < totals.size(); ++h) totals[h].eviction_calls = 0;
+        for (std::size_t h = 0; h < totals.size(); ++h) add(h, totals[h]);
+      }
+    } else if (options.paged.layer_budget) {
       // Layer mode: each layer's KV heads replayed in lock step through one
       // LayerBudget; a layer's one eviction call is counted once, on its first head.
       detail::parallel_jobs(cfg.layers, {}, [&](std::size_t l) {

@@ -115,6 +115,13 @@ constexpr RowField<Row> kFields[] = {
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        if (r.proxied) value_or_null(r.has_proxy, f, v, [&] { v.integer(f, r.proxy.eviction_calls); });
      }},
+    {{"granularity", FieldType::kString, "",
+      "which caches shared a budget: layer (a layer's KV heads, budget x KV heads positions together) or sequence "
+      "(every cache holds the same budget positions: llama.cpp's cells; docs/paged.md)",
+      "--granularity layer or sequence given", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.granularity.empty()) v.string(f, r.granularity);
+     }},
     {{"blockSize", FieldType::kInteger, "positions", "positions per block of the paged store", "block size given",
       {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {

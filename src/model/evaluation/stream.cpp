@@ -35,6 +35,7 @@ struct StreamRun {
   const RunSpec* spec = nullptr;  // null: the full cache
   PositionMode positions = PositionMode::kOriginal;
   bool recompute = false;
+  PagedOptions granularity{};  // which caches share a budget (head or sequence)
 };
 
 // The stream as the model reads it: BOS first where the vocabulary adds one,
@@ -96,7 +97,7 @@ struct StreamState {
     const auto n = static_cast<std::uint64_t>(s.tokens.size());
     fed = run.spec == nullptr ? options(model->config(), s, run, kv, threads).capacity : n;
     if (run.spec != nullptr) {
-      policies = DecoderPolicies(*run.spec, model->config(), PagedOptions{});
+      policies = DecoderPolicies(*run.spec, model->config(), run.granularity);
       policies.attach(decoder);
     }
   }
@@ -208,7 +209,13 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
                                          const StreamRequest& request, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   if (options.max_windows != 0) throw ParameterError("a stream has no windows: --max-windows does not apply");
-  if (options.paged.active()) throw ParameterError("a stream runs on the contiguous store: no paged options");
+  if (options.paged.blocks()) throw ParameterError("a stream runs on the contiguous store: no block options");
+  if (options.paged.layer_budget) {
+    // A layer's heads share budget x heads positions, so one head may hold
+    // more than the budget: past the capacity a stream's caches are sized to.
+    throw ParameterError("stream: --granularity layer lets one head hold more than the budget, past the budget + 1 "
+                         "positions a stream's caches hold (use head or sequence)");
+  }
   if (options.prefill != 0) throw ParameterError("a stream runs token by token: no --prefill");
   check_format(options.kv, cfg.head_dim());
   if (request.positions.empty()) throw ParameterError("stream: no position mode given (original, cache)");
@@ -221,7 +228,7 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
                                      request.recompute_window, cfg.context));
   }
   // Every policy built and every budget checked before any work.
-  for (const RunSpec& spec : request.specs) DecoderPolicies(spec, cfg, PagedOptions{});
+  for (const RunSpec& spec : request.specs) DecoderPolicies(spec, cfg, options.paged);
   const StreamTokens s = stream_tokens(model, text, request.tokens);
   if (request.recompute_tokens > s.tokens.size()) {
     throw InputError(fmt::format("stream: the recomputed window asks for {} tokens of a stream of {}",
@@ -231,7 +238,7 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
   std::vector<StreamRun> runs;
   if (request.full_cache) runs.push_back({});
   for (const RunSpec& spec : request.specs) {
-    for (const PositionMode mode : request.positions) runs.push_back({&spec, mode, false});
+    for (const PositionMode mode : request.positions) runs.push_back({&spec, mode, false, options.paged});
   }
   if (request.recompute_window > 0) runs.push_back({nullptr, PositionMode::kCache, true});
   if (runs.empty()) throw ParameterError("stream: nothing to run (no policy, no full cache, no recomputed window)");
@@ -289,6 +296,7 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
       row.policy = runs[r].spec->policy;
       row.budget = runs[r].spec->budget;
       row.params = find_policy(row.policy).effective(head_params(*runs[r].spec, cfg, 0));
+      if (options.paged.sequence_budget) row.granularity = "sequence";
     }
     row.bits_per_byte = row.bytes == 0 ? 0.0 : row.nll / static_cast<double>(row.bytes) / std::numbers::ln2;
   }
@@ -440,6 +448,7 @@ std::string stream_json(const std::vector<StreamRow>& rows, const std::vector<Si
       row["peakPositions"] = r.peak_positions;
       row["evicted"] = r.evicted;
       row["kvPrecision"] = r.kv_precision;
+      if (!r.granularity.empty()) row["granularity"] = r.granularity;
       row["tokenizer"] = r.tokenizer;
       row["seconds"] = r.seconds;
       nlohmann::ordered_json segments = nlohmann::ordered_json::array();

@@ -11,6 +11,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/prefill.h"
 #include "kvevict/model/eviction/compress.h"
+#include "kvevict/model/eviction/decoder_policies.h"
 #include "kvevict/core/registry.h"
 #include "eval/parallel_jobs.h"
 
@@ -271,14 +272,18 @@ class TaskRun {
  public:
   TaskRun(const std::shared_ptr<const Model>& model, const TaskSample& sample, const PromptTokens& prompt,
           const RunSpec* spec, Moment moment, std::uint32_t window, std::uint32_t chunk, const KvFormat& kv,
-          int threads)
+          int threads, const PagedOptions& granularity)
       : model_(model),
         sample_(sample),
         decoder_(model, DecoderOptions{.capacity = static_cast<std::uint32_t>(prompt.tokens.size() + sample.answer.size()),
                                        .kv = kv,
                                        .threads = threads}) {
     const ModelConfig& cfg = model->config();
-    if (spec != nullptr && moment == Moment::decode) {
+    if (spec != nullptr && moment == Moment::decode && granularity.active()) {
+      // A budget shared by a layer's or the sequence's caches (DecoderPolicies).
+      shared_ = DecoderPolicies(*spec, cfg, granularity);
+      shared_.attach(decoder_);
+    } else if (spec != nullptr && moment == Moment::decode) {
       const PolicyInfo& info = find_policy(spec->policy);
       for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
         policies_.push_back(info.make(head_params(*spec, cfg, h / cfg.kv_heads)));
@@ -333,6 +338,7 @@ class TaskRun {
   const TaskSample& sample_;
   Decoder decoder_;
   std::vector<std::unique_ptr<Policy>> policies_;
+  DecoderPolicies shared_;
   std::optional<PrefillCompressor> compressor_;
   std::string said_;
   bool right_ = false;
@@ -342,9 +348,9 @@ class TaskRun {
 
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
                  Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
-                 const KvFormat& kv) {
+                 const KvFormat& kv, const PagedOptions& granularity) {
   const PromptTokens prompt = read_prompt(*model, sample);
-  TaskRun run(model, sample, prompt, spec, moment, window, chunk, kv, DecoderOptions{}.threads);
+  TaskRun run(model, sample, prompt, spec, moment, window, chunk, kv, DecoderOptions{}.threads, granularity);
   std::span<const float> logits;
   for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
     logits = run.decoder().step(prompt.tokens[i]);
@@ -357,12 +363,14 @@ bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sa
 
 std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
                                              std::span<const TaskConfig> configs, std::uint32_t window,
-                                             std::uint32_t chunk, const KvFormat& kv, int threads) {
+                                             std::uint32_t chunk, const KvFormat& kv, int threads,
+                                             const PagedOptions& granularity) {
   const PromptTokens prompt = read_prompt(*model, sample);
   std::vector<std::unique_ptr<TaskRun>> runs;
   std::vector<Decoder*> batch;
   for (const TaskConfig& c : configs) {
-    runs.push_back(std::make_unique<TaskRun>(model, sample, prompt, c.spec, c.moment, window, chunk, kv, threads));
+    runs.push_back(
+        std::make_unique<TaskRun>(model, sample, prompt, c.spec, c.moment, window, chunk, kv, threads, granularity));
     batch.push_back(&runs.back()->decoder());
   }
   std::vector<TaskAnswer> answers(configs.size());
@@ -421,6 +429,17 @@ void check_task_request(const Model& model, const TaskRequest& request, const Mo
   if (request.samples < 1) throw InputError("tasks: samples must be at least 1");
   if (request.window < 1) throw InputError("tasks: the observation window must be at least 1 byte");
   check_format(options.kv, cfg.head_dim());
+  check_paged(options.paged);
+  if (options.paged.blocks()) throw ParameterError("tasks: the decoder runs on the contiguous store: no block options");
+  if (options.paged.active()) {
+    for (const Moment m : request.moments) {
+      if (m != Moment::decode) {
+        throw ParameterError(fmt::format("tasks: --granularity {} applies to the decode moment; the {} moment "
+                                         "compresses each cache on its own (use --moments decode)",
+                                         granularity_name(options.paged.granularity()), moment_name(m)));
+      }
+    }
+  }
   const std::uint32_t shortest = *std::min_element(request.lengths.begin(), request.lengths.end());
   for (const std::int64_t b : request.budgets) {
     if (b < 1) throw InputError(fmt::format("tasks: budget {} must be at least 1", b));
@@ -581,7 +600,7 @@ void answer_all(const std::shared_ptr<const Model>& model, const std::vector<Tas
       const std::size_t first = per_sample * g / groups, end = per_sample * (g + 1) / groups;
       const std::vector<TaskAnswer> got =
           answer_task_together(model, samples[s], all.subspan(first, end - first), request.window, request.chunk,
-                               options.kv, 1);
+                               options.kv, 1, options.paged);
       for (std::size_t c = first; c < end; ++c) {
         right[s * per_sample + c] = got[c - first].right ? 1 : 0;
         evicted[s * per_sample + c] = got[c - first].evicted;
@@ -591,7 +610,7 @@ void answer_all(const std::shared_ptr<const Model>& model, const std::vector<Tas
     detail::parallel_jobs(right.size(), options.progress, [&](std::size_t job) {
       const std::size_t s = job / per_sample, c = job % per_sample;
       right[job] = answer_task(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[job],
-                               request.chunk, options.kv)
+                               request.chunk, options.kv, options.paged)
                        ? 1
                        : 0;
     });
@@ -625,6 +644,9 @@ std::vector<TaskRow> task_rows_of(const Model& model, const std::vector<TaskCell
       row.accuracy = static_cast<double>(row.correct) / row.samples;
       row.kv_precision = std::string(precision_name(options.kv.precision));
       row.kv_residual = options.kv.residual_window();
+      if (c > 0 && options.paged.granularity() != Granularity::kHead) {
+        row.granularity = std::string(granularity_name(options.paged.granularity()));
+      }
       // What a position really costs: a cache that never holds the residual
       // window's R rows (a sample shorter than R, or a decode-time budget B
       // holding B + 1 at most) keeps them all at fp32.
@@ -647,6 +669,11 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   const std::uint64_t sample_count = task_sample_count(request);
   // The configurations: the full cache, then policy x budget x moment.
   const std::vector<TaskConfigSpec> configs = task_configs(model->config(), request);
+  // A shared budget's every policy built too, before any work (a sequence
+  // refuses PyramidKV; a layer's budget x heads is checked).
+  if (options.paged.active()) {
+    for (const TaskConfigSpec& c : configs) (void)DecoderPolicies(c.spec, model->config(), options.paged);
+  }
   const std::uint64_t job_count = sample_count * (1 + configs.size());
   if (job_count > kMaxTaskJobs) {
     throw InputError(fmt::format("tasks: {} samples x {} configurations (the full cache and {} policy x budget x "

@@ -42,6 +42,15 @@ void check_budget_in_context(const RunSpec& spec, const ModelConfig& config) {
 DecoderPolicies::DecoderPolicies(const RunSpec& spec, const ModelConfig& config, const PagedOptions& paged)
     : budget_(spec.budget) {
   check_budget_in_context(spec, config);
+  check_paged(paged);
+  if (paged.sequence_budget) {
+    check_sequence_policy(spec);
+    const PolicyInfo& info = find_policy(spec.policy);
+    sequence_ = std::make_unique<SequenceBudget>(
+        info.name, head_params(spec, config, 0),
+        SequenceBudgetParams{.caches = std::int64_t{config.head_count()}, .budget = spec.budget});
+    return;
+  }
   if (paged.layer_budget) {
     for (std::uint32_t l = 0; l < config.layers; ++l) layers_.push_back(make_layer_budget(spec, config, l, paged));
     return;
@@ -52,7 +61,17 @@ DecoderPolicies::DecoderPolicies(const RunSpec& spec, const ModelConfig& config,
   }
 }
 
+void DecoderPolicies::check_sequence_policy(const RunSpec& spec) {
+  const PolicyInfo& info = find_policy(spec.policy);
+  if (info.has_param("layer") && info.has_param("numLayers")) {
+    throw ParameterError(fmt::format("{}: its budget differs by layer, and --granularity sequence holds the same "
+                                     "positions in every layer (use head or layer)",
+                                     info.name));
+  }
+}
+
 void DecoderPolicies::attach(Decoder& decoder) const {
+  if (sequence_ != nullptr) decoder.set_sequence_budget(sequence_.get());
   for (std::uint32_t l = 0; l < layers_.size(); ++l) {
     decoder.set_layer_budget(l, layers_[l].get(), layers_[l]->layer_budget());
   }

@@ -114,6 +114,12 @@ std::optional<RunSpec> spec_of(const ServeRun& run, const ServeBenchRequest& req
   }
   PagedOptions paged;
   if (run.blocks) paged.block_size = request.block_size;
+  if (request.granularity != Granularity::kHead && (run.blocks || run.chunk != 0)) {
+    throw ParameterError(fmt::format("serve-bench: --granularity {} shares a budget between caches while decoding, "
+                                     "by position: not for {} runs (give --modes token and --chunk 0)",
+                                     granularity_name(request.granularity), run.blocks ? "block" : "chunked"));
+  }
+  paged.set_granularity(request.granularity);
   if (run.chunk != 0) {
     if (run.blocks) throw ParameterError("serve-bench: block mode evicts while decoding; a chunked run compresses");
     for (std::uint32_t l = 0; l < cfg.layers; ++l) {
@@ -141,6 +147,7 @@ ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const Toke
   Batch batch(model, options);
   PagedOptions paged;
   if (run.blocks) paged.block_size = bs;
+  paged.set_granularity(request.granularity);
   std::vector<SequenceId> ids;
   std::vector<std::optional<PrefillCompressor>> compressors(run.sequences);
   for (std::uint32_t i = 0; i < run.sequences; ++i) {
@@ -150,6 +157,7 @@ ServeRow run_one(const std::shared_ptr<const Model>& model, std::span<const Toke
   }
   ServeRow row;
   row.run = run;
+  if (spec && request.granularity != Granularity::kHead) row.granularity = granularity_name(request.granularity);
   row.shared_prefix = sizes.prefix;
   row.tokens = sizes.tokens;
   row.prompt = run.chunk != 0 ? sizes.prompt : 0;
@@ -276,6 +284,13 @@ constexpr RowField<Row> kFields[] = {
       "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) {
        v.string(f, r.run.policy.empty() ? "full" : r.run.chunk != 0 ? "chunked" : r.run.blocks ? "block" : "token");
+     }},
+    {{"granularity", FieldType::kString, "",
+      "which caches of a sequence shared its budget: layer (a layer's KV heads) or sequence (every cache holds the "
+      "same positions, as llama.cpp's cells)",
+      "--granularity layer or sequence given (a policy's rows)", {}},
+     [](const Row& r, const FieldInfo& f, RowVisitor& v) {
+       if (!r.granularity.empty()) v.string(f, r.granularity);
      }},
     {{"prefixSharing", FieldType::kString, "", "on: equal full blocks are held once (reference counts); off", "", {}},
      [](const Row& r, const FieldInfo& f, RowVisitor& v) { v.string(f, r.run.share_prefix ? "on" : "off"); }},

@@ -22,6 +22,7 @@
 namespace kvevict {
 
 class LayerBudget;
+class SequenceBudget;
 // How a decoder stores its keys and values (docs/paged.md, "The decoder on a
 // paged store").
 struct DecoderOptions {
@@ -107,6 +108,19 @@ class Decoder {
   // heads (ParameterError) and the layer's caches no policy of their own
   // (ContractError); null removes it. Only before the first step.
   void set_layer_budget(std::uint32_t layer, LayerBudget* budget, std::int64_t layer_budget);
+
+  // Gives every cache of the sequence one budget (docs/paged.md,
+  // "Granularity"): each step every cache's signals go to
+  // budget->on_step(cache, ...), and once the whole token has passed every
+  // layer, if the caches hold more than budget->budget() positions,
+  // budget->evict()'s one victim set leaves every cache -- so all of them
+  // always hold the same positions, as an engine's cells do. The
+  // SequenceBudget must have one cache per (layer, KV head) (ParameterError)
+  // and no cache a policy or layer budget of its own (ContractError); null
+  // removes it. Only before the first step. prefill() then takes its tokens
+  // through the layers one at a time (the eviction after a token comes
+  // before the next token's first layer).
+  void set_sequence_budget(SequenceBudget* budget);
 
   // Feeds the next token (position = tokens fed so far) and returns the
   // logits for the token after it; valid until the next call. Runs without

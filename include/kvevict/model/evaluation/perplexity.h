@@ -68,6 +68,9 @@ struct PerplexityRow {
   // The store, measured (the most of any window): blocks of block_size in
   // use at once over every cache (0 on the contiguous store), and positions.
   std::uint32_t block_size = 0;
+  // Which caches shared a budget (paged.h's Granularity): "layer" or
+  // "sequence"; empty for each cache its own (head).
+  std::string granularity;
   std::uint64_t peak_blocks = 0;
   std::uint64_t peak_positions = 0;
   // The store's precision (kv_precision.h): its name, the residual window in

@@ -67,6 +67,7 @@ struct StreamRow {
   std::uint64_t peak_positions = 0;     // the most positions any one cache held
   std::uint64_t evicted = 0;            // positions removed, all caches
   std::string kv_precision = "fp32";
+  std::string granularity;  // "sequence" when every cache held the same positions (empty: head)
   std::string tokenizer;
   double seconds = 0.0;
 };

@@ -99,10 +99,11 @@ struct TaskRequest {
 
 // Greedy exact match of one sample with the given policy (null spec: the
 // full cache). `evicted` receives the positions removed.
-// `kv`: the precision the decoder stores keys and values at.
+// `kv`: the precision the decoder stores keys and values at; `granularity`
+// (paged.h): which caches share the budget at the decode moment.
 bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
                  Moment moment, std::uint32_t window, std::uint64_t* evicted = nullptr, std::uint32_t chunk = 0,
-                 const KvFormat& kv = {});
+                 const KvFormat& kv = {}, const PagedOptions& granularity = {});
 
 // One configuration of a sample's answers: a policy (null: the full cache)
 // at a moment of compression.
@@ -123,7 +124,8 @@ struct TaskAnswer {
 // `threads`: the products' (DecoderOptions::threads).
 std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
                                              std::span<const TaskConfig> configs, std::uint32_t window,
-                                             std::uint32_t chunk = 0, const KvFormat& kv = {}, int threads = 0);
+                                             std::uint32_t chunk = 0, const KvFormat& kv = {}, int threads = 0,
+                                             const PagedOptions& granularity = {});
 
 // Every task x length x depth: the full cache, then each policy x budget x
 // moment, in that order. Every request is checked -- each policy built with

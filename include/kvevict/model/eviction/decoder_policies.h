@@ -1,6 +1,8 @@
 // The policies one decoder runs for a RunSpec, built (and their parameters
-// checked) before any work: one instance per cache, driven by a BlockEvictor
-// in block mode, or one LayerBudget per layer in layer mode (docs/paged.md).
+// checked) before any work, at the granularity `paged` names (docs/paged.md):
+// one instance per cache (head; driven by a BlockEvictor in block mode), one
+// LayerBudget per layer (layer), or one SequenceBudget over every cache
+// (sequence).
 // Perplexity, the retrieval tasks and a batch of sequences (batch.h) all
 // equip their decoders through this one place.
 #pragma once
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "kvevict/core/layer_budget.h"
+#include "kvevict/core/sequence_budget.h"
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/paged.h"
 #include "kvevict/core/params.h"
@@ -30,8 +33,13 @@ void check_budget_in_context(const RunSpec& spec, const ModelConfig& config);
 class DecoderPolicies {
  public:
   DecoderPolicies() = default;  // none: the full cache
-  // Checks the budget (check_budget_in_context) and every parameter.
+  // Checks the budget (check_budget_in_context) and every parameter; at
+  // sequence granularity refuses a policy whose budget differs by layer
+  // (PyramidKV: every layer holds the same positions there).
   DecoderPolicies(const RunSpec& spec, const ModelConfig& config, const PagedOptions& paged);
+  // Refuses (ParameterError) a policy sequence granularity cannot carry out:
+  // one whose budget differs by layer (PyramidKV).
+  static void check_sequence_policy(const RunSpec& spec);
   // Gives each cache (or layer) of `decoder` its policy; before its first step.
   void attach(Decoder& decoder) const;
 
@@ -39,6 +47,7 @@ class DecoderPolicies {
   std::int64_t budget_ = 0;
   std::vector<std::unique_ptr<Policy>> policies_;
   std::vector<std::unique_ptr<LayerBudget>> layers_;
+  std::unique_ptr<SequenceBudget> sequence_;
 };
 
 // Parameters each (layer, head) instance gets: `params` with the budget set,

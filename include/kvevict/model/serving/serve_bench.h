@@ -21,6 +21,7 @@
 
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/harness.h"
+#include "kvevict/eval/paged.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/model/decoder/model.h"
 
@@ -50,6 +51,10 @@ struct ServeBenchRequest {
   std::uint32_t block_size = 16;
   std::uint64_t pool_blocks = 0;      // 0: every cache of every sequence at `tokens` positions
   ParamMap overrides;                 // "policy.param" or "param", as compare's
+  // Which caches of a sequence share its budget (paged.h): each its own, a
+  // layer's KV heads, or every cache (the same positions, as llama.cpp's
+  // cells). Token-mode runs that evict while decoding only.
+  Granularity granularity = Granularity::kHead;
   ProgressFn progress;                // (ticks done, ticks in all runs)
 };
 
@@ -68,6 +73,7 @@ std::vector<std::string> serve_policy_names(std::string_view list);
 
 struct ServeRow {
   ServeRun run;
+  std::string granularity;  // "layer" or "sequence" when shared (empty: head)
   std::uint32_t shared_prefix = 0;
   std::uint32_t tokens = 0;
   std::uint32_t prompt = 0;  // chunked runs
