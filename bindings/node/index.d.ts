@@ -310,18 +310,32 @@ export interface CompareResult {
 }
 
 /**
+ * Which caches share a budget (docs/paged.md, "Granularity"): 'head' (each its
+ * own), 'layer' (a layer's heads share budget x heads positions) or 'sequence'
+ * (every cache -- with a model all layers and KV heads -- holds the same
+ * `budget` positions, one victim set for all: llama.cpp's cells).
+ */
+export type Granularity = 'head' | 'layer' | 'sequence';
+
+/**
  * Paged evaluation (docs/paged.md), as the tool's --block-size ... --head-floor:
  * block mode (blockSize >= 1: each policy driven by a BlockEvictor, budgets a
- * whole number of blocks; with a model, the decoder on a paged store) or layer
- * mode (layerBudget: a layer's heads share budget x heads). Not both.
+ * whole number of blocks; with a model, the decoder on a paged store) or a
+ * shared budget (granularity 'layer' or 'sequence'). Not both.
  */
 export interface PagedOptions {
   blockSize?: number;
   startBlocks?: number;
   recentBlocks?: number;
   blockScore?: BlockScore;
+  /**
+   * Default 'head'. 'sequence' refuses pyramidkv (its budget differs by layer).
+   * A model's rows then carry `granularity`.
+   */
+  granularity?: Granularity;
+  /** The older spelling of granularity 'layer'; given with granularity, the two must agree. */
   layerBudget?: boolean;
-  /** With layerBudget; default -1: a fifth of the fair share. */
+  /** With granularity 'layer'; default -1: a fifth of the fair share. */
   headFloor?: number;
 }
 
@@ -623,6 +637,8 @@ export interface PerplexityRow {
   tokenizer: string;
   /** Positions removed, all heads and windows together. */
   evicted: number;
+  /** With granularity 'layer' or 'sequence' only (a policy's rows): which caches shared a budget. */
+  granularity?: 'layer' | 'sequence';
   /** In block mode only: the store's block size. */
   blockSize?: number;
   /** In block mode only: the most blocks in use at once over every cache (measured). */
@@ -727,6 +743,12 @@ export interface ServeBenchOptions {
   poolBlocks?: number;
   /** Where kept keys sit in rotary space (default 'original'); tokens may then pass the context when every run evicts while decoding. */
   positions?: PositionMode;
+  /**
+   * Which caches of a sequence share its budget (default 'head'); 'layer' and
+   * 'sequence' are for token-mode runs that evict while decoding (a 'block'
+   * mode or a chunk above 0 throws ParameterError).
+   */
+  granularity?: Granularity;
 }
 
 /** A row of `kvevict serve-bench --format json`. */
@@ -735,6 +757,8 @@ export interface ServeRow {
   policy: string | null;
   budget: number | null;
   mode: 'full' | 'token' | 'block' | 'chunked';
+  /** A policy's rows with granularity 'layer' or 'sequence' only. */
+  granularity?: 'layer' | 'sequence';
   prefixSharing: 'on' | 'off';
   sequences: number;
   sharedPrefix: number;
@@ -827,6 +851,11 @@ export interface TasksOptions {
   chunk?: number;
   kvPrecision?: 'fp32' | 'fp16' | 'int8' | 'int4';
   kvResidual?: number;
+  /**
+   * Which caches share the budget at the decode moment (default 'head'); with
+   * 'layer' or 'sequence' a prefill moment throws ParameterError.
+   */
+  granularity?: Granularity;
 }
 /** A row of `kvevict tasks --format json`. */
 export interface TaskRow {
@@ -848,6 +877,8 @@ export interface TaskRow {
   kvPrecision: string;
   kvResidual: number;
   bytesPerPosition: number;
+  /** A policy's rows with granularity 'layer' or 'sequence' only. */
+  granularity?: 'layer' | 'sequence';
 }
 /**
  * `kvevict tasks`: retrieval tasks answered by the model with greedy decoding, needles hidden in `text`
@@ -933,6 +964,12 @@ export interface StreamOptions {
   kvResidual?: number;
   /** As for compareModel(): under each item's own parameters. */
   overrides?: { readonly [key: string]: number | Params | undefined };
+  /**
+   * 'head' (each cache its own budget, the default) or 'sequence' (every cache
+   * holds the same `budget` positions); 'layer' throws ParameterError (a head
+   * could then hold more than the budget).
+   */
+  granularity?: 'head' | 'sequence';
 }
 /** A segment of a stream row: the predictions of the tokens at stream positions [begin, end). */
 export interface StreamSegment {
@@ -962,6 +999,8 @@ export interface StreamRow {
   peakPositions: number;
   evicted: number;
   kvPrecision: 'fp32' | 'fp16' | 'int8' | 'int4';
+  /** A policy's rows with granularity 'sequence' only. */
+  granularity?: 'sequence';
   tokenizer: string;
   seconds: number;
   segments: StreamSegment[];

@@ -475,7 +475,7 @@ static void real_model(void) {
   CHECK(error_contains("needs a quantized --kv-precision"));
   /* Granularity: NULL is each cache its own (the plain call); a sliding
    * window evicts by position alone, the same victim in every cache, so at
-   * "sequence" it is the same run; H2O at "sequence" still removes one
+   * "sequence" it is the same run; TOVA at "sequence" still removes one
    * position from every cache each step from step 16 on. */
   CHECK(kvevict_model_perplexity_granular(model, text, sizeof text, "sliding-window", 8, NULL, 0, 0, NULL, &same) ==
         KVEVICT_OK);
@@ -483,7 +483,7 @@ static void real_model(void) {
   CHECK(kvevict_model_perplexity_granular(model, text, sizeof text, "sliding-window", 8, NULL, 0, 0, "sequence",
                                           &same) == KVEVICT_OK);
   CHECK(same.perplexity == window.perplexity && same.evicted == window.evicted);
-  CHECK(kvevict_model_perplexity_granular(model, text, sizeof text, "h2o", 16, NULL, 0, 0, "sequence", &same) ==
+  CHECK(kvevict_model_perplexity_granular(model, text, sizeof text, "tova", 16, NULL, 0, 0, "sequence", &same) ==
         KVEVICT_OK);
   CHECK(same.evicted == caches * (299u - 16u));
   CHECK(kvevict_model_perplexity_granular(model, text, sizeof text, "h2o", 16, NULL, 0, 0, "cells", &same) ==

@@ -245,7 +245,14 @@ bad "model block budget" "budget (100) must be a whole number of blocks (--block
 bad "model block zero" "--block-size (0) must be at least 1" -- compare --model "$model" --text "$tmp/text.txt" --start-blocks 1
 bad "model block large" "--block-size (2000000) is over the model's context" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 2000000
 bad "model both modes" "--layer-budget and --block-size" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 16 --layer-budget
-bad "model floor alone" "--head-floor needs --layer-budget" -- perplexity --model "$model" --text "$tmp/text.txt" --head-floor 2
+bad "model floor alone" "--head-floor needs --granularity layer" -- perplexity --model "$model" --text "$tmp/text.txt" --head-floor 2
+bad "granularity name" "--granularity (cells) must be head, layer or sequence" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --granularity cells
+bad "granularity and layer budget" "--layer-budget is --granularity layer; it cannot be given with --granularity sequence" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --granularity sequence --layer-budget
+bad "granularity sequence blocks" "--granularity sequence and --block-size" -- compare --model "$model" --text "$tmp/text.txt" --policies h2o --budgets 64 --granularity sequence --block-size 16
+bad "granularity sequence pyramidkv" "pyramidkv: its budget differs by layer" -- perplexity --model "$model" --text "$tmp/text.txt" --policy pyramidkv --budget 64 --granularity sequence
+bad "stream granularity layer" "stream: --granularity layer lets one head hold more than the budget" -- stream --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --granularity layer
+bad "tasks granularity prefill" "tasks: --granularity sequence applies to the decode moment" -- tasks --model "$model" --text "$tmp/text.txt" --policies h2o --budgets 64 --lengths 256 --granularity sequence --moments prefill
+bad "serve-bench granularity blocks" "serve-bench: --granularity sequence shares a budget between caches while decoding" -- serve-bench --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --modes block --granularity sequence
 bad "model block score" "normal" -- perplexity --model "$model" --text "$tmp/text.txt" --block-size 16 --block-score normal
 bad "model areas" "blockBudget (4) must be at least startBlocks + recentBlocks (0 + 5)" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --block-size 16 --recent-blocks 5
 # The store's precision (docs/paged.md "Fewer bits a position"). An int4

@@ -188,7 +188,7 @@ agree("serve-bench", serve_tool,
                 "modes: ['token', 'block'], sharedPrefix: 64, tokens: 128})"))
 serve_names = [f["name"] for f in schema["serve"]]
 for i, row in enumerate(serve_tool):
-    if list(row) != [n for n in serve_names if n not in ("chunk", "prompt")]:
+    if list(row) != [n for n in serve_names if n not in ("granularity", "chunk", "prompt")]:
         failures.append(f"serve-bench[{i}]: keys {list(row)} are not the schema's {serve_names}")
 if [r["mode"] for r in serve_tool] != ["full", "token", "block"]:
     failures.append(f"serve-bench: expected the full cache, token and block modes, got {serve_tool!r}")

@@ -855,8 +855,21 @@ Napi::Value TraceHash(const Napi::CallbackInfo& info) {
   });
 }
 
-// {blockSize, startBlocks, recentBlocks, blockScore, layerBudget, headFloor}
-// (docs/paged.md), as the tool's --block-size ... --head-floor.
+// A granularity (eval/paged.h): 'head', 'layer' or 'sequence'; TypeError for a
+// non-string, ParameterError naming `what` and the core's message otherwise.
+kvevict::Granularity granularity_of(const Napi::Value& v, const std::string& what) {
+  if (!v.IsString()) {
+    throw Napi::TypeError::New(v.Env(), what + " must be 'head', 'layer' or 'sequence', got " + type_name(v));
+  }
+  try {
+    return kvevict::parse_granularity(v.As<Napi::String>().Utf8Value());
+  } catch (const kvevict::ParameterError& e) {
+    throw kvevict::ParameterError(what + ": " + e.what());
+  }
+}
+
+// {blockSize, startBlocks, recentBlocks, blockScore, granularity, layerBudget,
+// headFloor} (docs/paged.md), as the tool's --block-size ... --head-floor.
 kvevict::PagedOptions paged_options(const Napi::Object& options, const std::string& what) {
   kvevict::PagedOptions p;
   if (const auto size = optional_integer(options, "blockSize", what)) {
@@ -870,6 +883,19 @@ kvevict::PagedOptions paged_options(const Napi::Object& options, const std::stri
   if (!layer.IsUndefined()) {
     if (!layer.IsBoolean()) throw Napi::TypeError::New(options.Env(), what + ".layerBudget must be a boolean, got " + type_name(layer));
     p.layer_budget = layer.As<Napi::Boolean>().Value();
+  }
+  // layerBudget is the older spelling of granularity 'layer': both may be
+  // given, but only when they agree (as the tool's --layer-budget with
+  // --granularity).
+  const Napi::Value granularity = options.Get("granularity");
+  if (!granularity.IsUndefined()) {
+    const kvevict::Granularity g = granularity_of(granularity, what + ".granularity");
+    if (!layer.IsUndefined() && p.layer_budget != (g == kvevict::Granularity::kLayer)) {
+      throw kvevict::ParameterError(what + ".layerBudget (" + (p.layer_budget ? "true" : "false") +
+                                    ") and .granularity ('" + std::string(kvevict::granularity_name(g)) +
+                                    "') disagree: layerBudget true is granularity 'layer'");
+    }
+    p.set_granularity(g);
   }
   p.head_floor = optional_integer(options, "headFloor", what).value_or(-1);
   kvevict::check_paged(p);
@@ -1465,7 +1491,7 @@ std::vector<std::uint32_t> u32_items(const Napi::Value& v, const std::string& wh
 }
 
 // serveBench(model, text, {sequences?, policies?, budget?, modes?, sharing?, chunks?, sharedPrefix?, tokens?,
-// prompt?, window?, blockSize?, poolBlocks?, positions?}?) -> rows as `kvevict serve-bench --format json` prints them.
+// prompt?, window?, blockSize?, poolBlocks?, positions?, granularity?}?) -> rows as `kvevict serve-bench --format json` prints them.
 Napi::Value ServeBench(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
   return guard(env, [&](Call&) -> Napi::Value {
@@ -1523,6 +1549,8 @@ Napi::Value ServeBench(const Napi::CallbackInfo& info) {
     request.block_size = u32_or("blockSize", 16, "must be at least 1");
     request.pool_blocks = u32_or("poolBlocks", 0, "must be at least 0 (0 = every cache at capacity)");
     if (!o.Get("positions").IsUndefined()) request.positions = position_mode_of(o.Get("positions"), w + "positions");
+    // blockSize here is the pool's, not a paged option: granularity is read on its own.
+    if (!o.Get("granularity").IsUndefined()) request.granularity = granularity_of(o.Get("granularity"), w + "granularity");
     return row_array(env, kvevict::serve_bench(model, text, request));
   });
 }
@@ -1561,7 +1589,7 @@ std::vector<std::int64_t> integer_items(const Napi::Value& v, const std::string&
 }
 
 // tasks(model, text, {tasks?, lengths?, depths?, samples?, policies?, budgets?, moments?, overrides?, seed?,
-// window?, chunk?, kvPrecision?, kvResidual?}?) -> the rows `kvevict tasks --format json` prints: the
+// window?, chunk?, kvPrecision?, kvResidual?, granularity?}?) -> the rows `kvevict tasks --format json` prints: the
 // library's tasks_json, parsed (kvevict/model/evaluation/tasks.h).
 Napi::Value Tasks(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -1570,7 +1598,7 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text = text_of(info[1], "tasks");
     const Napi::Object o = options_object(info[2], "tasks");
     check_known_options(o, {"tasks", "lengths", "depths", "samples", "policies", "budgets", "moments", "overrides",
-                            "seed", "window", "chunk", "kvPrecision", "kvResidual"},
+                            "seed", "window", "chunk", "kvPrecision", "kvResidual", "granularity"},
                         "tasks");
     const std::string w = "tasks: options.";
     kvevict::TaskRequest request;
@@ -1683,7 +1711,7 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
 }
 
 // stream(model, text, {policies?, budgets?, positions?, tokens?, segment?, fullCache?, recompute?,
-// recomputeTokens?, kvPrecision?, kvResidual?, overrides?}?) -> what `kvevict stream --format json` prints:
+// recomputeTokens?, kvPrecision?, kvResidual?, overrides?, granularity?}?) -> what `kvevict stream --format json` prints:
 // the library's stream_json, parsed (kvevict/model/evaluation/stream.h).
 Napi::Value Stream(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -1692,7 +1720,7 @@ Napi::Value Stream(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text = text_of(info[1], "stream");
     const Napi::Object o = options_object(info[2], "stream");
     check_known_options(o, {"policies", "budgets", "positions", "tokens", "segment", "fullCache", "recompute",
-                            "recomputeTokens", "kvPrecision", "kvResidual", "overrides"},
+                            "recomputeTokens", "kvPrecision", "kvResidual", "overrides", "granularity"},
                         "stream");
     const std::string w = "stream: options.";
     // policies: 'default' (the default), 'none' or null (no policy), 'a,b:key=value' or an array of items.

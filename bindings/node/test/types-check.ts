@@ -152,3 +152,17 @@ new kv.Decoder(model, 17, { positions: 'absolute' });
 kv.stream(model, bytes, { fullCache: 1 });
 export const streamUsed = [streamBits, streamLabel, streamMode, streamedToo, sinkFirst, cacheDecoder, cacheDecoderToo,
   cacheBatch, cacheServe];
+
+// Granularity (docs/paged.md): which caches share a budget.
+const seqRows: kv.PerplexityRow[] = kv.perplexity(model, bytes, [['h2o', 64]], { maxWindows: 1, granularity: 'sequence' });
+const seqField: 'layer' | 'sequence' | undefined = seqRows[1]!.granularity;
+const layerRows: kv.CompareModelRow[] = kv.compareModel(model, bytes, { budgets: [64], granularity: 'layer', headFloor: 4 });
+const seqStream: 'sequence' | undefined = kv.stream(model, bytes, { budgets: [64], granularity: 'sequence' }).rows[0]!.granularity;
+const seqTasks: kv.TaskRow[] = kv.tasks(model, bytes, { policies: 'h2o', budgets: [64], granularity: 'sequence' });
+const seqServe: kv.ServeRow[] = kv.serveBench(model, bytes, { policies: 'h2o', modes: 'token', granularity: 'sequence' });
+const granularity: kv.Granularity = 'head';
+// @ts-expect-error -- not a granularity
+kv.perplexity(model, bytes, [], { granularity: 'cells' });
+// @ts-expect-error -- a stream's caches hold budget + 1 positions: no layer granularity
+kv.stream(model, bytes, { granularity: 'layer' });
+export const granularityUsed = [seqField, layerRows, seqStream, seqTasks, seqServe, granularity];

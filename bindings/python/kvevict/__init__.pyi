@@ -96,6 +96,7 @@ class PerplexityRow(TypedDict):
     predictedBytes: int  # the bytes of text they stand for
     tokenizer: str  # the model's tokenizer (docs/models.md)
     evicted: int
+    granularity: NotRequired[str]  # "layer" or "sequence": which caches shared a budget (paged)
     blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
     peakPositions: NotRequired[int]  # with paged options
@@ -130,6 +131,7 @@ class ModelCompareRow(TypedDict):
     retainedAttentionMass: NotRequired[Optional[float]]
     heavyHitterRecall: NotRequired[Optional[float]]
     evictionCalls: NotRequired[Optional[int]]
+    granularity: NotRequired[str]  # "layer" or "sequence": which caches shared a budget (paged)
     blockSize: NotRequired[int]  # in block mode: the store, measured
     peakBlocks: NotRequired[int]
     peakPositions: NotRequired[int]  # with paged options
@@ -349,11 +351,15 @@ def pyramid_budget(budget: int, layer: int, num_layers: int, ratio: int) -> int:
 def trace(id: _Trace = "decode-4096", steps: Optional[int] = None) -> TraceIterator: ...
 def trace_hash(id: _Trace = "decode-4096", steps: Optional[int] = None) -> int: ...
 def trace_ids() -> List[str]: ...
+# Which caches share a budget (docs/paged.md, "Granularity").
+_Granularity = Literal["head", "layer", "sequence"]
+
 class PagedOptions(TypedDict, total=False):
     block_size: int
     start_blocks: int
     recent_blocks: int
     block_score: Literal["sum", "mean", "max", "normsum"]
+    granularity: _Granularity  # "layer" is what layer_budget True says; given both, they must agree
     layer_budget: bool
     head_floor: int
 
@@ -459,6 +465,7 @@ class ServeRow(TypedDict):
     policy: Optional[str]  # None for the full cache
     budget: Optional[int]  # None for the full cache
     mode: str  # "full", "token", "block" or "chunked"
+    granularity: NotRequired[str]  # a policy's rows at granularity "layer" or "sequence"
     prefixSharing: str  # "on" or "off"
     sequences: int
     sharedPrefix: int
@@ -496,6 +503,7 @@ def serve_bench(
     pool_blocks: int = 0,
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
     positions: _PositionMode = "original",
+    granularity: _Granularity = "head",
 ) -> List[ServeRow]: ...
 def perplexity(
     model: Model,
@@ -556,6 +564,7 @@ class TaskRow(TypedDict):
     kvPrecision: str
     kvResidual: int
     bytesPerPosition: float
+    granularity: NotRequired[str]  # a policy's rows at granularity "layer" or "sequence"
 
 def tasks(
     model: Model,
@@ -573,6 +582,7 @@ def tasks(
     chunk: int = 0,
     kv_precision: str = "fp32",
     kv_residual: Optional[int] = None,
+    granularity: _Granularity = "head",
 ) -> List[TaskRow]: ...
 
 class TokensPerSecondSpread(TypedDict):
@@ -637,6 +647,7 @@ class StreamRow(TypedDict):
     peakPositions: int
     evicted: int
     kvPrecision: str
+    granularity: NotRequired[str]  # "sequence": a policy's rows at that granularity
     tokenizer: str
     seconds: float
     segments: List[StreamSegment]
@@ -665,6 +676,7 @@ def stream(
     kv_precision: str = "fp32",
     overrides: Optional[Dict[str, Union[int, Dict[str, int]]]] = None,
     kv_residual: Optional[int] = None,
+    granularity: Literal["head", "sequence"] = "head",
 ) -> StreamResult: ...
 def sink_shares(model: Model, text: _Text, tokens: int = 0) -> List[SinkShare]: ...
 def attention_from_keys(

@@ -811,12 +811,32 @@ kvevict::EvaluateOptions options_of(py::handle trace, py::handle steps) {
   return options;
 }
 
+// A granularity (eval/paged.h): "head", "layer" or "sequence"; TypeError for
+// a non-str, ValueError naming `what` and the core's message otherwise.
+kvevict::Granularity granularity_of(py::handle value, const std::string& what) {
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error(what + " must be a str ('head', 'layer' or 'sequence'), got " + type_name(value) + " (" +
+                         short_repr(value) + ")");
+  }
+  try {
+    return kvevict::parse_granularity(value.cast<std::string>());
+  } catch (const kvevict::ParameterError& e) {
+    throw py::value_error(what + ": " + e.what());
+  }
+}
+
 // paged={"block_size", "start_blocks", "recent_blocks", "block_score",
-// "layer_budget", "head_floor"} (snake_case or camelCase; docs/paged.md), as
-// the tool's --block-size ... --head-floor. None: token-level eviction.
+// "granularity", "layer_budget", "head_floor"} (snake_case or camelCase;
+// docs/paged.md), as the tool's --block-size ... --head-floor. None:
+// token-level eviction, each cache its own budget.
 kvevict::PagedOptions paged_of(py::handle paged, const std::string& what) {
   kvevict::PagedOptions p;
   if (paged.is_none()) return p;
+  // layer_budget is the older spelling of granularity "layer": both may be
+  // given, but only when they agree (as the tool's --layer-budget with
+  // --granularity), whatever order the dict holds them in.
+  std::optional<kvevict::Granularity> granularity;
+  std::optional<bool> layer_budget;
   if (!py::isinstance<py::dict>(paged)) {
     throw py::type_error(what + ": paged must be a dict of paged-cache options or None, got " + type_name(paged));
   }
@@ -835,13 +855,26 @@ kvevict::PagedOptions paged_of(py::handle paged, const std::string& what) {
       if (!py::isinstance<py::bool_>(item.second)) {
         throw py::type_error(where + " must be a bool, got " + type_name(item.second));
       }
-      p.layer_budget = item.second.cast<bool>();
+      layer_budget = item.second.cast<bool>();
+    } else if (key == "granularity") {
+      granularity = granularity_of(item.second, where);
     } else if (key == "head_floor" || key == "headFloor") {
       p.head_floor = to_int(item.second, where);
     } else {
       throw py::value_error(what + ": unknown paged option '" + key +
-                            "' (known: block_size, start_blocks, recent_blocks, block_score, layer_budget, head_floor)");
+                            "' (known: block_size, start_blocks, recent_blocks, block_score, granularity, "
+                            "layer_budget, head_floor)");
     }
+  }
+  if (granularity && layer_budget && *layer_budget != (*granularity == kvevict::Granularity::kLayer)) {
+    throw py::value_error(what + ": paged[layer_budget] (" + (*layer_budget ? "True" : "False") +
+                          ") and paged[granularity] ('" + std::string(kvevict::granularity_name(*granularity)) +
+                          "') disagree: layer_budget True is granularity 'layer'");
+  }
+  if (granularity) {
+    p.set_granularity(*granularity);
+  } else if (layer_budget) {
+    p.layer_budget = *layer_budget;
   }
   kvevict::check_paged(p);
   return p;
@@ -1385,7 +1418,7 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
                      const IntList& lengths_arg, const Int& depths_arg, const Int& samples_arg,
                      const py::object& policies_arg, const IntList& budgets_arg, const PolicyList& moments_arg,
                      const Overrides& overrides, const Int& seed_arg, const Int& window_arg, const Int& chunk_arg,
-                     const py::object& kv_precision, const py::object& kv_residual) {
+                     const py::object& kv_precision, const py::object& kv_residual, const py::object& granularity) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::TaskRequest request;
@@ -1443,6 +1476,9 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
   request.overrides = overrides_of(overrides.obj);
   kvevict::ModelRunOptions options;
   options.kv = kv_format_of(kv_precision, kv_residual, "tasks");
+  // Which caches share the budget at the decode moment (the prefill moments
+  // refuse any but head: the library checks).
+  options.paged.set_granularity(granularity_of(granularity, "tasks: granularity"));
   const std::vector<kvevict::TaskRow> rows =
       without_gil([&] { return kvevict::run_tasks(model, text, request, options); });
   return json_loads(kvevict::tasks_json(rows));
@@ -1572,7 +1608,8 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
                            const PolicyList& policies_arg, const Int& budget, const PolicyList& modes_arg,
                            const py::object& sharing_arg, const IntList& chunks_arg, const Int& shared_prefix,
                            const Int& tokens, const Int& prompt, const Int& window, const Int& block_size,
-                           const Int& pool_blocks, const Overrides& overrides, const py::object& positions) {
+                           const Int& pool_blocks, const Overrides& overrides, const py::object& positions,
+                           const py::object& granularity) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   std::vector<std::uint32_t> sequences;
@@ -1613,6 +1650,7 @@ py::list model_serve_bench(const ModelArg& model_arg, const Text& text_arg, cons
   request.pool_blocks = static_cast<std::uint64_t>(pool);
   request.overrides = overrides_of(overrides.obj);
   request.positions = position_mode_of(positions, "serve_bench: positions");
+  request.granularity = granularity_of(granularity, "serve_bench: granularity");
   return row_dicts(without_gil([&] { return kvevict::serve_bench(model, text, request); }));
 }
 
@@ -1639,7 +1677,7 @@ py::object model_stream(const ModelArg& model_arg, const Text& text_arg, const p
                         const IntList& budgets_arg, const py::object& positions_arg, const Int& tokens_arg,
                         const Int& segment_arg, const py::object& full_cache_arg, const Int& recompute_arg,
                         const Int& recompute_tokens_arg, const py::object& kv_precision,
-                        const Overrides& overrides, const py::object& kv_residual) {
+                        const Overrides& overrides, const py::object& kv_residual, const py::object& granularity) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   const std::vector<std::uint8_t> text = text_of(text_arg.obj);
   kvevict::StreamRequest request;
@@ -1666,6 +1704,9 @@ py::object model_stream(const ModelArg& model_arg, const Text& text_arg, const p
       to_u32(recompute_tokens_arg.obj, "recompute_tokens", "must be at least 0 (the stream's first N tokens)");
   kvevict::ModelRunOptions options;
   options.kv = kv_format_of(kv_precision, kv_residual, "stream");
+  // head or sequence; layer is refused by the library (a head could then hold
+  // more than the budget + 1 positions a stream's caches are sized to).
+  options.paged.set_granularity(granularity_of(granularity, "stream: granularity"));
   const std::vector<kvevict::StreamRow> rows =
       without_gil([&] { return kvevict::stream_perplexity(*model, text, request, options); });
   return json_loads(kvevict::stream_json(rows));
@@ -2454,9 +2495,14 @@ policy: a registry name, or a Policy whose name and parameters are used (a
     fresh instance runs; the given one is not touched).
 budget: the harness budget; None takes the policy's `budget` parameter.
 paged: None, or {"block_size", "start_blocks", "recent_blocks", "block_score"
-    ("sum", "mean", "max", "normsum"), "layer_budget" (bool), "head_floor"}:
-    block or shared-layer-budget eviction, as the tool's --block-size ...
-    --head-floor (docs/paged.md).
+    ("sum", "mean", "max", "normsum"), "granularity", "layer_budget" (bool),
+    "head_floor"}: block or shared-budget eviction, as the tool's
+    --block-size ... --head-floor (docs/paged.md). granularity: which heads
+    share a budget, "head" (each its own, the default), "layer" (the heads
+    share budget x heads positions; layer_budget True is its older spelling,
+    and the two must agree when both are given) or "sequence" (every head
+    holds the same `budget` positions, one victim set for all); "layer" and
+    "sequence" do not combine with block_size.
 keys, values, queries: paths (str or os.PathLike) of the .npy files recorded
     beside an .npy trace (`kvevict record --keys/--values/--queries`), as the
     tool's run --trace FILE.npy --keys K.npy ...: with keys the key-aware
@@ -2699,7 +2745,8 @@ capacity and the model's context.
         py::arg("policies") = "none", py::arg("budget") = 128, py::arg("modes") = "token",
         py::arg("sharing") = true, py::arg("chunks") = py::list(py::make_tuple(0)), py::arg("shared_prefix") = 512,
         py::arg("tokens") = 0, py::arg("prompt") = 0, py::arg("window") = 32, py::arg("block_size") = 16,
-        py::arg("pool_blocks") = 0, py::arg("overrides") = py::none(), py::arg("positions") = "original", R"doc(
+        py::arg("pool_blocks") = 0, py::arg("overrides") = py::none(), py::arg("positions") = "original",
+        py::arg("granularity") = "head", R"doc(
 `kvevict serve-bench`: sequences decoding together over one block pool, one
 run per sequence count x policy ("none": the full cache) x mode ("token",
 "block") x sharing x chunk. Returns a list of dicts shaped as
@@ -2708,11 +2755,19 @@ run per sequence count x policy ("none": the full cache) x mode ("token",
 "poolBlocks", "peakBlocks", "blocksSavedBySharing", "sharedBlocks",
 "copiedBlocks", "peakPositions", "peakCachePositions", "positionsHeld",
 "evicted", "leakedBlocks", "tokensPerSecond", "seconds"} (chunked runs add
-"chunk" and "prompt"). docs/serving.md.
+"chunk" and "prompt"; a policy's rows "granularity" when it is not head).
+docs/serving.md.
 
 positions: where kept keys sit in rotary space, "original" or "cache" (as
     for Decoder). tokens may then go past the model's context when every run
     evicts while decoding.
+granularity: which caches of a sequence share its budget (docs/paged.md,
+    "Granularity"): "head" (each cache its own, the default), "layer" (a
+    layer's KV heads share budget x KV heads positions) or "sequence" (every
+    cache, all layers and KV heads, holds the same `budget` positions, as
+    llama.cpp's cells). Token-mode runs that evict while decoding only: with
+    "layer" or "sequence", a "block" mode or a chunk above 0 raises
+    ValueError.
 )doc");
 }
 
@@ -2722,7 +2777,7 @@ void bind_streaming(py::module_& m) {
         py::arg("budgets") = py::make_tuple(256, 512), py::arg("positions") = py::make_tuple("original", "cache"),
         py::arg("tokens") = 0, py::arg("segment") = 0, py::arg("full_cache") = true, py::arg("recompute") = 0,
         py::arg("recompute_tokens") = 0, py::arg("kv_precision") = "fp32", py::arg("overrides") = py::none(),
-        py::arg("kv_residual") = py::none(), R"doc(
+        py::arg("kv_residual") = py::none(), py::arg("granularity") = "head", R"doc(
 `kvevict stream` (docs/streaming.md): one long text read as a single
 sequence, past the model's context, by decoders whose caches a policy holds
 at its budget; each predicted token scored as perplexity() does, reported by
@@ -2732,7 +2787,8 @@ recomputed window), "label", "budget", "params", "positions", "tokens",
 "predictions", "bytes", "bitsPerByte", "pastTrainedContext",
 "peakPositions", "evicted", "kvPrecision", "tokenizer", "seconds",
 "segments": [{"begin", "end", "predictions", "bytes", "bitsPerByte",
-"perplexity"}]}]}: the full cache first (it stops at the context), then each
+"perplexity"}]}]} (a policy's rows add "granularity": "sequence" at that
+granularity): the full cache first (it stops at the context), then each
 policy x budget at each position mode, then the recomputed window.
 
 text: bytes or a pathlib.Path.
@@ -2750,6 +2806,10 @@ recompute, recompute_tokens: StreamingLLM's sliding window with
     token, over the stream's first recompute_tokens tokens (0: not run).
 kv_precision, kv_residual: as for perplexity(). overrides: as for compare(),
     under each item's own parameters.
+granularity: "head" (each cache its own budget, the default) or "sequence"
+    (every cache, all layers and KV heads, holds the same `budget` positions,
+    one victim set for all: llama.cpp's cells; docs/paged.md). "layer"
+    raises ValueError: a head could then hold more than the budget.
 Every policy and budget is checked before any work (ValueError). Runs on
 every core without the GIL.
 )doc");
@@ -2787,7 +2847,11 @@ runs: a list of runs, each a policy name or Policy (its parameters are
 max_windows: use only the first windows of the text (0 = all).
 paged: as for run(); the decoders then run on a paged store and each row
     gains "peakPositions" (measured), and in block mode "blockSize" and
-    "peakBlocks".
+    "peakBlocks". granularity "layer" shares budget x KV heads positions
+    among a layer's KV heads; "sequence" has every cache of the sequence,
+    all layers and KV heads, hold the same `budget` positions (llama.cpp's
+    cells; pyramidkv, whose budget differs by layer, raises ValueError
+    there). A policy's rows then gain "granularity" ("layer" or "sequence").
 prefill: the prefill moment (docs/tasks.md): each window's first `prefill`
     bytes are read with the full cache and every cache is compressed once to
     its budget (prefill(), scored from the attention rows of the last
@@ -2825,6 +2889,8 @@ policies, budgets, overrides: as for compare().
 max_windows, paged, prefill, prefill_window, kv_precision, kv_residual: as
     for perplexity(). With a
     prefill there are no proxy keys (they replay decode-time eviction).
+    With paged's granularity "layer" or "sequence" the proxies are replayed
+    at that granularity too, and a policy's rows carry "granularity".
 )doc");
 
   m.def("sweep_model", &model_sweep, py::arg("model"), py::arg("text"), py::arg("policy"), py::arg("param"),
@@ -2853,15 +2919,17 @@ void bind_tasks_and_bench(py::module_& m) {
         py::arg("lengths") = py::make_tuple(1024), py::arg("depths") = 5, py::arg("samples") = 20,
         py::arg("policies") = "all", py::arg("budgets") = py::make_tuple(128), py::arg("moments") = "decode",
         py::arg("overrides") = py::none(), py::arg("seed") = 1, py::arg("window") = 32, py::arg("chunk") = 0,
-        py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(), R"doc(
+        py::arg("kv_precision") = "fp32", py::arg("kv_residual") = py::none(), py::arg("granularity") = "head",
+        R"doc(
 `kvevict tasks`: retrieval tasks (passkey, multikey, multivalue, vartrack,
 copy) answered by `model` with greedy decoding, needles hidden in `text`
 (filler, e.g. model/heldout-sample.txt), scored by exact match (docs/tasks.md).
 Returns the rows `kvevict tasks --format json` prints, as dicts: {"task",
 "policy" ("full" for the full cache), "budget", "moment", "length", "depth",
 "samples", "correct", "accuracy", "accuracy_low", "accuracy_high", "evicted",
-"kvPrecision", "kvResidual", "bytesPerPosition"}: every task x length x depth,
-the full cache first, then each policy x budget x moment.
+"kvPrecision", "kvResidual", "bytesPerPosition"} (a policy's rows add
+"granularity" when it is not head): every task x length x depth, the full
+cache first, then each policy x budget x moment.
 
 tasks: "passkey", "a,b", a list of names, or "all".
 lengths: sample lengths in positions (at most the model's context).
@@ -2874,6 +2942,11 @@ budgets: positions per cache. moments: "decode", "prefill", "prefill-query",
 seed: samples are reproducible from it. window, chunk: the prefill moments'
     attention rows and chunk size (0: once). kv_precision, kv_residual: as
     for perplexity().
+granularity: which caches share the budget at the decode moment
+    (docs/paged.md): "head" (each its own, the default), "layer" (a layer's
+    KV heads share budget x KV heads positions) or "sequence" (every cache
+    holds the same `budget` positions). With "layer" or "sequence", a
+    prefill moment raises ValueError.
 Runs on every core without the GIL.
 )doc");
 

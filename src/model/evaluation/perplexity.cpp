@@ -606,6 +606,31 @@ std::vector<std::string> model_compare_policies(std::string_view text) {
   return parse_policy_list(text, kEverySignal);
 }
 
+namespace {
+
+// Sequence mode's proxies for one spec: every cache of the window replayed in
+// lock step through one SequenceBudget; its one eviction call a step is
+// counted once, on cache 0.
+std::vector<RunTotals> replay_sequence(const RunSpec& spec, const ModelConfig& cfg, std::span<Trace* const> views,
+                                       const WindowSignals& recorded) {
+  DecoderPolicies::check_sequence_policy(spec);
+  SequenceBudget sb(find_policy(spec.policy).name, head_params(spec, cfg, 0),
+                    SequenceBudgetParams{.caches = std::int64_t{cfg.head_count()}, .budget = spec.budget});
+  std::vector<std::unique_ptr<StepSignals>> sources;
+  std::vector<StepSignals*> per_head;
+  if ((find_policy(spec.policy).signals & ~kSignalAttention) != 0) {
+    for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
+      sources.push_back(recorded.head(h));
+      per_head.push_back(sources.back().get());
+    }
+  }
+  std::vector<RunTotals> totals = run_sequence(sb, spec.budget, views, views.front()->steps(), {}, per_head);
+  for (std::size_t h = 1; h < totals.size(); ++h) totals[h].eviction_calls = 0;
+  return totals;
+}
+
+}  // namespace
+
 std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std::uint8_t> text,
                                          const CompareRequest& request,
                                          const ModelRunOptions& options) {
@@ -681,19 +706,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
       std::vector<Trace*> views;
       for (const auto& head : heads) views.push_back(head.get());
       for (const RunSpec& spec : specs) {
-        DecoderPolicies::check_sequence_policy(spec);
-        SequenceBudget sb(find_policy(spec.policy).name, head_params(spec, cfg, 0),
-                          SequenceBudgetParams{.caches = std::int64_t{cfg.head_count()}, .budget = spec.budget});
-        std::vector<std::unique_ptr<StepSignals>> sources;
-        std::vector<StepSignals*> per_head;
-        if ((find_policy(spec.policy).signals & ~kSignalAttention) != 0) {
-          for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
-            sources.push_back(recorded.head(h));
-            per_head.push_back(sources.back().get());
-          }
-        }
-        std::vector<RunTotals> totals = run_sequence(sb, spec.budget, views, views.front()->steps(), {}, per_head);
-        for (std::size_t h = 1; h < totals.size(); ++h) totals[h].eviction_calls = 0;
+        const std::vector<RunTotals> totals = replay_sequence(spec, cfg, views, recorded);
         for (std::size_t h = 0; h < totals.size(); ++h) add(h, totals[h]);
       }
     } else if (options.paged.layer_budget) {

@@ -33,12 +33,12 @@ void check_budget_in_context(const RunSpec& spec, const ModelConfig& config);
 class DecoderPolicies {
  public:
   DecoderPolicies() = default;  // none: the full cache
-  // Checks the budget (check_budget_in_context) and every parameter; at
-  // sequence granularity refuses a policy whose budget differs by layer
-  // (PyramidKV: every layer holds the same positions there).
+  // Checks the budget (check_budget_in_context), the granularity
+  // (check_paged, check_sequence_policy) and every parameter.
   DecoderPolicies(const RunSpec& spec, const ModelConfig& config, const PagedOptions& paged);
   // Refuses (ParameterError) a policy sequence granularity cannot carry out:
-  // one whose budget differs by layer (PyramidKV).
+  // one whose budget differs by layer (PyramidKV), where every layer holds
+  // the same positions.
   static void check_sequence_policy(const RunSpec& spec);
   // Gives each cache (or layer) of `decoder` its policy; before its first step.
   void attach(Decoder& decoder) const;
