@@ -59,6 +59,22 @@ TEST(SequenceBudget, EveryCacheLosesTheSamePositionStepAfterStep) {
   EXPECT_EQ(Positions(next.begin(), next.end()), (Positions{3}));
 }
 
+// keep_newest (llama.cpp's constraint: a sequence's next position must
+// follow its last stored one). H2O without a recent window, one cache, after
+// step 3 of [1], [0.5, 0.5], [0.4, 0.3, 0.3]: p0 1.9, p1 0.8, p2 0.3, and p3,
+// the newest, 0 (no attention drawn yet). Without keep_newest p3 goes, as
+// H2O's own evict() decides; with it, the next lowest, p2.
+TEST(SequenceBudget, KeepNewestNeverEvictsTheLastPosition) {
+  for (const bool keep : {false, true}) {
+    SequenceBudget seq("h2o", {{"recentWindow", 0}},
+                       SequenceBudgetParams{.caches = 1, .budget = 3, .keep_newest = keep});
+    const std::vector<std::vector<float>> steps{{1}, {0.5F, 0.5F}, {0.4F, 0.3F, 0.3F}};
+    for (int t = 1; t <= 3; ++t) seq.on_decode_step(0, t, std::span<const float>(steps[static_cast<std::size_t>(t - 1)]));
+    const auto victims = seq.evict(3);
+    EXPECT_EQ(Positions(victims.begin(), victims.end()), keep ? Positions{2} : Positions{3}) << keep;
+  }
+}
+
 TEST(SequenceBudget, EachCacheOnItsOwnScaleNotTheRawMean) {
   // H2O, recentWindow 1, after 3 steps:
   //   cache 0: p0 1, p1 1.25, p2 0.75 -> scaled by [0.75, 1.25]: 0.5, 1, 0

@@ -57,7 +57,8 @@ SequenceBudget::SequenceBudget(std::string_view policy, const ParamMap& params, 
   for (std::int64_t c = 1; c < sequence.caches; ++c) caches_.push_back(info.make(given));
   cap_ = rules_.budget_cap;
   const std::int64_t target = std::min(sequence.budget, cap_);
-  const std::int64_t keeps = rules_.protected_newest + rules_.protected_below;
+  const std::int64_t keeps = std::max<std::int64_t>(rules_.protected_newest, sequence.keep_newest ? 1 : 0) +
+                             rules_.protected_below;
   if (keeps > target) {
     throw ParameterError(fmt::format("{}: budget ({}) cannot be met: {} protects {} newest and {} first positions, "
                                      "{} in all, above the {} a cache may hold",
@@ -149,6 +150,7 @@ std::span<const Position> SequenceBudget::evict(std::int64_t budget) {
     std::fill_n(combined_.begin(), kept, 0.0);
     for (std::size_t c = 0; c < n; ++c) add_scaled_scores(c, kept);
   }
+  if (sequence_.keep_newest) combined_[kept - 1] = kProtected;  // positions_ ascend: the newest is last
   std::size_t count = 0;
   for (std::size_t i = 0; i < kept; ++i) {
     if (combined_[i] == kProtected) continue;

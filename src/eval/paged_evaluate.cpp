@@ -298,7 +298,7 @@ std::vector<RunRow> evaluate_shared(const std::vector<RunSpec>& specs, const Eva
                  params.end());
     if (sequence) {
       built_sequences.push_back(std::make_unique<SequenceBudget>(
-          info.name, params, SequenceBudgetParams{.caches = layer.heads, .budget = spec.budget}));
+          info.name, params, SequenceBudgetParams{.caches = layer.heads, .budget = spec.budget, .keep_newest = true}));
     } else {
       built.push_back(std::make_unique<LayerBudget>(info.name, params, layer));
     }

@@ -16,13 +16,14 @@
 //   * a position's score is the mean of its caches' scaled scores: the whole
 //     sequence's view, every cache counted once;
 //   * a position any cache protects (+infinity: a sink, a recent window) is
-//     protected: it is one cell, and a cache that needs it must keep it;
+//     protected: it is one cell, and a cache that needs it must keep it (and
+//     the newest, with keep_newest);
 //   * the lowest scores go first, ties to the lower position, until the
 //     sequence holds min(budget, the policy's cap) -- at least min_victims
 //     when an eviction is due (Scissorhands' dropAmount).
 //
 // With one cache the raw scores are compared, so it decides exactly as the
-// policy's own evict() does. Storage is sized at construction; no call
+// policy's own evict() does (without keep_newest). Storage is sized at construction; no call
 // allocates after it.
 #pragma once
 
@@ -41,6 +42,12 @@ namespace kvevict {
 struct SequenceBudgetParams {
   std::int64_t caches = 1;    // caches of the sequence (layers x KV heads), >= 1
   std::int64_t budget = 4096;  // positions the sequence holds after each eviction, in every cache
+  // The newest position held is never a victim: llama.cpp requires each
+  // decode's position to follow the last one its cache stores for the
+  // sequence, so a removed newest position refuses the next token. kvevict's
+  // decoder, its replays and the llama.cpp adapter set it at sequence
+  // granularity, so that both engines can carry out the same decisions.
+  bool keep_newest = false;
 };
 
 class SequenceBudget {

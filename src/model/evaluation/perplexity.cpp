@@ -615,7 +615,7 @@ std::vector<RunTotals> replay_sequence(const RunSpec& spec, const ModelConfig& c
                                        const WindowSignals& recorded) {
   DecoderPolicies::check_sequence_policy(spec);
   SequenceBudget sb(find_policy(spec.policy).name, head_params(spec, cfg, 0),
-                    SequenceBudgetParams{.caches = std::int64_t{cfg.head_count()}, .budget = spec.budget});
+                    SequenceBudgetParams{.caches = std::int64_t{cfg.head_count()}, .budget = spec.budget, .keep_newest = true});
   std::vector<std::unique_ptr<StepSignals>> sources;
   std::vector<StepSignals*> per_head;
   if ((find_policy(spec.policy).signals & ~kSignalAttention) != 0) {

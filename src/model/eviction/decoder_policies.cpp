@@ -48,7 +48,7 @@ DecoderPolicies::DecoderPolicies(const RunSpec& spec, const ModelConfig& config,
     const PolicyInfo& info = find_policy(spec.policy);
     sequence_ = std::make_unique<SequenceBudget>(
         info.name, head_params(spec, config, 0),
-        SequenceBudgetParams{.caches = std::int64_t{config.head_count()}, .budget = spec.budget});
+        SequenceBudgetParams{.caches = std::int64_t{config.head_count()}, .budget = spec.budget, .keep_newest = true});
     return;
   }
   if (paged.layer_budget) {
