@@ -198,6 +198,84 @@ TEST(LlamaPolicy, EveryPolicyHoldsWhatKvevictsDecoderHoldsAtSequenceGranularity)
   }
 }
 
+// Two sequences in one context (one unified cache, llama.cpp's kv_unified),
+// each decode one token of each: every sequence held as its own kvevict
+// decoder holds it, its victims removed from its own cells only.
+TEST(LlamaPolicy, TwoSequencesInOneContextEachHoldWhatItsDecoderHolds) {
+  init_llama();
+  const fs::path file = random_gguf("llama");
+  const std::shared_ptr<const Model> model = Model::load(file, ModelOptions{.context = kContext});
+  const std::vector<std::uint8_t> text = read_text(fs::path(KVEVICT_SOURCE_DIR) / "model" / "heldout-sample.txt");
+  const std::vector<Token> all = sequence_tokens(*model, std::span<const std::uint8_t>(text).first(6000));
+  ASSERT_GE(all.size(), 2 * kTokens);
+  const std::vector<std::vector<Token>> streams{{all.begin(), all.begin() + kTokens},
+                                                {all.begin() + kTokens, all.begin() + 2 * kTokens}};
+  const std::string name = "h2o";  // the adapter keeps every sequence with one policy
+  PagedOptions sequence;
+  sequence.set_granularity(Granularity::kSequence);
+  std::vector<std::unique_ptr<Decoder>> decoders;
+  std::vector<DecoderPolicies> policies;
+  policies.reserve(2);
+  llama_model_params mp = llama_model_default_params();
+  mp.n_gpu_layers = 0;
+  llama_model* lm = llama_model_load_from_file(file.c_str(), mp);
+  ASSERT_NE(lm, nullptr);
+  for (int s = 0; s < 2; ++s) {
+    decoders.push_back(std::make_unique<Decoder>(model, DecoderOptions{.capacity = kContext, .threads = 1}));
+    policies.emplace_back(RunSpec{name, {}, 48}, model->config(), sequence);
+    policies.back().attach(*decoders.back());
+  }
+  Hook hook;
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = kContext;
+  cp.n_batch = 2;
+  cp.n_ubatch = 2;
+  cp.n_seq_max = 2;
+  cp.kv_unified = true;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.type_k = GGML_TYPE_F32;
+  cp.type_v = GGML_TYPE_F32;
+  cp.cb_eval = &Hook::forward;
+  cp.cb_eval_user_data = &hook;
+  llama_context* ctx = llama_init_from_model(lm, cp);
+  ASSERT_NE(ctx, nullptr);
+  LlamaPolicy adapter(llama_shape(lm), LlamaPolicyOptions{.policy = name, .budget = 48, .sequences = 2,
+                                                          .context = llama_n_ctx(ctx), .batch = 2});
+  hook.policy = &adapter;
+  llama_batch batch = llama_batch_init(2, 0, 1);
+  std::size_t differing = 0;
+  for (std::size_t t = 0; t < kTokens; ++t) {
+    batch.n_tokens = 2;
+    for (int s = 0; s < 2; ++s) {
+      decoders[static_cast<std::size_t>(s)]->step(streams[static_cast<std::size_t>(s)][t]);
+      batch.token[s] = static_cast<llama_token>(streams[static_cast<std::size_t>(s)][t]);
+      batch.pos[s] = static_cast<llama_pos>(t);
+      batch.n_seq_id[s] = 1;
+      batch.seq_id[s][0] = s;
+      batch.logits[s] = 1;
+    }
+    ASSERT_EQ(llama_decode(ctx, batch), 0) << "step " << t;
+    const std::int32_t seqs[2] = {0, 1};
+    const std::int32_t pos[2] = {static_cast<std::int32_t>(t), static_cast<std::int32_t>(t)};
+    adapter.after_decode(ctx, seqs, pos);
+    for (std::uint32_t s = 0; s < 2; ++s) {
+      if (!std::ranges::equal(decoders[s]->held(0), adapter.held(s))) ++differing;
+      const std::span<const float> want = decoders[s]->last_logits();
+      const float* got = llama_get_logits_ith(ctx, static_cast<std::int32_t>(s));
+      float worst = 0.0F;
+      for (std::size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::abs(want[v] - got[v]));
+      ASSERT_LT(worst, 1e-3F) << "sequence " << s << " step " << t;
+    }
+  }
+  EXPECT_EQ(differing, 0U);
+  EXPECT_GT(decoders[0]->evicted(), 0U);
+  llama_batch_free(batch);
+  llama_free(ctx);
+  llama_model_free(lm);
+}
+
 TEST(LlamaPolicy, WhatTheGraphCannotGiveIsRefused) {
   const LlamaShape shape{.layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16};
   try {

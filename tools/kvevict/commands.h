@@ -54,4 +54,7 @@ Command add_bench_command(CLI::App& app, const ModelContext& context);
 // report_command.cpp: the HTML report.
 Command add_report_command(CLI::App& app);
 
+// llama_command.cpp: kvevict llama, run by kvevict-llama where it is built.
+Command add_llama_command(CLI::App& app);
+
 }  // namespace kvevict::cli

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       cli::add_tokenize_command(app),
       cli::add_inspect_command(app, model_context),
       cli::add_vectors_command(app),
+      cli::add_llama_command(app),
   };
 
   check_values(app);

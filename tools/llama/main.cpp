@@ -46,10 +46,12 @@ struct Args {
   bool flash = false;
 };
 
-// llama.cpp's log, kept quiet; its last error line is passed on when it refuses.
+// llama.cpp's log, kept quiet; its first error line since the call began
+// (the most specific: "invalid magic characters", not the "failed to load
+// model" that follows it) is passed on when it refuses.
 std::string last_error;
 void log_quietly(ggml_log_level level, const char* text, void*) {
-  if (level == GGML_LOG_LEVEL_ERROR) {
+  if (level == GGML_LOG_LEVEL_ERROR && last_error.empty()) {
     last_error = text;
     while (!last_error.empty() && (last_error.back() == '\n' || last_error.back() == ' ')) last_error.pop_back();
   }
@@ -118,6 +120,7 @@ Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& w
     cp.cb_eval = &Hook::forward;
     cp.cb_eval_user_data = &hook;
   }
+  last_error.clear();
   llama_context* ctx = llama_init_from_model(lm, cp);
   if (ctx == nullptr) throw InputError("llama.cpp cannot make a context for the model: " + last_error);
   std::optional<LlamaPolicy> policy;
@@ -150,6 +153,7 @@ Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& w
       batch.n_seq_id[0] = 1;
       batch.seq_id[0][0] = 0;
       batch.logits[0] = 1;
+      last_error.clear();
       if (const int rc = llama_decode(ctx, batch); rc != 0) {
         throw InputError(fmt::format("llama_decode returned {} at position {}: {}", rc, i, last_error));
       }
@@ -226,6 +230,7 @@ int perplexity(const Args& a) {
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
+  last_error.clear();
   llama_model* lm = llama_model_load_from_file(a.model.c_str(), mp);
   if (lm == nullptr) throw InputError(fmt::format("llama.cpp cannot load {}: {}", a.model, last_error));
   std::vector<Row> rows{run(lm, text, windows, args, std::nullopt)};

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# kvevict-llama's bad input (issue 53, item 6): each refusal one line,
+# "kvevict-llama: error: ...", naming what was wrong, a non-zero exit, and
+# nothing written on stdout; and a run that works, through `kvevict llama`.
+#   kvevict_llama_test.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1
+src=$2
+tool=$build/kvevict-llama
+text=$src/model/heldout-sample.txt
+small=$src/model/kvevict-small.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+passed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+# bad NAME WANT-EXIT WANT-TEXT -- ARGS...
+bad() {
+  local name=$1 want_rc=$2 want=$3
+  shift 4
+  "$tool" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$? err
+  err=$(cat "$tmp/err")
+  if [[ $rc -ne $want_rc ]]; then fail "$name: exit $rc, not $want_rc ($err)"; return; fi
+  if [[ $err != *"$want"* ]]; then fail "$name: stderr '$err' lacks '$want'"; return; fi
+  if [[ $(wc -l <"$tmp/err") -ne 1 || $err != "kvevict-llama: error: "* ]]; then
+    fail "$name: stderr is not one 'kvevict-llama: error: ' line: $err"
+    return
+  fi
+  if [[ -s $tmp/out ]]; then fail "$name: wrote to stdout"; return; fi
+  passed=$((passed + 1))
+}
+
+run=(perplexity --text "$text" --max-windows 1 --context 256)
+# kvevict reads the .kvm (its own format); llama.cpp refuses it, and its reason is passed on.
+bad "llama.cpp refuses the model" 1 "llama.cpp cannot load $src/model/kvevict-tiny.kvm" -- "${run[@]}" --model "$src/model/kvevict-tiny.kvm"
+bad "missing model" 1 "kvevict-llama: error:" -- "${run[@]}" --model "$tmp/none.gguf"
+bad "queries" 1 "expected-attention needs the queries before RoPE" -- "${run[@]}" --model "$small" --policy expected-attention --budget 64
+bad "pyramidkv" 1 "pyramidkv's budget differs by layer" -- "${run[@]}" --model "$small" --policy pyramidkv --budget 64
+bad "flash attention" 1 "h2o reads the attention weights, which llama.cpp's graph shows only with flash attention off" -- "${run[@]}" --model "$small" --policy h2o --budget 64 --flash-attn
+bad "budget past the context" 1 "budget (256) must be 1 ... 255" -- "${run[@]}" --model "$small" --policy h2o --budget 256
+bad "precision" 1 "--kv-precision (int8) must be fp32 or fp16" -- "${run[@]}" --model "$small" --policy h2o --budget 64 --kv-precision int8
+bad "unknown policy" 1 "unknown policy 'h3o'" -- "${run[@]}" --model "$small" --policy h3o --budget 64
+bad "unknown flag" 2 "--polcy" -- "${run[@]}" --model "$small" --polcy h2o
+
+# Through kvevict llama: the rows, the full cache first.
+out=$("$build/kvevict" llama perplexity --model "$small" --text "$text" --max-windows 1 --context 256 --policy tova \
+  --budget 64 --format json 2>"$tmp/err")
+if [[ $? -ne 0 ]]; then
+  fail "kvevict llama perplexity: $(cat "$tmp/err")"
+elif ! /usr/bin/python3 -c '
+import json, sys
+rows = json.loads(sys.argv[1])
+assert [r["policy"] for r in rows] == [None, "tova"], rows
+assert rows[0]["evicted"] == 0 and rows[1]["evicted"] > 0, rows
+assert rows[1]["granularity"] == "sequence" and rows[1]["budget"] == 64, rows
+' "$out"; then
+  fail "kvevict llama perplexity: rows not as expected: $out"
+else
+  passed=$((passed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
