@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layers in the source tree: each of src/<layer>/ and include/kvevict/<layer>/
 # includes only its own layer's headers and those of the layers below it
-# (core; eval on core; model on eval; report on eval), public
+# (core; eval on core; model on eval; report on eval; llama, the llama.cpp
+# adapter built only beside llama.cpp, on core alone), public
 # ("kvevict/<layer>/...", <kvevict_eval.h>) or private ("core/...", by its path in
 # src/); the core names no Eigen, zlib or JSON, the evaluation and the report no
 # Eigen or zlib; and include/ has no detail/ folder (everything under it is
@@ -16,8 +17,10 @@
 # Usage: layers_test.sh SOURCE_DIR
 set -uo pipefail
 cd "$1" || exit 1
-declare -A allowed=([core]="core" [eval]="core eval" [model]="core eval model" [report]="core eval report")
-declare -A forbidden=([core]='Eigen/|zlib\.h|nlohmann/' [eval]='Eigen/|zlib\.h' [model]='^$' [report]='Eigen/|zlib\.h')
+declare -A allowed=([core]="core" [eval]="core eval" [model]="core eval model" [report]="core eval report"
+                    [llama]="core llama")
+declare -A forbidden=([core]='Eigen/|zlib\.h|nlohmann/' [eval]='Eigen/|zlib\.h' [model]='^$' [report]='Eigen/|zlib\.h'
+                      [llama]='Eigen/|zlib\.h|nlohmann/')
 declare -A c_header=([kvevict.h]=core [kvevict_eval.h]=eval [kvevict_model.h]=model)
 model_parts=(kernels format vocab kv decoder arch eviction serving evaluation)
 declare -A part_rank=()
@@ -41,8 +44,8 @@ check() {
       target=$(sed -E 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]([^>"]+)[>"].*/\1/' <<<"$line")
       used=""
       case $target in
-        kvevict/core/* | kvevict/eval/* | kvevict/model/* | kvevict/report/*) used=${target#kvevict/}; used=${used%%/*} ;;
-        core/* | eval/* | model/* | report/*) used=${target%%/*} ;;
+        kvevict/core/* | kvevict/eval/* | kvevict/model/* | kvevict/report/* | kvevict/llama/*) used=${target#kvevict/}; used=${used%%/*} ;;
+        core/* | eval/* | model/* | report/* | llama/*) used=${target%%/*} ;;
         kvevict.h | kvevict_eval.h | kvevict_model.h) used=${c_header[$target]} ;;
         kvevict/*) echo "FAIL: $file includes $target, a header outside the layers"; problems=$((problems + 1)); continue ;;
       esac
@@ -74,7 +77,7 @@ check() {
   done
 }
 
-for layer in core eval model report; do
+for layer in core eval model report llama; do
   for dir in "src/$layer" "include/kvevict/$layer"; do
     [[ -d $dir ]] || { echo "FAIL: $dir is missing"; problems=$((problems + 1)); continue; }
     mapfile -t files < <(find "$dir" -type f \( -name '*.h' -o -name '*.cpp' \))
@@ -87,7 +90,7 @@ done
 
 # Nothing outside the layers.
 stray=$(find src include -maxdepth 1 -type f ! -name kvevict.h ! -name kvevict_eval.h ! -name kvevict_model.h)
-stray+=$(find src include/kvevict -mindepth 1 -maxdepth 1 -type d ! -name core ! -name eval ! -name model ! -name report)
+stray+=$(find src include/kvevict -mindepth 1 -maxdepth 1 -type d ! -name core ! -name eval ! -name model ! -name report ! -name llama)
 if [[ -n $stray ]]; then
   echo "FAIL: outside the layer folders:"$'\n'"$stray"
   problems=$((problems + 1))

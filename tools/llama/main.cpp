@@ -10,6 +10,7 @@
 // the full cache, once with the policy holding every sequence at the budget
 // (llama_memory_seq_rm) -- and scored as kvevict scores it: bits per byte of
 // the predicted tokens, and the policy's extra bits against the full cache.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/intervals.h"
 #include "kvevict/llama/llama_policy.h"
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/model/decoder/model_text.h"
@@ -44,6 +46,7 @@ struct Args {
   std::uint32_t context = 0, max_windows = 0;
   int threads = 1;
   bool flash = false;
+  bool timing = false;
 };
 
 // llama.cpp's log, kept quiet; its first error line since the call began
@@ -91,7 +94,7 @@ struct Row {
   double nll = 0.0;  // nats, summed
   std::uint64_t predictions = 0, bytes = 0, evicted = 0;
   double seconds = 0.0, policy_seconds = 0.0, copy_seconds = 0.0;
-  std::vector<double> window_bits;  // bits per byte of each window, for the paired interval
+  std::vector<double> window_nll, window_bytes;  // nats and bytes of each window, for the paired interval
 };
 
 ggml_type cache_type(const std::string& kv) {
@@ -104,6 +107,7 @@ ggml_type cache_type(const std::string& kv) {
 
 Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& windows, const Args& a,
         const std::optional<RunSpec>& spec) {
+  // One context a run: the full cache's has no callback at all.
   Hook hook;
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = a.context;
@@ -175,7 +179,8 @@ Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& w
     }
     row.nll += window_nll;
     row.bytes += window_bytes;
-    row.window_bits.push_back(window_bytes == 0 ? 0.0 : window_nll / std::numbers::ln2 / static_cast<double>(window_bytes));
+    row.window_nll.push_back(window_nll);
+    row.window_bytes.push_back(static_cast<double>(window_bytes));
   }
   row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (policy) {
@@ -196,9 +201,9 @@ int perplexity(const Args& a) {
   Args args = a;
   if (args.context == 0) args.context = std::min<std::uint32_t>(model->config().context, 4096);
   if (args.context < 2) throw ParameterError(fmt::format("--context ({}) must be at least 2", args.context));
-  std::optional<RunSpec> spec;
-  if (!a.policy.empty()) {
-    ParamMap params;
+  std::vector<RunSpec> specs;
+  ParamMap params;
+  {
     for (const std::string& s : a.sets) {
       const auto eq = s.find('=');
       if (eq == std::string::npos || eq == 0) throw ParameterError(fmt::format("--set '{}' is not KEY=VALUE", s));
@@ -214,12 +219,27 @@ int perplexity(const Args& a) {
       }
       set_param(params, s.substr(0, eq), value);
     }
-    spec = RunSpec{std::string(find_policy(a.policy).name), params, a.budget};
-    if ((find_policy(a.policy).signals & kSignalAttention) != 0 && a.flash) {
+  }
+  for (std::size_t at = 0; !a.policy.empty() && at <= a.policy.size();) {
+    const std::size_t comma = std::min(a.policy.find(',', at), a.policy.size());
+    const PolicyInfo& info = find_policy(a.policy.substr(at, comma - at));
+    if ((info.signals & kSignalAttention) != 0 && a.flash) {
       throw ParameterError(fmt::format("{} reads the attention weights, which llama.cpp's graph shows only with flash "
                                        "attention off (kq_soft_max): leave out --flash-attn",
-                                       spec->policy));
+                                       info.name));
     }
+    ParamMap own;
+    for (const auto& [key, value] : params) {
+      if (info.has_param(key)) set_param(own, key, value);
+    }
+    specs.push_back(RunSpec{std::string(info.name), own, a.budget});
+    at = comma + 1;
+  }
+  for (const auto& [key, value] : params) {
+    const bool used = std::any_of(specs.begin(), specs.end(), [&](const RunSpec& r) {
+      return find_policy(r.policy).has_param(key);
+    });
+    if (!used) throw ParameterError(fmt::format("--set {}={}: no policy given has the parameter {}", key, value, key));
   }
   const TokenizedText text = tokenize_text(*model, read_text(a.text));
   const std::vector<Window> windows = windows_of(text, args.context, a.max_windows);
@@ -233,12 +253,22 @@ int perplexity(const Args& a) {
   last_error.clear();
   llama_model* lm = llama_model_load_from_file(a.model.c_str(), mp);
   if (lm == nullptr) throw InputError(fmt::format("llama.cpp cannot load {}: {}", a.model, last_error));
+  // Every policy built (and its parameters checked) before any work.
+  for (const RunSpec& spec : specs) {
+    LlamaPolicy probe(llama_shape(lm), LlamaPolicyOptions{.policy = spec.policy, .params = spec.params,
+                                                          .budget = spec.budget, .context = args.context});
+  }
   std::vector<Row> rows{run(lm, text, windows, args, std::nullopt)};
-  if (spec) rows.push_back(run(lm, text, windows, args, spec));
+  for (const RunSpec& spec : specs) rows.push_back(run(lm, text, windows, args, spec));
   llama_model_free(lm);
   llama_backend_free();
 
-  const double full = bits_per_byte(rows.front());
+  // What each policy costs beside the full cache, paired by window (as kvevict perplexity).
+  const auto cost = [&](const Row& r) {
+    std::vector<double> extra(windows.size());
+    for (std::size_t i = 0; i < windows.size(); ++i) extra[i] = (r.window_nll[i] - rows.front().window_nll[i]) / std::numbers::ln2;
+    return ratio_interval(extra, rows.front().window_bytes);
+  };
   if (a.format == "json") {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const Row& r : rows) {
@@ -248,7 +278,9 @@ int perplexity(const Args& a) {
       j["budget"] = r.budget;
       j["granularity"] = "sequence";
       j["bitsPerByte"] = bits_per_byte(r);
-      j["extraBitsPerByte"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(bits_per_byte(r) - full);
+      j["extraBitsPerByte"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cost(r).mean);
+      j["extraLow"] = r.policy.empty() || !cost(r).has_interval ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cost(r).low);
+      j["extraHigh"] = r.policy.empty() || !cost(r).has_interval ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cost(r).high);
       j["perplexity"] = r.predictions == 0 ? 0.0 : std::exp(r.nll / static_cast<double>(r.predictions));
       j["predictions"] = r.predictions;
       j["predictedBytes"] = r.bytes;
@@ -263,14 +295,44 @@ int perplexity(const Args& a) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("{:<16} {:>6} {:>11} {:>14} {:>20} {:>8} {:>10}\n", "policy", "budget", "perplexity",
-                           "bits per byte", "extra bits per byte", "evicted", "tokens/s");
+  const auto interval = [&](const Row& r) {
+    if (r.policy.empty()) return std::string("-");
+    const RatioInterval c = cost(r);
+    return c.has_interval ? fmt::format("{:+.4f} … {:+.4f}", c.low, c.high) : std::string("-");
+  };
+  // --timing: decode tokens/s, and the shares of the run's time the policy
+  // (after_decode) and the eval callback's copies took.
+  const auto timing = [&](const Row& r) {
+    if (!a.timing) return std::string();
+    const double tps = r.seconds > 0 ? static_cast<double>(r.predictions) / r.seconds : 0.0;
+    if (r.policy.empty()) return fmt::format(" {:.1f} | - | - |", tps);
+    return fmt::format(" {:.1f} | {:.1f} % | {:.2f} % |", tps, 100.0 * r.policy_seconds / r.seconds,
+                       100.0 * r.copy_seconds / r.seconds);
+  };
+  if (a.format == "markdown") {
+    std::cout << "| policy | budget | perplexity | bits per byte | extra bits per byte | 95 % interval (paired by window) "
+                 "| evicted |"
+              << (a.timing ? " tokens/s | policy time share | callback copy time share |" : "")
+              << "\n|---|---:|---:|---:|---:|---:|---:|" << (a.timing ? "---:|---:|---:|" : "") << "\n";
+    for (const Row& r : rows) {
+      const double ppl = r.predictions == 0 ? 0.0 : std::exp(r.nll / static_cast<double>(r.predictions));
+      std::cout << fmt::format("| {} | {} | {:.4f} | {:.4f} | {} | {} | {} |{}\n",
+                               r.policy.empty() ? "full cache" : r.policy,
+                               r.policy.empty() ? "-" : std::to_string(r.budget), ppl, bits_per_byte(r),
+                               r.policy.empty() ? "-" : fmt::format("{:+.4f}", cost(r).mean), interval(r), r.evicted,
+                               timing(r));
+    }
+    return 0;
+  }
+  std::cout << fmt::format("{:<16} {:>6} {:>11} {:>14} {:>20} {:>34} {:>8} {:>10}\n", "policy", "budget", "perplexity",
+                           "bits per byte", "extra bits per byte", "95 % interval (paired by window)", "evicted",
+                           "tokens/s");
   for (const Row& r : rows) {
     const double ppl = r.predictions == 0 ? 0.0 : std::exp(r.nll / static_cast<double>(r.predictions));
-    std::cout << fmt::format("{:<16} {:>6} {:>11.4f} {:>14.4f} {:>20} {:>8} {:>10.1f}\n",
+    std::cout << fmt::format("{:<16} {:>6} {:>11.4f} {:>14.4f} {:>20} {:>34} {:>8} {:>10.1f}\n",
                              r.policy.empty() ? "full cache" : r.policy, r.policy.empty() ? "-" : std::to_string(r.budget),
-                             ppl, bits_per_byte(r),
-                             r.policy.empty() ? "-" : fmt::format("{:+.4f}", bits_per_byte(r) - full), r.evicted,
+                             ppl, bits_per_byte(r), r.policy.empty() ? "-" : fmt::format("{:+.4f}", cost(r).mean),
+                             interval(r), r.evicted,
                              r.seconds > 0 ? static_cast<double>(r.predictions) / r.seconds : 0.0);
   }
   return 0;
@@ -288,16 +350,21 @@ int main(int argc, char** argv) {
   ppl->add_option("--model", a.model, "a GGUF file llama.cpp loads")->required();
   ppl->add_option("--text", a.text, "the text to score (kvevict's tokenizer and windows, as kvevict perplexity)")
       ->required();
-  ppl->add_option("--policy", a.policy, "the policy (default: the full cache only)");
+  ppl->add_option("--policy", a.policy, "policy names, comma-separated (default: the full cache only)");
   ppl->add_option("--budget", a.budget, "positions the sequence holds")->capture_default_str();
-  ppl->add_option("--set", a.sets, "KEY=VALUE, a parameter of the policy (repeatable)");
+  ppl->add_option("--set", a.sets, "KEY=VALUE, for every policy that has KEY (repeatable)");
   ppl->add_option("--context", a.context, "positions a window (default: the model's context, at most 4096)");
   ppl->add_option("--max-windows", a.max_windows, "use only the first N windows (0 = all)");
   ppl->add_option("--threads", a.threads, "llama.cpp's threads")->check(CLI::Range(1, 1024))->capture_default_str();
   ppl->add_option("--kv-precision", a.kv, "llama.cpp's cache: fp32 (F32) or fp16 (F16, llama.cpp's default)")
       ->capture_default_str();
   ppl->add_flag("--flash-attn", a.flash, "flash attention on (the attention-weight policies then cannot run)");
-  ppl->add_option("--format", a.format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  ppl->add_flag("--timing", a.timing,
+                "markdown: add decode tokens/s and the shares of each run's time the policy and the eval callback's "
+                "copies took");
+  ppl->add_option("--format", a.format, "table, markdown or json")
+      ->check(CLI::IsMember({"table", "markdown", "json"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
