@@ -40,6 +40,8 @@ Command add_stream_command(CLI::App& app, const ModelContext& context);
 Command add_tasks_command(CLI::App& app, const ModelContext& context);
 Command add_record_command(CLI::App& app, const ModelContext& context);
 Command add_logits_command(CLI::App& app, const ModelContext& context);
+// choose_command.cpp: which policy, and what it costs.
+Command add_choose_command(CLI::App& app, const ModelContext& context);
 
 // model_file_commands.cpp: model files written, converted and read.
 Command add_random_model_command(CLI::App& app);

@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
       cli::add_stream_command(app, model_context),
       cli::add_serve_bench_command(app, model_context),
       cli::add_tasks_command(app, model_context),
+      cli::add_choose_command(app, model_context),
       cli::add_record_command(app, model_context),
       cli::add_persistence_command(app, model_context),
       cli::add_sweep_command(app, model_context),
