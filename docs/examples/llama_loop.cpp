@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   cp.n_ctx = 512;
   cp.n_batch = 1;
   cp.n_ubatch = 1;
+  // One token a decode of a small model: one thread (llama.cpp's threads wait
+  // for each other at every operation, which costs more than it saves here).
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   cp.cb_eval = &kvevict::LlamaPolicy::observe;  // kvevict
   cp.cb_eval_user_data = &policy;               // kvevict

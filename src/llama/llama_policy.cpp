@@ -138,6 +138,11 @@ bool LlamaPolicy::observe(ggml_tensor* t, bool ask, void* user) {
   return true;  // go on computing
 }
 
+bool LlamaPolicySlot::observe(ggml_tensor* t, bool ask, void* user) {
+  auto* slot = static_cast<LlamaPolicySlot*>(user);
+  return slot->policy == nullptr ? false : LlamaPolicy::observe(t, ask, slot->policy);
+}
+
 // Copies what a computed tensor shows into this decode's buffers; a tensor
 // larger than they were sized for (a batch or context above the options')
 // is left out, and after_decode then refuses the step naming it.

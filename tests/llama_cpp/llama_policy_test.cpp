@@ -85,15 +85,26 @@ double nll_bits(std::span<const float> logits, Token next) {
   return (std::log(sum) + top - static_cast<double>(logits[next])) / std::numbers::ln2;
 }
 
-// The eval callback is fixed when the context is made; the policy is built
-// once llama.cpp says how many cells the context has.
-struct Hook {
-  LlamaPolicy* policy = nullptr;
-  static bool forward(ggml_tensor* t, bool ask, void* user) {
-    auto* self = static_cast<Hook*>(user);
-    return self->policy == nullptr ? false : LlamaPolicy::observe(t, ask, self->policy);
-  }
-};
+// A context as exactly as llama.cpp computes (F32 caches, flash attention
+// off), `sequences` sequences a token each a decode in one unified cache, its
+// eval callback the slot's (the policy is built once llama.cpp says how many
+// cells the context has).
+llama_context* exact_context(llama_model* lm, LlamaPolicySlot& slot, std::uint32_t sequences) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = kContext;
+  cp.n_batch = sequences;
+  cp.n_ubatch = sequences;
+  cp.n_seq_max = sequences;
+  cp.kv_unified = true;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  cp.type_k = GGML_TYPE_F32;
+  cp.type_v = GGML_TYPE_F32;
+  cp.cb_eval = &LlamaPolicySlot::observe;
+  cp.cb_eval_user_data = &slot;
+  return llama_init_from_model(lm, cp);
+}
 
 struct Outcome {
   double bits = 0.0;          // summed over the predictions
@@ -120,20 +131,8 @@ Outcome compare_engines(const fs::path& file, const std::string& policy, std::in
   mp.n_gpu_layers = 0;
   llama_model* lm = llama_model_load_from_file(file.c_str(), mp);
   EXPECT_NE(lm, nullptr);
-  Hook hook;
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = kContext;
-  cp.n_batch = 1;
-  cp.n_ubatch = 1;
-  cp.n_seq_max = 1;
-  cp.n_threads = 1;
-  cp.n_threads_batch = 1;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.cb_eval = &Hook::forward;
-  cp.cb_eval_user_data = &hook;
-  llama_context* ctx = llama_init_from_model(lm, cp);
+  LlamaPolicySlot hook;
+  llama_context* ctx = exact_context(lm, hook, 1);
   EXPECT_NE(ctx, nullptr);
   LlamaPolicy adapter(llama_shape(lm), LlamaPolicyOptions{.policy = policy, .budget = budget,
                                                           .context = llama_n_ctx(ctx)});
@@ -225,21 +224,8 @@ TEST(LlamaPolicy, TwoSequencesInOneContextEachHoldWhatItsDecoderHolds) {
     policies.emplace_back(RunSpec{name, {}, 48}, model->config(), sequence);
     policies.back().attach(*decoders.back());
   }
-  Hook hook;
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = kContext;
-  cp.n_batch = 2;
-  cp.n_ubatch = 2;
-  cp.n_seq_max = 2;
-  cp.kv_unified = true;
-  cp.n_threads = 1;
-  cp.n_threads_batch = 1;
-  cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-  cp.type_k = GGML_TYPE_F32;
-  cp.type_v = GGML_TYPE_F32;
-  cp.cb_eval = &Hook::forward;
-  cp.cb_eval_user_data = &hook;
-  llama_context* ctx = llama_init_from_model(lm, cp);
+  LlamaPolicySlot hook;
+  llama_context* ctx = exact_context(lm, hook, 2);
   ASSERT_NE(ctx, nullptr);
   LlamaPolicy adapter(llama_shape(lm), LlamaPolicyOptions{.policy = name, .budget = 48, .sequences = 2,
                                                           .context = llama_n_ctx(ctx), .batch = 2});

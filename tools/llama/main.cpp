@@ -60,16 +60,6 @@ void log_quietly(ggml_log_level level, const char* text, void*) {
   }
 }
 
-// The eval callback is fixed when the context is made; the policy comes
-// once llama.cpp says how many cells the context has.
-struct Hook {
-  LlamaPolicy* policy = nullptr;
-  static bool forward(ggml_tensor* t, bool ask, void* user) {
-    auto* self = static_cast<Hook*>(user);
-    return self->policy == nullptr ? false : LlamaPolicy::observe(t, ask, self->policy);
-  }
-};
-
 struct Window {
   std::size_t begin = 0;
   std::uint32_t length = 0;
@@ -108,7 +98,7 @@ ggml_type cache_type(const std::string& kv) {
 Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& windows, const Args& a,
         const std::optional<RunSpec>& spec) {
   // One context a run: the full cache's has no callback at all.
-  Hook hook;
+  LlamaPolicySlot hook;  // the policy comes once llama.cpp says how many cells the context has
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = a.context;
   cp.n_batch = 1;
@@ -121,7 +111,7 @@ Row run(llama_model* lm, const TokenizedText& text, const std::vector<Window>& w
   cp.type_v = cp.type_k;
   cp.no_perf = true;
   if (spec) {
-    cp.cb_eval = &Hook::forward;
+    cp.cb_eval = &LlamaPolicySlot::observe;
     cp.cb_eval_user_data = &hook;
   }
   last_error.clear();

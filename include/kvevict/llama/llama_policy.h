@@ -123,4 +123,13 @@ class LlamaPolicy {
   double policy_seconds_ = 0.0;
 };
 
+// The eval callback of a context made before its policy (the policy is
+// sized by llama_n_ctx, known once the context exists): give the context
+// LlamaPolicySlot::observe as cb_eval and the slot as cb_eval_user_data,
+// then point the slot at the policy. An empty slot asks for no tensor.
+struct LlamaPolicySlot {
+  LlamaPolicy* policy = nullptr;
+  static bool observe(ggml_tensor* t, bool ask, void* user);
+};
+
 }  // namespace kvevict
