@@ -424,6 +424,18 @@ void group_attention(const float* keys, const float* values, std::uint32_t count
   }
 }
 
+// A budget shared by several caches (a layer's LayerBudget, the sequence's
+// SequenceBudget) takes cache `at`'s signals for the token at `pos`; it
+// evicts later, for all of them at once.
+template <class SharedBudget>
+void feed_budget(SharedBudget& budget, std::size_t at, std::uint32_t pos, const StepInputs& inputs) {
+  if (pos == 0) {
+    budget.on_origin(at, inputs);
+  } else {
+    budget.on_step(at, pos, inputs);
+  }
+}
+
 }  // namespace
 
 std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uint64_t hash, float* qkv, float* out,
@@ -488,20 +500,13 @@ std::uint64_t Decoder::Impl::attend(std::uint32_t l, std::uint32_t pos, std::uin
                             .key = std::span<const float>(step_key),
                             .value = std::span<const float>(step_value),
                             .queries = std::span<const float>(hc.queries)};
-    if (shared != nullptr) {
-      if (pos == 0) {
-        shared->on_origin(kv, inputs);
+    // A layer's shared budget evicts after its last head (below); the
+    // sequence's once the token has passed every layer (evict_sequence).
+    if (shared != nullptr || sequence != nullptr) {
+      if (shared != nullptr) {
+        feed_budget(*shared, kv, pos, inputs);
       } else {
-        shared->on_step(kv, pos, inputs);
-      }
-      lap.charge(&DecodeProfile::policies);
-      continue;
-    }
-    if (sequence != nullptr) {  // evicted once the token has passed every layer (evict_sequence)
-      if (pos == 0) {
-        sequence->on_origin(cache, inputs);
-      } else {
-        sequence->on_step(cache, pos, inputs);
+        feed_budget(*sequence, cache, pos, inputs);
       }
       lap.charge(&DecodeProfile::policies);
       continue;

@@ -94,4 +94,18 @@ std::vector<std::uint8_t> read_text(const std::filesystem::path& file) {
   return bytes;
 }
 
+std::vector<TextWindow> text_windows(const TokenizedText& t, std::uint32_t context, std::uint32_t max_windows) {
+  std::vector<TextWindow> out;
+  const std::size_t n = t.tokens.size();
+  const bool bos = t.bos.has_value();
+  const std::size_t step = bos ? context - 1 : context;
+  // With a BOS every token is predicted, the first by the BOS; without, a
+  // window needs two tokens to predict one.
+  for (std::size_t at = 0; bos ? at < n : at + 1 < n; at += step) {
+    out.push_back({at, static_cast<std::uint32_t>((bos ? 1 : 0) + std::min(step, n - at)), bos});
+    if (max_windows != 0 && out.size() == max_windows) break;
+  }
+  return out;
+}
+
 }  // namespace kvevict

@@ -49,14 +49,6 @@ std::vector<RunSpec> choose_specs(const ModelConfig& cfg, const ChooseRequest& r
   return specs;
 }
 
-// Windows of the text as perplexity cuts them (model_text.h's tokens).
-std::uint32_t windows_in(const TokenizedText& t, std::uint32_t context) {
-  const std::size_t n = t.tokens.size();
-  const std::size_t step = t.bos ? context - 1 : context;
-  if (n < 2) return 0;
-  return static_cast<std::uint32_t>(t.bos ? (n + step - 1) / step : (n - 1 + step - 1) / step);
-}
-
 std::string interval_text(const ChooseRow& r) {
   return r.has_interval ? fmt::format("[{:+.4f}, {:+.4f}]", r.extra_low, r.extra_high) : std::string("[no interval]");
 }
@@ -106,7 +98,7 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
   ChoosePlan& plan = result.plan;
   plan.context = cfg.context;
   const TokenizedText tokens = tokenize_text(*model, text);
-  plan.windows_available = windows_in(tokens, cfg.context);
+  plan.windows_available = static_cast<std::uint32_t>(text_windows(tokens, cfg.context).size());
   if (plan.windows_available < 2) {
     throw InputError(fmt::format("choose: the text makes {} window(s) of {} positions; it needs at least 2 (for an "
                                  "interval paired by window)",

@@ -36,40 +36,7 @@ using detail::shared_view;
 
 namespace {
 
-// A window: `length` positions, the first the BOS when `bos`, the rest the
-// text's tokens from `begin`.
-struct Window {
-  std::size_t begin = 0;
-  std::uint32_t length = 0;
-  bool bos = false;
-};
-
-// The token at position i of window w, and the bytes it stands for.
-Token token_at(const TokenizedText& t, const Window& w, std::uint32_t i) {
-  if (w.bos) return i == 0 ? *t.bos : t.tokens[w.begin + i - 1];
-  return t.tokens[w.begin + i];
-}
-std::uint32_t bytes_at(const TokenizedText& t, const Window& w, std::uint32_t i) {
-  if (w.bos) return i == 0 ? 0 : t.bytes[w.begin + i - 1];
-  return t.bytes[w.begin + i];
-}
-
-std::vector<Window> windows_of(const TokenizedText& t, std::uint32_t context, std::uint32_t max_windows) {
-  std::vector<Window> out;
-  const std::size_t n = t.tokens.size();
-  if (t.bos) {  // BOS and context - 1 tokens, every one of them predicted
-    for (std::size_t at = 0; at < n; at += context - 1) {
-      out.push_back({at, static_cast<std::uint32_t>(1 + std::min<std::size_t>(context - 1, n - at)), true});
-      if (max_windows != 0 && out.size() == max_windows) break;
-    }
-    return out;
-  }
-  for (std::size_t at = 0; at + 1 < n; at += context) {
-    out.push_back({at, static_cast<std::uint32_t>(std::min<std::size_t>(context, n - at)), false});
-    if (max_windows != 0 && out.size() == max_windows) break;
-  }
-  return out;
-}
+using Window = TextWindow;
 
 ParamMap without_budget(ParamMap params) {
   std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
@@ -103,10 +70,10 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, const Tokeniz
   }
   WindowResult r;
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
-    const std::span<const float> logits = decoder.step(token_at(text, w, i));
+    const std::span<const float> logits = decoder.step(w.token_at(text, i));
     if (compressor) compressor->after_step(decoder, i);
     // With a prefill, token i + 1 is scored once tokens 0 ... prefill-1 are read.
-    if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, token_at(text, w, i + 1));
+    if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, w.token_at(text, i + 1));
   }
   r.evicted = decoder.evicted();
   r.store = decoder.store();
@@ -148,11 +115,11 @@ std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>
   std::vector<WindowResult> r(specs.size());
   std::vector<Token> same(specs.size());
   for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
-    std::fill(same.begin(), same.end(), token_at(text, w, i));
+    std::fill(same.begin(), same.end(), w.token_at(text, i));
     Decoder::step_together(batch, same);
     for (std::size_t k = 0; k < runs.size(); ++k) {
       if (runs[k].compressor) runs[k].compressor->after_step(*runs[k].decoder, i);
-      if (i + 1 > options.prefill) r[k].nll += negative_log_likelihood(runs[k].decoder->last_logits(), token_at(text, w, i + 1));
+      if (i + 1 > options.prefill) r[k].nll += negative_log_likelihood(runs[k].decoder->last_logits(), w.token_at(text, i + 1));
     }
   }
   for (std::size_t k = 0; k < runs.size(); ++k) {
@@ -197,7 +164,7 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
     for (std::uint32_t h = 0; h < cfg.head_count(); ++h) decoder.set_policy(h, (*recorders)[h].get(), w.length);
   }
   for (std::uint32_t t = 0; t < w.length; ++t) {
-    decoder.step(token_at(text, w, t));
+    decoder.step(w.token_at(text, t));
     if (t > 0) {
       for (std::uint32_t h = 0; h < cfg.head_count(); ++h) {
         const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last
@@ -275,7 +242,7 @@ Scoring scoring_of(const TokenizedText& text, const std::vector<Window>& windows
   Scoring s;
   for (const Window& w : windows) {
     std::uint64_t bytes = 0;
-    for (std::uint32_t i = options.prefill + 1; i < w.length; ++i) bytes += bytes_at(text, w, i);
+    for (std::uint32_t i = options.prefill + 1; i < w.length; ++i) bytes += w.bytes_at(text, i);
     s.scored.push_back(static_cast<double>(bytes));
     s.predicted_bytes += bytes;
     s.predictions += w.length - 1 > options.prefill ? w.length - 1 - options.prefill : 0;
@@ -425,7 +392,7 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
                                            const std::vector<Run>& runs_in, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   check_run_options(cfg, runs_in, options);
-  const std::vector<Window> windows = windows_of(text, cfg.context, options.max_windows);
+  const std::vector<Window> windows = text_windows(text, cfg.context, options.max_windows);
   std::uint64_t longest_window = 0;  // the most positions any cache holds
   for (const Window& w : windows) longest_window = std::max<std::uint64_t>(longest_window, w.length);
   // Every request is checked before any work: what is left to predict, each
@@ -637,7 +604,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const ModelConfig& cfg = model.config();
   const std::vector<RunSpec> specs = compare_specs(request);
   const TokenizedText tokens = tokenize_text(model, text);
-  const std::vector<Window> windows = windows_of(tokens, cfg.context, options.max_windows);
+  const std::vector<Window> windows = text_windows(tokens, cfg.context, options.max_windows);
   // Work units for progress: every perplexity job, then one per proxy window.
   const std::size_t lead = options.kv.quantized() ? 2 : 1;  // the full caches before the specs' rows
   const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + lead) * windows.size());
@@ -850,7 +817,7 @@ std::uint32_t record_signals(const Model& model, std::span<const std::uint8_t> t
     decoder.set_policy(h, recorders.back().get(), w.length);
   }
   for (std::uint32_t t = 0; t < w.length; ++t) {
-    decoder.step(token_at(t_text, w, t));
+    decoder.step(w.token_at(t_text, t));
     if (t > 0) {
       for (std::uint32_t h = 0; h < caches; ++h) {
         const std::span<const float> a = decoder.attention(h);  // t + 1 weights, self last

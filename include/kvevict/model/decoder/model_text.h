@@ -29,6 +29,30 @@ TokenizedText tokenize_text(const Model& model, std::span<const std::uint8_t> te
 // one), then the text's tokens.
 std::vector<Token> sequence_tokens(const Model& model, std::span<const std::uint8_t> text);
 
+// A window of a text as perplexity reads it: `length` positions, the first
+// the BOS when `bos`, the rest the text's tokens from `begin`. Shared by every
+// engine that scores the same windows (kvevict's decoder, kvevict-llama,
+// choose's plan), so that their rows compare window by window.
+struct TextWindow {
+  std::size_t begin = 0;
+  std::uint32_t length = 0;
+  bool bos = false;
+
+  // The token at position i, and the bytes it stands for (0 for the BOS).
+  Token token_at(const TokenizedText& t, std::uint32_t i) const {
+    if (bos) return i == 0 ? *t.bos : t.tokens[begin + i - 1];
+    return t.tokens[begin + i];
+  }
+  std::uint32_t bytes_at(const TokenizedText& t, std::uint32_t i) const {
+    if (bos) return i == 0 ? 0 : t.bytes[begin + i - 1];
+    return t.bytes[begin + i];
+  }
+};
+// The text cut into windows of at most `context` positions: with a BOS, the
+// BOS and context - 1 tokens each (every token predicted once); without, context
+// tokens each. At most `max_windows` of them (0: all).
+std::vector<TextWindow> text_windows(const TokenizedText& t, std::uint32_t context, std::uint32_t max_windows = 0);
+
 // Reads a text file as bytes. Throws InputError for a missing or unreadable
 // file, or one with fewer than 2 bytes (nothing to predict).
 std::vector<std::uint8_t> read_text(const std::filesystem::path& file);
