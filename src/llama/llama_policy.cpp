@@ -49,12 +49,14 @@ struct LlamaPolicy::Sequence {
     held.reserve(static_cast<std::size_t>(positions) + 1);
     cells.reserve(held.capacity());
     victims.reserve(held.capacity());
+    victim_slots.reserve(held.capacity());
   }
   SequenceBudget budget;
   std::vector<Position> held;        // ascending
   std::vector<std::int64_t> cells;   // the cell of each held position
   std::vector<Position> victims;     // the last step's
-  std::int64_t next = 0;             // the position the next token must have
+  std::vector<llama_pos> victim_slots;  // with cache positions: where llama.cpp held each victim
+  std::int64_t next = 0;             // the stream position of the next token
 };
 
 LlamaShape llama_shape(const llama_model* model) {
@@ -118,8 +120,8 @@ LlamaPolicy::LlamaPolicy(const LlamaShape& shape, const LlamaPolicyOptions& opti
   n_kv_.assign(shape.layers, 0);
   seen_.assign(shape.layers, 0);
   cells_.assign(options.batch, -1);
-  cell_pos_.assign(cells, -1);
-  cell_seq_.assign(cells, -1);
+  cells_i32_.assign(options.batch, -1);
+  cell_holder_.assign(cells, CellHolder{});
   attention_.assign(static_cast<std::size_t>(options.budget) + 1, 0.0F);
   key_.assign(shape.head_dim, 0.0F);
   value_.assign(shape.head_dim, 0.0F);
@@ -157,9 +159,8 @@ void LlamaPolicy::take(ggml_tensor* t) {
       if (idx->type == GGML_TYPE_I64) {
         ggml_backend_tensor_get(idx, cells_.data(), 0, n * sizeof(std::int64_t));
       } else {
-        std::vector<std::int32_t> narrow(n);  // I32 indices: only in releases that use them
-        ggml_backend_tensor_get(idx, narrow.data(), 0, n * sizeof(std::int32_t));
-        std::copy(narrow.begin(), narrow.end(), cells_.begin());
+        ggml_backend_tensor_get(idx, cells_i32_.data(), 0, n * sizeof(std::int32_t));
+        std::copy_n(cells_i32_.begin(), n, cells_.begin());
       }
     }
   } else if (const int l = layer_of(name, "kq_soft_max"); l >= 0 && static_cast<std::uint32_t>(l) < shape_.layers) {
@@ -180,6 +181,25 @@ void LlamaPolicy::take(ggml_tensor* t) {
     }
   }
   copy_seconds_ += since(start);
+}
+
+// With cache positions: removes the cells at cache positions `slots`
+// (ascending) of a sequence that held `count`, and shifts each run of
+// survivors down by the victims before it, so the survivors sit at
+// 0 ... count - |slots| - 1 again. Runs are shifted lowest first: a run
+// moved down never lands in the range of a run still to move.
+void LlamaPolicy::remove_and_shift(llama_memory_t memory, std::int32_t seq, std::span<const llama_pos> slots,
+                                   std::size_t count) {
+  for (const llama_pos p : slots) {
+    if (!llama_memory_seq_rm(memory, seq, p, p + 1)) {
+      throw ContractError(fmt::format("llama: llama_memory_seq_rm refused cache position {} of sequence {}", p, seq));
+    }
+  }
+  for (std::size_t j = 0; j < slots.size(); ++j) {
+    const llama_pos from = slots[j] + 1;
+    const auto to = j + 1 < slots.size() ? slots[j + 1] : static_cast<llama_pos>(count);
+    if (from < to) llama_memory_seq_add(memory, seq, from, to, -static_cast<llama_pos>(j + 1));
+  }
 }
 
 void LlamaPolicy::after_decode(llama_context* ctx, std::span<const std::int32_t> seqs,
@@ -210,10 +230,19 @@ void LlamaPolicy::after_decode(llama_context* ctx, std::span<const std::int32_t>
     }
   }
   llama_memory_t memory = llama_get_memory(ctx);
+  if (options_.cache_positions && !llama_memory_can_shift(memory)) {
+    throw ContractError("llama: this context's memory cannot shift positions (llama_memory_can_shift is false), "
+                        "which cache positions need");
+  }
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     const auto seq = static_cast<std::uint32_t>(seqs[i]);
     step_sequence(seq, static_cast<std::uint32_t>(i), positions[i]);
-    for (const Position v : sequences_[seq]->victims) {
+    const Sequence& s = *sequences_[seq];
+    if (options_.cache_positions) {
+      remove_and_shift(memory, seqs[i], s.victim_slots, s.held.size() + s.victim_slots.size());
+      continue;
+    }
+    for (const Position v : s.victims) {
       if (!llama_memory_seq_rm(memory, seqs[i], static_cast<llama_pos>(v), static_cast<llama_pos>(v) + 1)) {
         throw ContractError(fmt::format("llama: llama_memory_seq_rm refused position {} of sequence {}", v, seq));
       }
@@ -224,21 +253,29 @@ void LlamaPolicy::after_decode(llama_context* ctx, std::span<const std::int32_t>
   policy_seconds_ += since(start);
 }
 
-void LlamaPolicy::step_sequence(std::uint32_t seq, std::uint32_t row, std::int32_t pos) {
+std::int32_t LlamaPolicy::next_position(std::uint32_t seq) const {
+  const Sequence& s = *sequences_.at(seq);
+  return static_cast<std::int32_t>(options_.cache_positions ? static_cast<std::int64_t>(s.held.size()) : s.next);
+}
+
+void LlamaPolicy::step_sequence(std::uint32_t seq, std::uint32_t row, std::int32_t llama_position) {
   Sequence& s = *sequences_[seq];
-  if (pos != s.next) {
-    throw ContractError(fmt::format("llama: sequence {}'s token is at position {}; the next is {}", seq, pos, s.next));
+  if (llama_position != next_position(seq)) {
+    throw ContractError(fmt::format("llama: sequence {}'s token is at position {}; the next is {}", seq,
+                                    llama_position, next_position(seq)));
   }
+  // The policy sees stream positions; with cache positions llama.cpp holds
+  // the token at its index instead.
+  const auto pos = static_cast<std::int32_t>(s.next);
   const std::int64_t cell = cells_[row];
-  if (cell < 0 || static_cast<std::size_t>(cell) >= cell_pos_.size()) {
+  if (cell < 0 || static_cast<std::size_t>(cell) >= cell_holder_.size()) {
     throw ContractError(fmt::format("llama: the token of sequence {} went to cell {}, outside the {} cells", seq, cell,
-                                    cell_pos_.size()));
+                                    cell_holder_.size()));
   }
-  if (cell_pos_[static_cast<std::size_t>(cell)] >= 0) {
+  if (const CellHolder holder = cell_holder_[static_cast<std::size_t>(cell)]; holder.pos >= 0) {
     throw ContractError(fmt::format("llama: the token at position {} of sequence {} went to cell {}, which holds "
                                     "position {} of sequence {}: the cell map no longer matches llama.cpp's cache",
-                                    pos, seq, cell, cell_pos_[static_cast<std::size_t>(cell)],
-                                    cell_seq_[static_cast<std::size_t>(cell)]));
+                                    pos, seq, cell, holder.pos, holder.seq));
   }
   const std::size_t held = s.held.size();
   const std::uint32_t group = shape_.heads / shape_.kv_heads;
@@ -279,18 +316,18 @@ void LlamaPolicy::step_sequence(std::uint32_t seq, std::uint32_t row, std::int32
   }
   s.held.push_back(pos);
   s.cells.push_back(cell);
-  cell_pos_[static_cast<std::size_t>(cell)] = pos;
-  cell_seq_[static_cast<std::size_t>(cell)] = static_cast<std::int32_t>(seq);
+  cell_holder_[static_cast<std::size_t>(cell)] = {static_cast<std::int32_t>(seq), pos};
   ++s.next;
   s.victims.clear();
+  s.victim_slots.clear();
   if (held == 0 || static_cast<std::int64_t>(s.held.size()) <= options_.budget) return;
   for (const Position v : s.budget.evict(options_.budget)) s.victims.push_back(v);
   // Keep the survivors (and their cells) in order; free the victims' cells.
   std::size_t out = 0;
   for (std::size_t k = 0; k < s.held.size(); ++k) {
     if (std::binary_search(s.victims.begin(), s.victims.end(), s.held[k])) {
-      cell_pos_[static_cast<std::size_t>(s.cells[k])] = -1;
-      cell_seq_[static_cast<std::size_t>(s.cells[k])] = -1;
+      cell_holder_[static_cast<std::size_t>(s.cells[k])] = CellHolder{};
+      s.victim_slots.push_back(static_cast<llama_pos>(k));  // held in order: its index is its cache position
       continue;
     }
     s.held[out] = s.held[k];
@@ -308,8 +345,7 @@ std::span<const Position> LlamaPolicy::held(std::uint32_t seq) const { return se
 void LlamaPolicy::reset(std::uint32_t seq) {
   Sequence& s = *sequences_.at(seq);
   for (const std::int64_t c : s.cells) {
-    cell_pos_[static_cast<std::size_t>(c)] = -1;
-    cell_seq_[static_cast<std::size_t>(c)] = -1;
+    cell_holder_[static_cast<std::size_t>(c)] = CellHolder{};
   }
   const auto caches = static_cast<std::int64_t>(s.budget.caches());
   sequences_[seq] =

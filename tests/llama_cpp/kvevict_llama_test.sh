@@ -44,6 +44,15 @@ bad "precision" 1 "--kv-precision (int8) must be fp32 or fp16" -- "${run[@]}" --
 bad "unknown policy" 1 "unknown policy 'h3o'" -- "${run[@]}" --model "$small" --policy h3o --budget 64
 bad "unknown flag" 2 "--polcy" -- "${run[@]}" --model "$small" --polcy h2o
 
+stream=(stream --model "$small" --text "$text" --context 256)
+bad "stream: a context shift keeping the budget" 1 "--context-shift (64) must be 0 ... 63" -- "${stream[@]}" --policy none --budget 64 --context-shift 64
+bad "stream: a position mode" 1 "middle" -- "${stream[@]}" --policy h2o --budget 64 --positions middle
+bad "stream: past the text" 1 "the stream asks for 999999 tokens" -- "${stream[@]}" --tokens 999999 --policy h2o --budget 64
+bad "stream: flash attention" 1 "tova reads the attention weights" -- "${stream[@]}" --policy tova --budget 64 --flash-attn
+bad "stream: budget past the context" 1 "budget (256)" -- "${stream[@]}" --policy h2o --budget 256
+bad "stream: a context past the trained one" 1 "--context (99999) must be 2 ..." -- stream --model "$small" --text "$text" --context 99999
+bad "stream: nothing to run" 1 "nothing to run" -- "${stream[@]}" --policy none --no-full-cache
+
 # Through kvevict llama: the rows, the full cache first.
 out=$("$build/kvevict" llama perplexity --model "$small" --text "$text" --max-windows 1 --context 256 --policy tova \
   --budget 64 --format json 2>"$tmp/err")
@@ -57,6 +66,24 @@ assert rows[0]["evicted"] == 0 and rows[1]["evicted"] > 0, rows
 assert rows[1]["granularity"] == "sequence" and rows[1]["budget"] == 64, rows
 ' "$out"; then
   fail "kvevict llama perplexity: rows not as expected: $out"
+else
+  passed=$((passed + 1))
+fi
+
+# kvevict llama stream: the full cache, the policy at both position modes, the context shift.
+out=$("$build/kvevict" llama stream --model "$small" --text "$text" --tokens 300 --context 256 --policy sliding-window \
+  --budget 64 --context-shift 4 --format json 2>"$tmp/err")
+if [[ $? -ne 0 ]]; then
+  fail "kvevict llama stream: $(cat "$tmp/err")"
+elif ! /usr/bin/python3 -c '
+import json, sys
+rows = json.loads(sys.argv[1])["rows"]
+assert [(r["label"], r["positions"]) for r in rows] == [("full cache", "original"), ("sliding-window", "original"),
+    ("sliding-window", "cache"), ("context-shift keep=4", "cache")], rows
+assert rows[0]["tokens"] == 256 and all(r["tokens"] == 300 for r in rows[1:]), rows
+assert all(r["peakPositions"] == 65 for r in rows[1:]), rows
+' "$out"; then
+  fail "kvevict llama stream: rows not as expected: $out"
 else
   passed=$((passed + 1))
 fi

@@ -38,6 +38,7 @@
 
 struct ggml_tensor;
 struct llama_context;
+struct llama_memory_i;
 struct llama_model;
 
 namespace kvevict {
@@ -58,6 +59,14 @@ struct LlamaPolicyOptions {
   std::uint32_t sequences = 1;  // seq ids 0 ... sequences - 1
   std::uint32_t context = 0;  // the context's n_ctx: cells the cache has (sizes the buffers)
   std::uint32_t batch = 1;    // the most tokens one llama_decode takes (n_batch)
+  // Where the kept keys sit in rotary space. false: at their tokens'
+  // positions (llama.cpp's own; a sequence's positions then have gaps where
+  // victims were). true: at their index among the positions held, as
+  // StreamingLLM places them -- after each eviction the survivors after a
+  // victim are shifted down with llama_memory_seq_add (llama.cpp re-rotates
+  // their keys before the next decode: its K-shift), and a sequence's next
+  // token goes at the count it holds (next_position()).
+  bool cache_positions = false;
 };
 
 class LlamaPolicy {
@@ -76,7 +85,8 @@ class LlamaPolicy {
   static bool observe(ggml_tensor* t, bool ask, void* user);
 
   // After llama_decode(ctx, batch) of one token for each of `seqs` (batch
-  // order; at most one token a sequence, at its next position `positions`):
+  // order; at most one token a sequence, at its next_position(), given in
+  // `positions`):
   // steps every cache of each token's sequence with what the graph showed,
   // then evicts each sequence over its budget with llama_memory_seq_rm
   // (victims() says what went). Throws ContractError when the graph did not
@@ -85,7 +95,12 @@ class LlamaPolicy {
   // mapping does not know.
   void after_decode(llama_context* ctx, std::span<const std::int32_t> seqs, std::span<const std::int32_t> positions);
 
-  // The positions the last after_decode evicted from sequence `seq`, ascending.
+  // Where sequence `seq`'s next token goes in llama.cpp: the count of tokens
+  // it has read, or with cache_positions the count it holds.
+  std::int32_t next_position(std::uint32_t seq) const;
+  // The positions the last after_decode evicted from sequence `seq`, ascending
+  // (the positions of the stream: with cache_positions too, the token's index
+  // in what the sequence has read, not where llama.cpp held it).
   std::span<const Position> victims(std::uint32_t seq) const;
   // The positions sequence `seq` holds now, ascending.
   std::span<const Position> held(std::uint32_t seq) const;
@@ -102,7 +117,9 @@ class LlamaPolicy {
  private:
   struct Sequence;
   void take(ggml_tensor* t);
-  void step_sequence(std::uint32_t seq, std::uint32_t row, std::int32_t pos);
+  void step_sequence(std::uint32_t seq, std::uint32_t row, std::int32_t llama_position);
+  static void remove_and_shift(llama_memory_i* memory, std::int32_t seq, std::span<const std::int32_t> slots,
+                               std::size_t count);
 
   LlamaShape shape_;
   LlamaPolicyOptions options_;
@@ -114,9 +131,12 @@ class LlamaPolicy {
   std::vector<std::uint32_t> n_kv_;      // per layer, the cells the weights cover
   std::vector<std::uint8_t> seen_;       // per layer, whether this decode showed its weights
   std::vector<std::int64_t> cells_;      // per batch token, the cell its key went to
+  std::vector<std::int32_t> cells_i32_;  // the same as read, in a release that writes I32 indices
   std::uint32_t tokens_ = 0;             // tokens of the last decode
-  std::vector<std::int32_t> cell_pos_;   // per cell: the position it holds (-1: none of ours)
-  std::vector<std::int32_t> cell_seq_;   // and whose
+  struct CellHolder {
+    std::int32_t seq = -1, pos = -1;  // -1: none of ours
+  };
+  std::vector<CellHolder> cell_holder_;  // per cell: the sequence and position it holds
   std::vector<float> attention_;         // one cache's weights over its held positions
   std::vector<float> key_, value_;
   double copy_seconds_ = 0.0;

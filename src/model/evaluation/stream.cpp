@@ -68,22 +68,6 @@ StreamTokens stream_tokens(const Model& model, std::span<const std::uint8_t> tex
   return s;
 }
 
-// Adds the prediction of the token at stream position t to its segment.
-void score(StreamRow& row, std::uint64_t t, std::uint32_t segment, double nll, std::uint32_t bytes) {
-  const std::size_t s = t / segment;
-  while (row.segments.size() <= s) {
-    const std::uint64_t begin = row.segments.size() * std::uint64_t{segment};
-    row.segments.push_back({.begin = begin, .end = begin + segment});
-  }
-  StreamSegment& seg = row.segments[s];
-  seg.nll += nll;
-  seg.bytes += bytes;
-  ++seg.predictions;
-  row.nll += nll;
-  row.bytes += bytes;
-  ++row.predictions;
-}
-
 // One run's decoder, its policies and its row as it fills. The full cache
 // reads as far as the context holds it (`fed` tokens) and predicts within
 // it, positions 1 ... fed-1; a policy's cache reads the whole stream.
@@ -116,7 +100,7 @@ struct StreamState {
   // After token t is fed: its prediction of token t + 1, when within what it reads.
   void scored(const StreamTokens& s, std::uint64_t t, std::uint32_t segment) {
     if (t + 1 < fed) {
-      score(row, t + 1, segment, detail::negative_log_likelihood(decoder.last_logits(), s.tokens[t + 1]),
+      add_stream_prediction(row, t + 1, segment, detail::negative_log_likelihood(decoder.last_logits(), s.tokens[t + 1]),
             s.bytes[t + 1]);
     }
   }
@@ -196,7 +180,7 @@ StreamRow run_recompute(const std::shared_ptr<const Model>& model, const StreamT
     const std::uint64_t first = t > window ? t - window : 0;
     std::span<const float> logits;
     for (std::uint64_t i = first; i < t; ++i) logits = decoder.step(s.tokens[i]);
-    score(row, t, segment, detail::negative_log_likelihood(logits, s.tokens[t]), s.bytes[t]);
+    add_stream_prediction(row, t, segment, detail::negative_log_likelihood(logits, s.tokens[t]), s.bytes[t]);
   }
   row.tokens = n;
   row.peak_positions = std::min<std::uint64_t>(window, n);
@@ -357,15 +341,30 @@ std::vector<RunSpec> stream_specs(std::string_view policies, std::span<const std
   return specs;
 }
 
+void add_stream_prediction(StreamRow& row, std::uint64_t t, std::uint32_t segment, double nll, std::uint32_t bytes) {
+  const std::size_t s = t / segment;
+  while (row.segments.size() <= s) {
+    const std::uint64_t begin = row.segments.size() * std::uint64_t{segment};
+    row.segments.push_back({.begin = begin, .end = begin + segment});
+  }
+  StreamSegment& seg = row.segments[s];
+  seg.nll += nll;
+  seg.bytes += bytes;
+  ++seg.predictions;
+  row.nll += nll;
+  row.bytes += bytes;
+  ++row.predictions;
+}
+
 std::string stream_label(const StreamRow& row) {
   if (row.policy.empty()) return "full cache";
   if (row.policy == "recompute") return "recompute";
   std::string label = row.policy;
-  // The parameters that tell two rows of one policy apart.
-  if (row.policy == "streaming-llm") {
-    for (const auto& [key, value] : row.params) {
-      if (key == "sinks") label += fmt::format(" sinks={}", value);
-    }
+  // The parameters that tell two rows of one policy apart (context-shift:
+  // llama.cpp's own, a row of kvevict-llama stream).
+  const std::string_view distinct = row.policy == "streaming-llm" ? "sinks" : row.policy == "context-shift" ? "keep" : "";
+  for (const auto& [key, value] : row.params) {
+    if (!distinct.empty() && key == distinct) label += fmt::format(" {}={}", key, value);
   }
   return label;
 }

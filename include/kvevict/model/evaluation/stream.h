@@ -98,6 +98,13 @@ std::vector<RunSpec> stream_specs(std::string_view policies, std::span<const std
 inline constexpr std::string_view kDefaultStreamPolicies =
     "sliding-window,streaming-llm:sinks=1,streaming-llm:sinks=4,h2o,tova,scissorhands,snapkv";
 
+// Adds the prediction of the token at stream position t (nll nats, the
+// token standing for `bytes` bytes) to the row and to its segment, segments
+// of `segment` tokens opening as the stream reaches them. Every engine that
+// streams (kvevict-llama too) scores through it, so their rows compare
+// segment by segment.
+void add_stream_prediction(StreamRow& row, std::uint64_t t, std::uint32_t segment, double nll, std::uint32_t bytes);
+
 // A row's name as the tables print it: "full cache", "recompute", the
 // policy, or the policy with the parameters its item set ("streaming-llm
 // sinks=4").
