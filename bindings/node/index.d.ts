@@ -1016,6 +1016,89 @@ export interface StreamResult {
 export function stream(model: Model, text: Text, options?: StreamOptions): StreamResult;
 export function stream(options: StreamOptions & { model: Model; text: Text }): StreamResult;
 
+/** Options of choose(), as `kvevict choose` takes them (docs/choosing.md). */
+export interface ChooseOptions {
+  /** Positions each cache keeps, 1 ... context - 1 with room for a passkey sample that evicts (default 256). */
+  budget?: number;
+  /** Names, "a,b" or "all"; omitted or null: every policy the granularity can run. */
+  policies?: readonly string[] | string | null;
+  /** The time budget, probes included, 0.1 ... 1440 (default 15). */
+  minutes?: number;
+  /**
+   * Fix the plan instead of timing it (omitted, null or 0: planned): perplexity windows (at least 2, at most
+   * the text's) and passkey samples a depth (at most 100). A fixed plan makes the same rows on every machine.
+   */
+  windows?: number | null;
+  samples?: number | null;
+  /**
+   * 'head' (each cache its own budget, the default) or 'sequence' (every cache holds the same `budget`
+   * positions: llama.cpp's cells); 'layer' throws ParameterError.
+   */
+  granularity?: 'head' | 'sequence';
+}
+/** The plan of a choose() run. */
+export interface ChoosePlan {
+  /** Perplexity windows run, of `windowsAvailable` in the text. */
+  windows: number;
+  windowsAvailable: number;
+  /** Positions a window. */
+  context: number;
+  /** Positions a passkey sample. */
+  passkeyLength: number;
+  depths: number;
+  /** Passkey samples a depth. */
+  samples: number;
+  /** Tokens decoded a run, timed at a cache of `budget`. */
+  decodeTokens: number;
+  /** The two probes (none when windows and samples are fixed). */
+  probeSeconds: number;
+  /** One window, one passkey sample through every run (0 when not probed). */
+  windowSeconds: number;
+  sampleSeconds: number;
+  /** The estimate, probes included. */
+  plannedSeconds: number;
+}
+/** A ranked row of `kvevict choose --format json`. */
+export interface ChooseRow {
+  /** 1: the fewest extra bits per byte. */
+  rank: number;
+  policy: string;
+  budget: number;
+  extraBitsPerByte: number;
+  /** The 95 % interval of the extra bits, paired by window; null without one. */
+  extraLow: number | null;
+  extraHigh: number | null;
+  /** Passkey, both depths together. */
+  passkeyCorrect: number;
+  passkeySamples: number;
+  passkeyAccuracy: number;
+  /** Decode at a cache of `budget` (0 at granularity 'sequence': not timed). */
+  tokensPerSecond: number;
+  /** One sequence at the budget: every cache, keys and values. */
+  kvBytes: number;
+}
+/** What `kvevict choose --format json` prints. */
+export interface ChooseResult {
+  command: 'choose';
+  plan: ChoosePlan;
+  /** Ranked by extra bits per byte. */
+  rows: ChooseRow[];
+  /** kvBytes: a window's worth, at the context. */
+  fullCache: { passkeyAccuracy: number; tokensPerSecond: number; kvBytes: number };
+  /** One line: rank 1, and why (naming the policies its interval does not set it apart from). */
+  recommendation: string;
+  /** The commands that would narrow the intervals (the text named `TEXT`: it came as bytes). */
+  narrow: string[];
+  seconds: number;
+}
+/**
+ * `kvevict choose`: which policy to run on `model` at a budget, and what it costs, within a time budget. Every
+ * policy and the budget are checked before any work (ParameterError); a text too short for two windows is an
+ * InputError. Synchronous.
+ */
+export function choose(model: Model, text: Text, options?: ChooseOptions): ChooseResult;
+export function choose(options: ChooseOptions & { model: Model; text: Text }): ChooseResult;
+
 /** The attention sink of one layer (`kvevict stream --sinks`). */
 export interface SinkShare {
   layer: number;

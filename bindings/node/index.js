@@ -354,6 +354,16 @@ function stream(model, text, options) {
 }
 
 /**
+ * `kvevict choose` (docs/choosing.md): which policy to run on the model at a budget, and what it costs, within a
+ * time budget: every policy by perplexity (paired intervals), passkey accuracy and decode speed, ranked by extra
+ * bits per byte, with one line that recommends rank 1; what `kvevict choose --format json` prints. choose(model,
+ * text, options?) or choose({model, text, ...options}); synchronous (seconds to `minutes`).
+ */
+function choose(model, text, options) {
+  return native.choose(...spread(model, text, options));
+}
+
+/**
  * The attention sink (`kvevict stream --sinks`): per layer, the share of attention the first position and
  * the first four draw on the full cache. sinkShares(model, text, {tokens}?) or sinkShares({model, text,
  * tokens}); synchronous.
@@ -419,6 +429,7 @@ module.exports = {
   tasks,
   benchModel,
   stream,
+  choose,
   sinkShares,
   attentionFromKeys,
   ropeNeox,

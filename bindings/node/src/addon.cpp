@@ -38,6 +38,7 @@
 #include "kvevict/model/decoder/decoder.h"
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
+#include "kvevict/model/evaluation/choose.h"
 #include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "kvevict/model/decoder/rope.h"
@@ -1776,6 +1777,45 @@ Napi::Value Stream(const Napi::CallbackInfo& info) {
   });
 }
 
+// choose(model, text, {budget?, policies?, minutes?, windows?, samples?, granularity?}?) -> what `kvevict choose
+// --format json` prints: the library's choose_json, parsed (kvevict/model/evaluation/choose.h).
+Napi::Value Choose(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  return guard(env, [&](Call& call) -> Napi::Value {
+    const auto& model = model_of(info[0], "choose: model");
+    const std::vector<std::uint8_t> text = text_of(info[1], "choose");
+    const Napi::Object o = options_object(info[2], "choose");
+    check_known_options(o, {"budget", "policies", "minutes", "windows", "samples", "granularity"}, "choose");
+    const std::string w = "choose: options.";
+    kvevict::ChooseRequest request;
+    if (!o.Get("budget").IsUndefined()) {
+      request.budget = to_integer(o.Get("budget"), w + "budget");
+      call.negative = request.budget < 0;
+    }
+    // Omitted or null: every policy the granularity can run, as the tool without --policies.
+    if (!absent(o.Get("policies"))) request.policies = model_policy_names(o.Get("policies"), w + "policies");
+    const Napi::Value minutes = o.Get("minutes");
+    if (!minutes.IsUndefined()) {
+      if (!minutes.IsNumber()) {
+        throw Napi::TypeError::New(env, w + "minutes must be a number, got " + type_name(minutes));
+      }
+      request.minutes = minutes.As<Napi::Number>().DoubleValue();  // its range: the library's, with the tool's message
+    }
+    // Omitted, null or 0 (the tool's spelling): planned from the probes' timings.
+    const std::string planned = "must be at least 0 (omitted or 0: planned from the time)";
+    if (!absent(o.Get("windows"))) request.windows = to_u32(o.Get("windows"), w + "windows", planned);
+    if (!absent(o.Get("samples"))) request.samples = to_u32(o.Get("samples"), w + "samples", planned);
+    // The library refuses 'layer' with the tool's message.
+    if (!o.Get("granularity").IsUndefined()) {
+      request.granularity.set_granularity(granularity_of(o.Get("granularity"), w + "granularity"));
+    }
+    // The narrowing commands name the model's path as given; the text came as
+    // bytes, so it is the library's placeholder there.
+    const kvevict::ChooseResult result = kvevict::choose(model, text, request, {}, model->path(), "TEXT");
+    return parse_json(env, kvevict::choose_json(result));
+  });
+}
+
 // sinkShares(model, text, {tokens?}?) -> [{layer, first, firstFour, evenFirst, evenFirstFour}]
 Napi::Value SinkShares(const Napi::CallbackInfo& info) {
   const Napi::Env env = info.Env();
@@ -2439,6 +2479,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("tasks", Napi::Function::New<Tasks>(env, "tasks"));
   exports.Set("benchModel", Napi::Function::New<BenchModel>(env, "benchModel"));
   exports.Set("stream", Napi::Function::New<Stream>(env, "stream"));
+  exports.Set("choose", Napi::Function::New<Choose>(env, "choose"));
   exports.Set("sinkShares", Napi::Function::New<SinkShares>(env, "sinkShares"));
   exports.Set("attentionFromKeys", Napi::Function::New<AttentionFromKeys>(env, "attentionFromKeys"));
   exports.Set("ropeNeox", Napi::Function::New<RopeNeox>(env, "ropeNeox"));

@@ -166,3 +166,16 @@ kv.perplexity(model, bytes, [], { granularity: 'cells' });
 // @ts-expect-error -- a stream's caches hold budget + 1 positions: no layer granularity
 kv.stream(model, bytes, { granularity: 'layer' });
 export const granularityUsed = [seqField, layerRows, seqStream, seqTasks, seqServe, granularity];
+
+// Which policy at a budget (docs/choosing.md): choose.
+const chosen: kv.ChooseResult = kv.choose(model, bytes, { budget: 128, policies: 'h2o,tova', windows: 2, samples: 1,
+  granularity: 'sequence' });
+const chosenRank: number = chosen.rows[0]!.rank + chosen.rows[0]!.extraBitsPerByte + chosen.plan.windows;
+const chosenLow: number | null = chosen.rows[0]!.extraLow;
+const chosenLine: string = chosen.recommendation + chosen.narrow.join('\n');
+const chosenToo: kv.ChooseResult = kv.choose({ model, text: bytes, policies: null, minutes: 1, windows: null });
+// @ts-expect-error -- a shared layer budget is no choose granularity
+kv.choose(model, bytes, { granularity: 'layer' });
+// @ts-expect-error -- minutes is a number
+kv.choose(model, bytes, { minutes: '15' });
+export const chooseUsed = [chosenRank, chosenLow, chosenLine, chosenToo];

@@ -27,6 +27,7 @@ policies on a real KV cache, one instance per (layer, head)::
     text = open("model/heldout-sample.txt", "rb").read()
     kvevict.perplexity(model, text, [("scissorhands", 256), ("h2o", 256)])
     kvevict.compare_model(model, text)                # ranked by perplexity
+    kvevict.choose(model, text, budget=256)           # which policy, within 15 minutes
 
     decoder = kvevict.Decoder(model)
     for h in range(decoder.head_count):
@@ -51,6 +52,7 @@ from ._kvevict import (
     __version__,
     attention_from_keys,
     bench_model,
+    choose,
     compare,
     compare_model,
     perplexity,
@@ -116,6 +118,7 @@ __all__ = [
     "serve_bench",
     "stream",
     "sink_shares",
+    "choose",
     "__version__",
 ]
 

@@ -679,6 +679,57 @@ def stream(
     granularity: Literal["head", "sequence"] = "head",
 ) -> StreamResult: ...
 def sink_shares(model: Model, text: _Text, tokens: int = 0) -> List[SinkShare]: ...
+
+class ChoosePlan(TypedDict):
+    windows: int  # perplexity windows run
+    windowsAvailable: int  # in the text
+    context: int  # positions a window
+    passkeyLength: int  # positions a passkey sample
+    depths: int
+    samples: int  # passkey samples a depth
+    decodeTokens: int  # timed a run, at a cache of `budget`
+    probeSeconds: float  # the two probes (none when windows and samples are fixed)
+    windowSeconds: float  # one window through every run (0 when not probed)
+    sampleSeconds: float  # one passkey sample through every run (0 when not probed)
+    plannedSeconds: float  # the estimate, probes included
+
+class ChooseRow(TypedDict):
+    rank: int  # 1: the fewest extra bits per byte
+    policy: str
+    budget: int
+    extraBitsPerByte: float
+    extraLow: Optional[float]  # the 95 % interval paired by window; None without one
+    extraHigh: Optional[float]
+    passkeyCorrect: int  # both depths together
+    passkeySamples: int
+    passkeyAccuracy: float
+    tokensPerSecond: float  # decode at a cache of `budget` (0 at sequence granularity: not timed)
+    kvBytes: int  # one sequence at the budget: every cache, keys and values
+
+class ChooseFullCache(TypedDict):
+    passkeyAccuracy: float
+    tokensPerSecond: float
+    kvBytes: int  # a window's worth, at the context
+
+class ChooseResult(TypedDict):
+    command: Literal["choose"]
+    plan: ChoosePlan
+    rows: List[ChooseRow]  # ranked
+    fullCache: ChooseFullCache
+    recommendation: str  # one line: rank 1, and why
+    narrow: List[str]  # the commands that would narrow the intervals
+    seconds: float
+
+def choose(
+    model: Model,
+    text: _Text,
+    budget: int = 256,
+    policies: Optional[Union[str, Sequence[str]]] = None,
+    minutes: float = 15.0,
+    windows: Optional[int] = None,
+    samples: Optional[int] = None,
+    granularity: Literal["head", "sequence"] = "head",
+) -> ChooseResult: ...
 def attention_from_keys(
     queries: npt.ArrayLike, keys: npt.ArrayLike, scale: Optional[float] = None
 ) -> npt.NDArray[np.float32]: ...

@@ -10,7 +10,7 @@
 // The real model (kvevict/model/decoder/model.h, kvevict/model/evaluation/perplexity.h): Model, Decoder and
 // the evaluations over a text. Their rows come from the library's one
 // description of each row (perplexity_rows.h, serve_bench.h, tasks_json,
-// stream_json, decode_bench_json), with the keys the tool prints; the
+// stream_json, decode_bench_json, choose_json), with the keys the tool prints; the
 // evaluations run without the GIL on the core's OpenMP threads.
 //
 // Errors: kvevict::ParameterError -> ValueError, every other kvevict::Error ->
@@ -45,6 +45,7 @@
 #include "kvevict/model/decoder/decoder.h"
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
+#include "kvevict/model/evaluation/choose.h"
 #include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "kvevict/model/serving/batch.h"
@@ -1721,6 +1722,34 @@ py::object model_sink_shares(const ModelArg& model_arg, const Text& text_arg, co
   return json_loads(kvevict::stream_json({}, shares))["sinks"];
 }
 
+// `kvevict choose` (kvevict/model/evaluation/choose.h): which policy at this
+// budget, and what it costs, within a time budget. The library's choose_json,
+// parsed: the same keys, order and values as `kvevict choose --format json`.
+py::object model_choose(const ModelArg& model_arg, const Text& text_arg, const Int& budget_arg,
+                        const py::object& policies_arg, const py::object& minutes_arg, const OptionalInt& windows_arg,
+                        const OptionalInt& samples_arg, const py::object& granularity) {
+  const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
+  const std::vector<std::uint8_t> text = text_of(text_arg.obj);
+  kvevict::ChooseRequest request;
+  request.budget = to_int(budget_arg.obj, "budget");
+  // None: every policy the granularity can run, as the tool without --policies.
+  if (!policies_arg.is_none()) request.policies = model_policy_names(policies_arg);
+  request.minutes = to_real(minutes_arg, "minutes");
+  // None (or 0, the tool's spelling): planned from the probes' timings.
+  const std::string planned = "must be at least 0 (None or 0: planned from the time)";
+  if (!windows_arg.obj.is_none()) request.windows = to_u32(windows_arg.obj, "windows", planned);
+  if (!samples_arg.obj.is_none()) request.samples = to_u32(samples_arg.obj, "samples", planned);
+  // The library refuses "layer" with the tool's message.
+  request.granularity.set_granularity(granularity_of(granularity, "choose: granularity"));
+  // The narrowing commands name the files as the tool's do: the model's path
+  // as given, and the text's when it came as a path (bytes have none: the
+  // library's placeholder).
+  const std::string text_label = py::hasattr(text_arg.obj, "__fspath__") ? path_of(text_arg.obj, "text") : "TEXT";
+  const kvevict::ChooseResult result =
+      without_gil([&] { return kvevict::choose(model, text, request, {}, model->path(), text_label); });
+  return json_loads(kvevict::choose_json(result));
+}
+
 // Sequences on one block pool (kvevict/model/serving/batch.h).
 class PyBatch {
  public:
@@ -2976,6 +3005,47 @@ threads: thread counts, each timed (0: every core). together: and a row
 )doc");
 }
 
+// The model's answer to which policy: choose.
+void bind_choose(py::module_& m) {
+  m.def("choose", &model_choose, py::arg("model"), py::arg("text"), py::arg("budget") = 256,
+        py::arg("policies") = py::none(), py::arg("minutes") = 15.0, py::arg("windows") = py::none(),
+        py::arg("samples") = py::none(), py::arg("granularity") = "head", R"doc(
+`kvevict choose` (docs/choosing.md): which policy to run on `model` at
+`budget`, and what it costs, within a time budget. Two probes time one window
+of `text` and one passkey sample through every run, and the plan fits
+perplexity windows (about 60 % of the time), passkey samples at two depths
+(30 %) and decode speed into `minutes`; then every policy is run and ranked by
+extra bits per byte. Returns what `kvevict choose --format json` prints,
+parsed: {"command": "choose", "plan": {"windows", "windowsAvailable",
+"context", "passkeyLength", "depths", "samples", "decodeTokens",
+"probeSeconds", "windowSeconds", "sampleSeconds", "plannedSeconds"},
+"rows": [{"rank", "policy", "budget", "extraBitsPerByte", "extraLow",
+"extraHigh" (None without an interval), "passkeyCorrect", "passkeySamples",
+"passkeyAccuracy", "tokensPerSecond", "kvBytes"}] (rank 1: the fewest extra
+bits), "fullCache": {"passkeyAccuracy", "tokensPerSecond", "kvBytes"},
+"recommendation" (one line naming rank 1 and why), "narrow" (the commands
+that would narrow the intervals), "seconds"}.
+
+text: bytes or a pathlib.Path (whose path the narrowing commands then name;
+    bytes are "TEXT" there). It is scored and holds the passkeys' needles.
+budget: positions each cache keeps (1 ... context - 1, with room left for a
+    passkey sample that evicts).
+policies: None (every policy the granularity can run), "all", "a,b" or a
+    list of names.
+minutes: the time budget, probes included (0.1 ... 1440).
+windows, samples: fix the plan instead of timing it (None or 0: planned;
+    the windows at least 2 and at most the text's, the samples a depth at
+    most 100). With both fixed the probes are skipped, and the rows are the
+    same on every machine but for their decode speed.
+granularity: "head" (each cache its own budget, the default) or "sequence"
+    (every cache holds the same `budget` positions: llama.cpp's cells;
+    docs/paged.md). "layer" raises ValueError.
+Every policy and the budget are checked before any work (ValueError); a text
+too short for two windows is RuntimeError. Runs on every core without the GIL
+(it cannot be interrupted).
+)doc");
+}
+
 // Attention signals and analysis: attention_from_keys, rope_neox,
 // record_attention, prefill, persistence.
 void bind_attention(py::module_& m) {
@@ -3050,5 +3120,6 @@ PYBIND11_MODULE(_kvevict, m) {
   bind_streaming(m);
   bind_perplexity(m);
   bind_tasks_and_bench(m);
+  bind_choose(m);
   bind_attention(m);
 }
