@@ -10,7 +10,15 @@ forced with KVEVICT_SIMD / --simd), runs
 bank, the canonical compare) and `build/bench/kvevict_bench` (Google
 Benchmark: the library against the oracle, and the same row floor), then
 writes the page. Every ratio on the page comes from one run of one process.
+
+It also puts llama.cpp side by side with `kvevict bench --model`
+(bench/llama_cpp_bench.c on node-llama-cpp's prebuilt CPU build): the same
+GGUF files, prompt ids and thread counts, rounds alternating engine by engine.
+
+    python3 scripts/performance.py --only llama-cpp [--models smollm2-f16] [--threads 1] [--simd avx512]
+        that section alone, put into the page in place of the old one
 """
+import argparse
 import json
 import os
 import pathlib
@@ -262,6 +270,236 @@ def decode_targets(speed, torch_rows):
     return rows
 
 
+# ---- llama.cpp side by side ------------------------------------------------------
+# llama.cpp's prebuilt CPU build (node-llama-cpp 3.21.1 from npm, deps/llama-cpp)
+# timed by bench/llama_cpp_bench.c beside `kvevict bench --model` on the same
+# GGUF files, prompt ids and thread counts (issue 54).
+LLAMA_BENCH = BUILD / "bench" / "llama_cpp_bench"
+LLAMA_MODULES = ROOT / "deps" / "llama-cpp" / "node_modules"
+TEXT = "model/heldout-sample.txt"
+# Llama-3.2-1B's shape as the issue gives it (an untied output: 846 MB in
+# Q4_K); --context only so that a 512-token prompt and its decode fit.
+LLAMA_1B = ["--arch", "llama", "--layers", "16", "--width", "2048", "--heads", "32", "--kv-heads", "8", "--ff", "8192",
+            "--context", "2048", "--vocab", "128256"]
+# key: (the page's name, random-model's arguments)
+LLAMA_MODELS = {
+    "smollm2-f16": ("SmolLM2-135M F16", SMOL + ["--type", "f16"]),
+    "smollm2-q8_0": ("SmolLM2-135M Q8_0", SMOL + ["--type", "q8_0"]),
+    "llama3.2-1b-q4_k": ("Llama-3.2-1B Q4_K", LLAMA_1B + ["--type", "q4_k"]),
+}
+LLAMA_THREADS = (1, 2)
+LLAMA_ROUNDS = 3
+# (prompt, decoded tokens): decode and prefill at 128, prefill at 512 (kvevict
+# bench decodes at least one token; it is not reported).
+LLAMA_PASSES = ((128, 64), (512, 1))
+# The llama.cpp CPU variant matching a kvevict SIMD target below the best one
+# (the best target gets llama.cpp's own pick of the best variant).
+LLAMA_VARIANT = {"avx2": "haswell", "sse4": "sse42", "baseline": "x64"}
+SIMD_NAME = {"avx512": "AVX-512", "avx2": "AVX2", "sse4": "SSE4", "baseline": "baseline"}
+
+
+def run_or_die(cmd, what):
+    """Runs a benchmark; on failure stops with its own one-line reason."""
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        sys.exit(f"performance.py: {what} failed (exit {p.returncode}): {last}\n  command: {' '.join(map(str, cmd))}")
+    return p.stdout
+
+
+def llama_cpp_version():
+    """node-llama-cpp's version and the llama.cpp release its build is of."""
+    try:
+        package = json.loads((LLAMA_MODULES / "node-llama-cpp" / "package.json").read_text())["version"]
+        info = json.loads((LLAMA_MODULES / "node-llama-cpp" / "llama" / "llama.cpp.info.json").read_text())
+        return f"node-llama-cpp {package}'s prebuilt CPU build (llama.cpp {info['tag']}, {info['llamaCppGithubRepo']})"
+    except (OSError, KeyError, ValueError):
+        return "node-llama-cpp's prebuilt CPU build"
+
+
+def kvevict_args(model, prompt, tokens, threads, target):
+    return ["bench", "--model", str(model), "--text", TEXT, "--prompt", str(prompt), "--tokens", str(tokens),
+            "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target]
+
+
+def llama_args(model, ids, prompt, tokens, threads, variant):
+    # --warmup 0: a round is one fresh process on both sides, and kvevict
+    # bench's one round is its first pass too; neither engine is warmed up.
+    return [str(model), "--ids", str(ids), "--prompt", str(prompt), "--tokens", str(tokens), "--rounds", "1",
+            "--warmup", "0", "--threads", str(threads)] + (["--cpu-variant", variant] if variant else [])
+
+
+def llama_cpp_measure(tmp, targets, best, model_keys, threads_list, rounds):
+    """Every model, SIMD target and thread count: `rounds` rounds, each one
+    kvevict process then one llama.cpp process per prompt length. Returns
+    {(key, target, threads): {"k": {...}, "l": {...}, ...}} with each engine's
+    best round and llama.cpp's resolved settings."""
+    results = {}
+    for key in model_keys:
+        name, args = LLAMA_MODELS[key]
+        model = pathlib.Path(tmp) / f"{key}.gguf"
+        print(f"random-model {name} ...", file=sys.stderr)
+        run_or_die([str(TOOL), "random-model", "--out", str(model)] + args, f"random-model ({name})")
+        ids = pathlib.Path(tmp) / f"{key}.ids"
+        # kvevict's own ids for the text (the BOS first when it adds one):
+        # exactly the tokens `kvevict bench --text` prefills and decodes.
+        ids.write_text(run_or_die([str(TOOL), "tokenize", "--model", str(model), "--text", TEXT],
+                                  f"kvevict tokenize ({name})"))
+        have = len(ids.read_text().split())
+        need = max(p + t for p, t in LLAMA_PASSES)
+        if have < need:
+            sys.exit(f"performance.py: {TEXT} makes {have} tokens with {name}'s tokenizer; the passes need {need}")
+        for target in targets:
+            variant = None if target == best else LLAMA_VARIANT[target]
+            for threads in threads_list:
+                cell = {"k": {}, "l": {}, "floor": None, "llama": None}
+                for r in range(rounds):
+                    for prompt, tokens in LLAMA_PASSES:
+                        print(f"[{target}] {name}, {threads} thread(s), prompt {prompt}, round {r + 1}/{rounds}: "
+                              "kvevict, llama.cpp ...", file=sys.stderr)
+                        k = json.loads(run_or_die([str(TOOL)] + kvevict_args(model, prompt, tokens, threads, target)
+                                                  + ["--format", "json"], f"kvevict bench ({name})"))
+                        lj = json.loads(run_or_die([str(LLAMA_BENCH)] + llama_args(model, ids, prompt, tokens,
+                                                                                      threads, variant),
+                                                   f"llama_cpp_bench ({name})"))
+                        kd = next(x for x in k if x["mode"] == "decode")
+                        kp = next(x for x in k if x["mode"] == "prefill")
+                        lbest = lj["best"]
+                        for engine, phase, value in (("k", f"prefill{prompt}", kp["tokensPerSecond"]),
+                                                     ("l", f"prefill{prompt}", lbest["prefillTokensPerSecond"])):
+                            cell[engine][phase] = max(cell[engine].get(phase, 0.0), value)
+                        if (prompt, tokens) == LLAMA_PASSES[0]:  # the decode reported: 64 after 128
+                            cell["k"]["decode"] = max(cell["k"].get("decode", 0.0), kd["tokensPerSecond"])
+                            cell["l"]["decode"] = max(cell["l"].get("decode", 0.0), lbest["decodeTokensPerSecond"])
+                            # the floor of the round whose read bandwidth measured highest
+                            cell["floor"] = max(cell["floor"] or 0.0, kd["floorTokensPerSecond"])
+                        cell["llama"] = lj
+                results[(key, target, threads)] = cell
+    return results
+
+
+def ratio_cell(k, l):
+    return f"{k:.1f} / {l:.1f}" if max(k, l) < 100 else f"{k:.0f} / {l:.0f}", f"{k / l:.2f}x"
+
+
+def llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, apart):
+    """The side-by-side tables (one per SIMD target) under their commands;
+    `apart`: measured by a run of this section alone (--only llama-cpp)."""
+    first = next(iter(results.values()))["llama"]
+    lines = ["## llama.cpp side by side", "",
+             f"kvevict beside llama.cpp -- {llama_cpp_version()},",
+             "installed from npm by `deps/llama-cpp` -- on the same random GGUF files of real models' shapes",
+             "(written at bench time, never committed: SmolLM2-135M's above, in F16 and Q8_0, and",
+             f"`build/kvevict random-model --type q4_k --out M.gguf {' '.join(LLAMA_1B)}`),",
+             "with the same prompt ids and thread counts. The ids are kvevict's tokens of the text",
+             f"(`build/kvevict tokenize --model M.gguf --text {TEXT} > IDS`, with the BOS where the",
+             "vocabulary adds one, as `kvevict bench` reads the text): both",
+             "engines prefill the first 128 (or 512) from an empty cache and then decode the next 64 one at a",
+             "time, each fed as given. `bench/llama_cpp_bench.c` times llama.cpp through its C API: one",
+             "`llama_decode` for the prompt and one a decoded token, each to `llama_synchronize`.",
+             "",
+             "A round is one process per engine and prompt: kvevict's, then llama.cpp's, at 128 and then at 512;",
+             f"{rounds} rounds alternate them, and each cell is the engine's best round. Neither engine is warmed",
+             "up: each process loads the file and times its first pass. llama.cpp runs at its defaults:",
+             f"{first['cacheTypeK'].upper()} K and V caches, flash attention {first['flashAttn']} "
+             f"(resolved: {first['flashAttnResolved'] or 'not logged'}), `n_batch` 2048 and `n_ubatch` 512",
+             "(`n_batch` cut to the context, so either prompt is one ubatch), the logits of the prompt's last",
+             "token only (`--prompt-logits all` asks for every one's); kvevict at its own: float32 caches, the",
+             "prompt in chunks of 256, the logits after every prompt token (`Decoder::prefill` returns them",
+             "all). The ratio is kvevict's tokens/s over llama.cpp's. The read",
+             "floor is kvevict bench's: the file's weight bytes a token over the read bandwidth of as many",
+             "threads, measured in each kvevict process (the highest of the rounds).", ""]
+    if apart:
+        # The page's other tables come from one run; say that this one did not.
+        lines += ["This section comes from a run of its own (`scripts/performance.py --only llama-cpp`), not from",
+                  "the run that wrote the rest of the page.", ""]
+    for target in targets:
+        cells = {(key, t): results[(key, target, t)] for key in model_keys for t in threads_list}
+        sample = next(iter(cells.values()))["llama"]
+        variant = sample["cpuVariant"] or "?"
+        features = " ".join(f for f in sample["cpuFeatures"] if f.startswith(("AVX", "F16C", "FMA", "AMX")))
+        pick = "its own pick" if target == best else "`--cpu-variant`"
+        kcmd = (f"build/kvevict bench --model M.gguf --text {TEXT} --prompt 128|512 --tokens 64|1 --rounds 1 "
+                f"--policies none --threads T --simd {target}")
+        lcmd = ("build/bench/llama_cpp_bench M.gguf --ids IDS --prompt 128|512 --tokens 64|1 --rounds 1 "
+                "--warmup 0 --threads T" + (f" --cpu-variant {LLAMA_VARIANT[target]}" if target != best else ""))
+        lines += [f"### {SIMD_NAME[target]}", "",
+                  f"kvevict's `{target}` kernels; llama.cpp's `{variant}` CPU build ({pick}; {features}).", "",
+                  f"`{kcmd}` and `{lcmd}`, {rounds} rounds alternating:", "",
+                  "| model | threads | decode (64 after 128) kvevict / llama.cpp tokens/s | ratio | "
+                  "read floor tokens/s | prefill 128 kvevict / llama.cpp tokens/s | ratio | "
+                  "prefill 512 kvevict / llama.cpp tokens/s | ratio |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for key in model_keys:
+            for t in threads_list:
+                c = cells[(key, t)]
+                d = ratio_cell(c["k"]["decode"], c["l"]["decode"])
+                p1 = ratio_cell(c["k"]["prefill128"], c["l"]["prefill128"])
+                p5 = ratio_cell(c["k"]["prefill512"], c["l"]["prefill512"])
+                lines.append(f"| {LLAMA_MODELS[key][0]} | {t} | {d[0]} | {d[1]} | {c['floor']:.1f} | "
+                             f"{p1[0]} | {p1[1]} | {p5[0]} | {p5[1]} |")
+        lines.append("")
+    return lines
+
+
+def llama_cpp_targets(results, targets, model_keys, threads_list):
+    """The targets' rows: met or not, and the measured ratio."""
+    rows = ["| target | SIMD | threads | " + " | ".join(LLAMA_MODELS[k][0] for k in model_keys) + " |",
+            "|---|---|---:|" + "---|" * len(model_keys)]
+    for label, phase in (("decode >= 1.0x llama.cpp", "decode"), ("prefill of 512 >= 1.0x llama.cpp", "prefill512")):
+        for target in targets:
+            for t in threads_list:
+                cells = []
+                for key in model_keys:
+                    c = results[(key, target, t)]
+                    ratio = c["k"][phase] / c["l"][phase]
+                    cells.append(f"{'met' if ratio >= 1.0 else '**not met**'}: {ratio:.2f}x")
+                rows.append(f"| {label} | {SIMD_NAME[target]} | {t} | " + " | ".join(cells) + " |")
+    return rows
+
+
+LLAMA_TARGETS_LEAD = "llama.cpp side by side (below: \"llama.cpp side by side\"; kvevict's tokens/s over llama.cpp's, best rounds):"
+
+
+def llama_cpp_parts(tmp, targets, best, model_keys, threads_list, rounds, apart=False):
+    """(the Targets block, the section), or a one-paragraph section saying why
+    llama.cpp was not measured."""
+    if not LLAMA_BENCH.exists():
+        why = (f"`{LLAMA_BENCH.relative_to(ROOT)}` is not built: llama.cpp was not found when the build was "
+               "configured (`bash deps/llama-cpp/install-deps.sh`, then `make build`; the configure line "
+               "\"kvevict: llama.cpp ... skipped\" says why)")
+        print(f"performance.py: llama.cpp side by side skipped: {why}", file=sys.stderr)
+        return ([LLAMA_TARGETS_LEAD, "", f"Not measured: {why}."],
+                ["## llama.cpp side by side", "", f"Not measured: {why}.", ""])
+    results = llama_cpp_measure(tmp, targets, best, model_keys, threads_list, rounds)
+    return ([LLAMA_TARGETS_LEAD, ""] + llama_cpp_targets(results, targets, model_keys, threads_list),
+            llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, apart))
+
+
+def splice_llama_cpp(page, targets_block, section):
+    """The page with its llama.cpp parts replaced (or added: the targets after
+    the Targets section's last table, the section before "Decoding the
+    committed model"), the rest as it was."""
+    lines = page.split("\n")
+    if LLAMA_TARGETS_LEAD in lines:
+        at = lines.index(LLAMA_TARGETS_LEAD)
+        end = at + 1
+        while end < len(lines) and (lines[end] == "" or lines[end].startswith(("|", "Not measured"))):
+            end += 1
+        lines[at:end] = targets_block + [""]
+    else:
+        start = lines.index("## Targets")
+        at = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+        lines[at:at] = targets_block + [""]
+    if "## llama.cpp side by side" in lines:
+        at = lines.index("## llama.cpp side by side")
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[at:end] = section
+    else:
+        at = lines.index("## Decoding the committed model")
+        lines[at:at] = section
+    return "\n".join(lines)
+
 def fmt_ratio(x, digits=2):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -351,15 +589,65 @@ def targets_table(results):
     return rows
 
 
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=(
+        "With no options (make performance) every table is measured and docs/performance.md rewritten. "
+        "--only llama-cpp measures the llama.cpp side-by-side section alone and puts it (and its targets) "
+        "into the page in place of the old one; --models, --threads, --simd and --rounds narrow it for a "
+        "quick look."))
+    parser.add_argument("--only", choices=["llama-cpp"], help="measure this section alone and splice it into the page")
+    parser.add_argument("--models", default=",".join(LLAMA_MODELS),
+                        help=f"llama.cpp section: comma-separated, of {', '.join(LLAMA_MODELS)} (default: all)")
+    parser.add_argument("--threads", default=",".join(map(str, LLAMA_THREADS)),
+                        help="llama.cpp section: comma-separated thread counts (default: 1,2)")
+    parser.add_argument("--simd", help="llama.cpp section: comma-separated SIMD targets (default: the two best this "
+                        "CPU runs, as the rest of the page)")
+    parser.add_argument("--rounds", type=int, default=LLAMA_ROUNDS,
+                        help=f"llama.cpp section: rounds a cell (default {LLAMA_ROUNDS})")
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "performance.md",
+                        help="the page to write (default docs/performance.md; with --only, the page read is "
+                        "docs/performance.md all the same)")
+    args = parser.parse_args()
+    args.models = [m for m in args.models.split(",") if m]
+    for m in args.models:
+        if m not in LLAMA_MODELS:
+            parser.error(f"--models: '{m}' is not one of {', '.join(LLAMA_MODELS)}")
+    try:
+        args.threads = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        parser.error(f"--threads: '{args.threads}' is not comma-separated whole numbers")
+    if not args.models or any(t < 1 for t in args.threads) or args.rounds < 1:
+        parser.error("--models, --threads and --rounds need at least one model, thread and round")
+    return args
+
+
 def main():
-    model, cores, compiler = machine()
+    args = parse_args()
     supported = json.loads(run([str(TOOL), "simd", "--format", "json"]))["supported"]
     # The two best targets this CPU runs, the higher first.
     order = ["avx512", "avx2", "sse4", "baseline"]
     wanted = [t for t in order if t in supported][:2]
+    llama_targets = wanted
+    if args.simd:
+        llama_targets = [t for t in order if t in args.simd.split(",")]
+        unknown = [t for t in args.simd.split(",") if t not in supported]
+        if unknown or not llama_targets:
+            sys.exit(f"performance.py: --simd: {', '.join(unknown) or args.simd} not among this CPU's targets "
+                     f"({', '.join(supported)})")
+    if args.only == "llama-cpp":
+        with tempfile.TemporaryDirectory(prefix="kvevict-performance-") as tmp:
+            llama_targets_block, llama_lines = llama_cpp_parts(tmp, llama_targets, wanted[0], args.models,
+                                                               args.threads, args.rounds, apart=True)
+        page = splice_llama_cpp((ROOT / "docs" / "performance.md").read_text(), llama_targets_block, llama_lines)
+        args.out.write_text(page)
+        print(f"wrote {args.out}", file=sys.stderr)
+        return
+    model, cores, compiler = machine()
     results = {t: measure(t) for t in wanted}
     with tempfile.TemporaryDirectory(prefix="kvevict-performance-") as tmp:
         decode_lines, speed, torch_rows, _ = decode_section(tmp)
+        llama_targets_block, llama_lines = llama_cpp_parts(tmp, llama_targets, wanted[0], args.models, args.threads,
+                                                           args.rounds)
     body = []
     for t in wanted:
         body += section(t, *results[t])
@@ -411,9 +699,12 @@ Decoding (the best target, below: "Decoding a real model's shape"):
 
 {chr(10).join(decode_targets(speed, torch_rows))}
 
+{chr(10).join(llama_targets_block)}
+
 {chr(10).join(body)}
 {chr(10).join(key_aware_section(wanted))}
 {chr(10).join(decode_lines)}
+{chr(10).join(llama_lines)}
 {chr(10).join(model_section())}
 ## What makes them fast
 
@@ -453,8 +744,8 @@ Decoding (the best target, below: "Decoding a real model's shape"):
 - Every pass that reads a row from memory asks for it 2 KiB ahead (a decode
   step's row is too short for the hardware prefetcher to ramp up).
 """
-    (ROOT / "docs" / "performance.md").write_text(page)
-    print("wrote docs/performance.md", file=sys.stderr)
+    args.out.write_text(page)
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
