@@ -119,6 +119,31 @@ function(_kvevict_find_llama_cpp)
     file(WRITE "${stamp}" "${stamp_text}")
   endif()
 
+  # The release the headers are of, for kvevict_llama's start-up check
+  # against the libraries' own (llama_version(), ggml_version()): the
+  # versions llama.cpp's and ggml's CMakeLists.txt set, read from the clone.
+  set(header_versions "")
+  find_package(Git QUIET)
+  foreach(part IN ITEMS "LLAMA:CMakeLists.txt" "GGML:ggml/CMakeLists.txt")
+    string(REPLACE ":" ";" part "${part}")
+    list(GET part 0 prefix)
+    list(GET part 1 file)
+    execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${source}" show "HEAD:${file}" RESULT_VARIABLE rc
+      OUTPUT_VARIABLE cmake_text ERROR_QUIET)
+    set(version "")
+    foreach(n IN ITEMS MAJOR MINOR PATCH)
+      if(rc EQUAL 0 AND cmake_text MATCHES "set\\(${prefix}_VERSION_${n} ([0-9]+)\\)")
+        list(APPEND version "${CMAKE_MATCH_1}")
+      endif()
+    endforeach()
+    list(LENGTH version parts)
+    if(NOT parts EQUAL 3)
+      _kvevict_llama_cpp_skip("${file} in ${source} names no ${prefix}_VERSION_MAJOR/MINOR/PATCH (git: ${rc})")
+    endif()
+    list(JOIN version "." version)
+    list(APPEND header_versions "KVEVICT_LLAMA_CPP_HEADERS_${prefix}=\"${version}\"")
+  endforeach()
+
   # One imported target per library, and kvevict::llama_cpp for all three
   # with the headers. The libraries find each other by their own $ORIGIN
   # rpath; a program linking them gets their folder in its build rpath
@@ -133,7 +158,7 @@ function(_kvevict_find_llama_cpp)
   endforeach()
   target_include_directories(kvevict::llama_cpp SYSTEM INTERFACE "${source}/include" "${source}/ggml/include")
   target_link_options(kvevict::llama_cpp INTERFACE "LINKER:-rpath,${bins}")
-  target_compile_definitions(kvevict::llama_cpp INTERFACE "KVEVICT_LLAMA_CPP_BINS=\"${bins}\"")
+  target_compile_definitions(kvevict::llama_cpp INTERFACE "KVEVICT_LLAMA_CPP_BINS=\"${bins}\"" ${header_versions})
   set(KVEVICT_LLAMA_CPP_BINS "${bins}" PARENT_SCOPE)
   set(KVEVICT_LLAMA_CPP_FOUND TRUE PARENT_SCOPE)
   message(STATUS "kvevict: llama.cpp: node-llama-cpp ${want_version}'s CPU build in ${bins}, headers in ${source}")

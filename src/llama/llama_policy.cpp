@@ -59,6 +59,20 @@ struct LlamaPolicy::Sequence {
   std::int64_t next = 0;             // the stream position of the next token
 };
 
+void check_llama_cpp_release(std::string_view library_llama, std::string_view library_ggml) {
+  const std::string_view headers_llama = KVEVICT_LLAMA_CPP_HEADERS_LLAMA, headers_ggml = KVEVICT_LLAMA_CPP_HEADERS_GGML;
+  const bool llama_same = library_llama.substr(0, headers_llama.size()) == headers_llama &&
+                          (library_llama.size() == headers_llama.size() || library_llama[headers_llama.size()] == '-');
+  if (!llama_same || library_ggml != headers_ggml) {
+    throw InputError(fmt::format("llama.cpp's library is llama {} with ggml {}, but this program was built against "
+                                 "the headers of llama {} with ggml {}: they must be one release (reinstall "
+                                 "deps/llama-cpp from its lock file and rebuild)",
+                                 library_llama, library_ggml, headers_llama, headers_ggml));
+  }
+}
+
+void check_llama_cpp_release() { check_llama_cpp_release(llama_version(), ggml_version()); }
+
 LlamaShape llama_shape(const llama_model* model) {
   LlamaShape s;
   s.layers = static_cast<std::uint32_t>(llama_model_n_layer(model));
@@ -70,6 +84,7 @@ LlamaShape llama_shape(const llama_model* model) {
 
 LlamaPolicy::LlamaPolicy(const LlamaShape& shape, const LlamaPolicyOptions& options)
     : shape_(shape), options_(options) {
+  check_llama_cpp_release();
   if (shape.layers == 0 || shape.heads == 0 || shape.kv_heads == 0 || shape.heads % shape.kv_heads != 0 ||
       shape.head_dim == 0) {
     throw ParameterError(fmt::format("llama: a model of {} layers, {} heads over {} KV heads of {} is not one a "

@@ -278,5 +278,28 @@ TEST(LlamaPolicy, WhatTheGraphCannotGiveIsRefused) {
                ParameterError);
 }
 
+// The headers' release against the library's: the libraries installed here
+// are the headers' own release (no throw), and any other is refused naming
+// both. The versions to refuse are made up from the headers' own, so the
+// test holds for whichever release the lock file pins.
+TEST(LlamaPolicy, ALibraryOfAnotherReleaseIsRefused) {
+  EXPECT_NO_THROW(check_llama_cpp_release());
+  const std::string llama = KVEVICT_LLAMA_CPP_HEADERS_LLAMA, ggml = KVEVICT_LLAMA_CPP_HEADERS_GGML;
+  EXPECT_NO_THROW(check_llama_cpp_release(llama, ggml));
+  EXPECT_NO_THROW(check_llama_cpp_release(llama + "-dev", ggml));
+  EXPECT_THROW(check_llama_cpp_release(llama + "1", ggml), InputError);  // 0.4.01 is not 0.4.0
+  EXPECT_THROW(check_llama_cpp_release("9." + llama, ggml), InputError);
+  EXPECT_THROW(check_llama_cpp_release(llama, ggml + ".1"), InputError);
+  try {
+    check_llama_cpp_release("0.0.1", ggml);
+    ADD_FAILURE() << "another release was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "llama.cpp's library is llama 0.0.1 with ggml " + ggml + ", but this program was built against the "
+              "headers of llama " + llama + " with ggml " + ggml + ": they must be one release (reinstall "
+              "deps/llama-cpp from its lock file and rebuild)");
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -35,6 +35,7 @@ ggml_type cache_type(const std::string& kv) {
 }  // namespace
 
 LlamaModel::LlamaModel(const std::string& path) {
+  check_llama_cpp_release();  // before llama.cpp reads any struct of ours
   llama_log_set(&log_quietly, nullptr);
   ggml_backend_load_all_from_path(KVEVICT_LLAMA_CPP_BINS);
   llama_backend_init();

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvevict/core/params.h"
@@ -51,6 +52,17 @@ struct LlamaShape {
   std::uint32_t head_dim = 0;
 };
 LlamaShape llama_shape(const llama_model* model);
+
+// Refuses (InputError) a llama.cpp library of another release than the
+// headers this was compiled against: llama.cpp has no stable ABI, and a
+// struct laid out by one release and read by another gives wrong results,
+// not an error. The headers' versions are the ones llama.cpp's and ggml's
+// CMakeLists.txt set (cmake/LlamaCpp.cmake); the library's are
+// llama_version() and ggml_version(). LlamaPolicy's constructor checks it;
+// a program may call it first thing. The second form is the rule on given
+// versions: ggml's equal, llama's equal but for a "-suffix" (0.4.0-dev).
+void check_llama_cpp_release();
+void check_llama_cpp_release(std::string_view library_llama, std::string_view library_ggml);
 
 struct LlamaPolicyOptions {
   std::string policy{};       // a registered policy name
