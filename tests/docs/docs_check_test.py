@@ -88,6 +88,20 @@ QUICK = doc_commands.with_flags(LONG, "--samples 1 --depths 1")
 TABLE = ["| policy | accuracy |", "|---|---:|", "| h2o | 0.25 |"]
 SMALL = ["| policy | accuracy |", "|---|---:|", "| h2o | 1.00 |"]
 
+# Each kind of long command has a quick variant that really is smaller.
+for long, quick in [
+        ("build/kvevict stream --model m.kvm --text build/heldout-split.txt --tokens 32768",
+         "--text model/heldout-sample.txt --tokens 3000 --budget 128"),
+        ("build/kvevict stream --model m.kvm --text t.txt --tokens 3000 --budget 128", "--tokens 1500 --budget 128"),
+        ("build/kvevict choose --model m.kvm --budget 128 --windows 8 --samples 4", "--windows 2 --samples 1"),
+        ("build/kvevict llama perplexity --model m.gguf --text t.txt --max-windows 4", "--max-windows 1"),
+        ("build/kvevict llama perplexity --model m.gguf --text t.txt --policy h2o,tova --max-windows 1", "--policy h2o"),
+        ("build/kvevict llama stream --model m.gguf --text t.txt --tokens 8192", "--tokens 1500"),
+        ("build/kvevict compare --model m.kvm --text t.txt --max-windows 8", "--max-windows 1")]:
+    got = doc_commands.quick_variant(long)
+    expect(f"quick variant of {long.split()[1]} {long.split()[-1]}", got == quick, got)
+    expect(f"the quick variant of {long.split()[1]} differs", doc_commands.with_flags(long, got) != long, got)
+
 
 def page(text: str) -> list:
     with tempfile.TemporaryDirectory() as tmp:
