@@ -47,6 +47,15 @@ std::pair<std::string, std::int64_t> parse_assignment(std::string_view text) {
   return {std::string(key), parse_integer(text.substr(eq + 1), key)};
 }
 
+ParamMap parse_assignments(std::span<const std::string> items) {
+  ParamMap params;
+  for (const std::string& item : items) {
+    const auto [key, value] = parse_assignment(item);
+    set_param(params, key, value);
+  }
+  return params;
+}
+
 std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_view what) {
   std::vector<std::int64_t> out;
   std::size_t start = 0;

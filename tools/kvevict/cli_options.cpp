@@ -97,14 +97,7 @@ ProgressFn Progress::fn(const std::string& unit, double tokens_per_unit) const {
   };
 }
 
-ParamMap parse_sets(const std::vector<std::string>& sets) {
-  ParamMap params;
-  for (const std::string& s : sets) {
-    const auto [key, value] = parse_assignment(s);
-    set_param(params, key, value);
-  }
-  return params;
-}
+ParamMap parse_sets(const std::vector<std::string>& sets) { return parse_assignments(sets); }
 
 EvaluateOptions options_of(const std::string& trace, std::optional<std::int64_t> steps,
                            const std::string& what) {

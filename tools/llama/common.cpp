@@ -98,15 +98,6 @@ double next_token_nll(llama_context* ctx, int vocab, Token next) {
   return std::log(sum) + top - static_cast<double>(logits[next]);
 }
 
-ParamMap parse_sets(const std::vector<std::string>& sets) {
-  ParamMap params;
-  for (const std::string& s : sets) {
-    const auto [key, value] = parse_assignment(s);
-    set_param(params, key, value);
-  }
-  return params;
-}
-
 void check_flash(const std::string& policy, bool flash) {
   const PolicyInfo& info = find_policy(policy);
   if ((info.signals & kSignalAttention) != 0 && flash) {

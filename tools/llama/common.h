@@ -56,9 +56,6 @@ void decode_one(llama_context* ctx, llama_batch& batch, Token token, llama_pos p
 // logits, computed in double as kvevict's scoring does.
 double next_token_nll(llama_context* ctx, int vocab, Token next);
 
-// --set KEY=VALUE items (whole numbers) as parameters.
-ParamMap parse_sets(const std::vector<std::string>& sets);
-
 // Refuses a policy that reads the attention weights when flash attention is
 // on (llama.cpp's graph then has no kq_soft_max), naming it.
 void check_flash(const std::string& policy, bool flash);

@@ -104,7 +104,7 @@ int perplexity(const PerplexityArgs& a) {
   if (args.context == 0) args.context = std::min<std::uint32_t>(model->config().context, 4096);
   if (args.context < 2) throw ParameterError(fmt::format("--context ({}) must be at least 2", args.context));
   std::vector<RunSpec> specs;
-  const ParamMap params = parse_sets(a.sets);
+  const ParamMap params = parse_assignments(a.sets);
   for (std::size_t at = 0; !a.policy.empty() && at <= a.policy.size();) {
     const std::size_t comma = std::min(a.policy.find(',', at), a.policy.size());
     const PolicyInfo& info = find_policy(a.policy.substr(at, comma - at));

@@ -40,37 +40,6 @@ namespace kvevict::llama_tool {
 
 namespace {
 
-// The stream: BOS first where the vocabulary adds one (standing for no
-// bytes), then the text's tokens, cut to `wanted` (0: all) -- as kvevict
-// stream reads it.
-struct StreamText {
-  std::vector<Token> tokens;
-  std::vector<std::uint32_t> bytes;
-  std::string tokenizer;
-};
-StreamText stream_text(const Model& model, const std::string& path, std::uint32_t wanted) {
-  const TokenizedText t = tokenize_text(model, read_text(path));
-  StreamText s;
-  s.tokenizer = t.tokenizer;
-  if (t.bos) {
-    s.tokens.push_back(*t.bos);
-    s.bytes.push_back(0);
-  }
-  s.tokens.insert(s.tokens.end(), t.tokens.begin(), t.tokens.end());
-  s.bytes.insert(s.bytes.end(), t.bytes.begin(), t.bytes.end());
-  if (wanted != 0) {
-    if (wanted > s.tokens.size()) {
-      throw InputError(fmt::format("the stream asks for {} tokens, but the text makes {} (BOS included where the "
-                                   "model adds it): give a longer text or fewer tokens",
-                                   wanted, s.tokens.size()));
-    }
-    s.tokens.resize(wanted);
-    s.bytes.resize(wanted);
-  }
-  if (s.tokens.size() < 2) throw InputError(fmt::format("{}: too short to predict a token", path));
-  return s;
-}
-
 // One run of the stream: the full cache (no spec, no shift), a policy at a
 // position mode, or llama.cpp's context shift keeping `keep` at `budget`.
 struct Run {
@@ -105,7 +74,7 @@ std::int64_t shift_context(llama_context* ctx, std::int64_t& held, std::int64_t 
   return discard;
 }
 
-StreamRow run_stream(llama_model* lm, const Model& model, const StreamText& s, const Run& run, const StreamArgs& a,
+StreamRow run_stream(llama_model* lm, const Model& model, const StreamTokens& s, const Run& run, const StreamArgs& a,
                      const Setting& at) {
   const LlamaShape shape = llama_shape(lm);
   const std::uint64_t caches = std::uint64_t{shape.layers} * shape.kv_heads;
@@ -189,7 +158,7 @@ int stream(const StreamArgs& a) {
 
   const std::vector<std::int64_t> budgets = parse_integer_list(a.budgets, "--budget");
   std::vector<RunSpec> specs;
-  if (!a.policy.empty() && a.policy != "none") specs = stream_specs(a.policy, budgets, parse_sets(a.sets));
+  if (!a.policy.empty() && a.policy != "none") specs = stream_specs(a.policy, budgets, parse_assignments(a.sets));
   // kvevict stream's rules, at the context this stream runs at.
   ModelConfig at_context = cfg;
   at_context.context = at.context;
@@ -221,7 +190,8 @@ int stream(const StreamArgs& a) {
     for (const std::int64_t budget : budgets) runs.push_back({nullptr, PositionMode::kCache, keep, budget});
   }
   if (runs.empty()) throw ParameterError("stream: nothing to run (no policy, no full cache, no context shift)");
-  const StreamText s = stream_text(*model, a.text, a.tokens);
+  const StreamTokens s = stream_tokens(*model, read_text(a.text), a.tokens);
+  if (s.tokens.size() < 2) throw InputError(fmt::format("{}: too short to predict a token", a.text));
 
   std::vector<StreamRow> rows;
   {

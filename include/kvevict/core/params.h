@@ -35,6 +35,10 @@ std::vector<std::int64_t> parse_integer_list(std::string_view text, std::string_
 // Sets or replaces `key` in `params`.
 void set_param(ParamMap& params, std::string_view key, std::int64_t value);
 
+// KEY=VALUE items (each parse_assignment) as parameters, a later item
+// replacing an earlier one of the same key: every front end's --set.
+ParamMap parse_assignments(std::span<const std::string> items);
+
 // The candidate `given` is most likely a typo of: the nearest by edit
 // distance (insertions, deletions, substitutions and adjacent swaps, case
 // ignored) when it is at most two edits away and those are fewer than half

@@ -28,24 +28,6 @@ double StreamSegment::perplexity() const noexcept {
   return predictions == 0 ? 0.0 : std::exp(nll / static_cast<double>(predictions));
 }
 
-namespace {
-
-// One run of the stream: which cache, and where its keys sit.
-struct StreamRun {
-  const RunSpec* spec = nullptr;  // null: the full cache
-  PositionMode positions = PositionMode::kOriginal;
-  bool recompute = false;
-  PagedOptions granularity{};  // which caches share a budget (head or sequence)
-};
-
-// The stream as the model reads it: BOS first where the vocabulary adds one,
-// and the bytes each token stands for (0 for BOS, never predicted).
-struct StreamTokens {
-  std::vector<Token> tokens;
-  std::vector<std::uint32_t> bytes;
-  std::string tokenizer;
-};
-
 StreamTokens stream_tokens(const Model& model, std::span<const std::uint8_t> text, std::uint32_t wanted) {
   const TokenizedText t = tokenize_text(model, text);
   StreamTokens s;
@@ -67,6 +49,17 @@ StreamTokens stream_tokens(const Model& model, std::span<const std::uint8_t> tex
   }
   return s;
 }
+
+namespace {
+
+// One run of the stream: which cache, and where its keys sit.
+struct StreamRun {
+  const RunSpec* spec = nullptr;  // null: the full cache
+  PositionMode positions = PositionMode::kOriginal;
+  bool recompute = false;
+  PagedOptions granularity{};  // which caches share a budget (head or sequence)
+};
+
 
 // One run's decoder, its policies and its row as it fills. The full cache
 // reads as far as the context holds it (`fed` tokens) and predicts within

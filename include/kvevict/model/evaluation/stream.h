@@ -98,6 +98,17 @@ std::vector<RunSpec> stream_specs(std::string_view policies, std::span<const std
 inline constexpr std::string_view kDefaultStreamPolicies =
     "sliding-window,streaming-llm:sinks=1,streaming-llm:sinks=4,h2o,tova,scissorhands,snapkv";
 
+// The stream as the model reads it: BOS first where the vocabulary adds one,
+// then the text's tokens, with the bytes each stands for (0 for BOS, never
+// predicted) -- cut to `wanted` tokens (0: all; more than the text makes is
+// refused, InputError). Every engine that streams reads it so.
+struct StreamTokens {
+  std::vector<Token> tokens;
+  std::vector<std::uint32_t> bytes;
+  std::string tokenizer;
+};
+StreamTokens stream_tokens(const Model& model, std::span<const std::uint8_t> text, std::uint32_t wanted);
+
 // Adds the prediction of the token at stream position t (nll nats, the
 // token standing for `bytes` bytes) to the row and to its segment, segments
 // of `segment` tokens opening as the stream reaches them. Every engine that
