@@ -69,7 +69,6 @@ TEST(TaskRows, JsonRoundTripsEveryField) {
            "samples": 4, "correct": 4, "evicted": 0}])",
       "old.json");
   EXPECT_EQ(old[0].kv_precision, "fp32");
-  EXPECT_NE(tasks_csv(rows).find("passkey,full,0,full,512,0.2500,4,4,1.0000"), std::string::npos);
   // markdown: one line per policy x budget x moment, a column per depth.
   const std::string md = tasks_markdown(rows);
   EXPECT_NE(md.find("| passkey | 512 | tova | 64 | decode | 0.00 | 0.25 | **0.12** |"), std::string::npos) << md;

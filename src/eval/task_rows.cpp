@@ -81,21 +81,6 @@ bool any_granularity(const std::vector<TaskRow>& rows) {
 }
 }  // namespace
 
-std::string tasks_csv(const std::vector<TaskRow>& rows) {
-  const bool granular = any_granularity(rows);
-  std::string out =
-      "task,policy,budget,moment,length,depth,samples,correct,accuracy,accuracy_low,accuracy_high,evicted,"
-      "kv_precision,kv_residual,bytes_per_position";
-  out += granular ? ",granularity\n" : "\n";
-  for (const TaskRow& r : rows) {
-    out += fmt::format("{},{},{},{},{},{:.4f},{},{},{:.4f},{:.4f},{:.4f},{},{},{},{:.1f}", r.task, label(r),
-                       r.budget, moment_name(r.moment), r.length, r.depth, r.samples, r.correct, r.accuracy, r.low,
-                       r.high, r.evicted, r.kv_precision, r.kv_residual, r.bytes_per_position);
-    out += granular ? fmt::format(",{}\n", r.granularity.empty() ? "head" : r.granularity) : "\n";
-  }
-  return out;
-}
-
 std::string tasks_markdown(const std::vector<TaskRow>& rows) {
   // One line per task x length x policy x budget x moment, a column per depth.
   std::vector<double> depths;

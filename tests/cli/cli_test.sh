@@ -53,14 +53,29 @@ bad() {
   pass
 }
 
+# CSV is for a machine (issue 54): one value a cell, the JSON's values.
+# cols FILE COL,...: the data lines' cells of those columns (FILE - : stdin);
+# without FILE COL,...: the header and lines without them (csv_check.py).
+cols() { python3 "$src/tests/cli/csv_check.py" cols "$@"; }
+without() { python3 "$src/tests/cli/csv_check.py" without "$@"; }
+# csv_ok NAME [--rows KEY] [--expand KEY] [--vary COLS] [--want COLS] -- ARGS...:
+# ARGS' --format csv has the header's cells on every line, no ellipsis, no
+# "-" for none, no signed number, unit or separator, intervals as two numeric
+# columns, and equals ARGS' --format json field for field (--vary: timings,
+# which differ run to run).
+csv_ok() {
+  local name=$1 out; shift
+  if out=$(python3 "$src/tests/cli/csv_check.py" agree "$tool" "$@" 2>&1); then pass; else fail "$name csv: $out"; fi
+}
+
 ok  "hash"             "3136039440" -- trace --hash
 # SIMD targets: what runs is reported; KVEVICT_SIMD narrows it; a bad one is one line.
 ok  "simd"             "compiled:  baseline, sse4" -- simd
 ok  "simd json"        '"active":' -- simd --format json
 simd_active=$(KVEVICT_SIMD=baseline "$tool" simd --format json 2>&1)
 if [[ "$simd_active" == *'"active": "baseline"'* ]]; then pass; else fail "KVEVICT_SIMD=baseline: $simd_active"; fi
-simd_same=$(KVEVICT_SIMD=baseline "$tool" compare --format csv 2>&1 | cut -d, -f1-8)
-if [[ "$simd_same" == "$("$tool" compare --format csv | cut -d, -f1-8)" ]]; then pass; else fail "baseline compare differs"; fi
+simd_same=$(KVEVICT_SIMD=baseline "$tool" compare --format csv 2>&1 | without - seconds)
+if [[ -n "$simd_same" && "$simd_same" == "$("$tool" compare --format csv | without - seconds)" ]]; then pass; else fail "baseline compare differs"; fi
 KVEVICT_SIMD=avx1024 "$tool" list >"$tmp/out" 2>"$tmp/err"
 simd_rc=$?
 if [[ $simd_rc -eq 1 && $(wc -l <"$tmp/err") -eq 1 && "$(cat "$tmp/err")" == *"KVEVICT_SIMD=avx1024: SIMD target 'avx1024' is not one this build has"* ]]; then
@@ -75,7 +90,11 @@ ok  "list json"        '"recentWindow"' -- list --format json
 ok  "run table"        "retained attention mass" -- run --policy scissorhands --steps 300
 ok  "run json"         '"heavyHitterRecall": 0.882339' -- run --policy scissorhands --budget 256 --format json
 ok  "run json params"  '"recentWindow": 64' -- run --policy h2o --set recentWindow=64 --steps 100 --format json
-ok  "run csv"          "policy,trace,budget" -- run --policy tova --steps 50 --format csv
+ok  "run csv"          "policy,trace,budget,params.budget,steps,metrics.retainedAttentionMass" -- run --policy tova --steps 50 --format csv
+csv_ok "run" --vary seconds -- run --policy scissorhands --budget 256 --steps 400
+csv_ok "compare" --rows rows --vary seconds --want params.recentWindow,params.historyWindow -- compare --steps 300 --budgets 64,128
+csv_ok "sweep" --rows rows --vary seconds --want params.recentWindow -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
+csv_ok "persistence" -- persistence --lags 1,4,16
 ok  "compare subset"   "h2o" -- compare --policies h2o,scissorhands --budgets 64,128 --steps 400
 ok  "compare markdown" "| rank | policy |" -- compare --policies h2o --budgets 64 --steps 300 --format markdown
 ok  "compare json"     '"rows"' -- compare --policies tova --budgets 64 --steps 300 --format json
@@ -89,7 +108,8 @@ for cmd in list run compare sweep trace vectors report perplexity record persist
 # The canonical comparison, every row.
 "$tool" compare --format csv >"$tmp/canonical.csv" || fail "canonical compare"
 rows=$(($(wc -l <"$tmp/canonical.csv") - 1))
-if [[ $rows -eq 21 ]] && grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584' "$tmp/canonical.csv"; then pass; else fail "canonical csv ($rows rows)"; fi
+if [[ $rows -eq 21 ]] && cols "$tmp/canonical.csv" policy,trace,budget,metrics.retainedAttentionMass,metrics.heavyHitterRecall,metrics.evictionCalls \
+    | grep -q '^scissorhands,decode-4096,512,0.711377,0.906047,3584$'; then pass; else fail "canonical csv ($rows rows)"; fi
 
 bad "unknown policy"   "unknown policy 'lru' (known: scissorhands" -- run --policy lru
 bad "unknown param"    "H2O: unknown parameter 'window' (known: budget, recentWindow, sinks, normalize)" -- run --policy h2o --set window=3
@@ -172,7 +192,8 @@ else
 fi
 # The page's table is compare's.
 "$tool" compare --steps 300 --budgets 64,128 --policies h2o,streaming-llm --format csv >"$tmp/cmp.csv"
-if grep -q "<td>64</td><td>$(grep '^h2o,.*,64,' "$tmp/cmp.csv" | cut -d, -f4)</td>" "$tmp/r.html"; then pass; else fail "report table != compare"; fi
+mass=$(cols "$tmp/cmp.csv" policy,budget,metrics.retainedAttentionMass | grep '^h2o,64,' | cut -d, -f3)
+if [[ -n $mass ]] && grep -q "<td>64</td><td>$(printf '%.6f' "$mass")</td>" "$tmp/r.html"; then pass; else fail "report table != compare"; fi
 ok  "report help"      "--strip-budget" -- report --help
 bad "report exists"    "r.html: already exists (pass --force to replace it)" -- report --steps 50 --budgets 64 --out "$tmp/r.html"
 ok  "report force"     "" -- report --steps 50 --budgets 64 --policies tova --out "$tmp/r.html" --force
@@ -217,23 +238,25 @@ ok  "perplexity json"  '"bitsPerByte"' -- perplexity --model "$model" --text "$t
 ok  "perplexity one window" '"extraLow": null' -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format json
 head -c 2100 "$model_dir/heldout-sample.txt" >"$tmp/text3.txt"
 ok  "perplexity interval" "95 % interval (paired by window)" -- perplexity --model "$model" --text "$tmp/text3.txt" --policy sliding-window --budget 16
+csv_ok "perplexity" --vary seconds --want extraBitsPerByte,extraLow,extraHigh -- perplexity --model "$model" --text "$tmp/text3.txt" --policy sliding-window,tova --budget 16
 # A budget at least the text's length: exactly the full cache's perplexity.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy all --budget 400 --format csv >"$tmp/ppl.csv" 2>/dev/null
-if [[ $(cut -d, -f3 "$tmp/ppl.csv" | tail -n +2 | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 12 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
+if [[ $(cols "$tmp/ppl.csv" perplexity | sort -u | wc -l) -eq 1 && $(wc -l <"$tmp/ppl.csv") -eq 12 ]]; then pass; else fail "budget 400: $(cat "$tmp/ppl.csv")"; fi
 # Paged: blocks and positions at the peak, measured; derived from the full
 # cache's row (caches x 399 positions, in blocks of 16: caches x 25 blocks).
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window,tova --budget 64 --block-size 16 --format csv >"$tmp/paged.csv" 2>/dev/null
-paged_caches=$(( $(sed -n 2p "$tmp/paged.csv" | awk -F, '{print $NF}') / 399 ))
-paged_want="full cache,-,$(sed -n 2p "$tmp/paged.csv" | cut -d, -f3-6),$((paged_caches * 25)),$((paged_caches * 399))"
-if [[ $(head -1 "$tmp/paged.csv") == *"peak blocks of 16,peak positions" && $(sed -n 2p "$tmp/paged.csv") == "$paged_want" && $paged_caches -ge 1 \
-      && $(grep -c ",$((paged_caches * 4 + 1)),$((paged_caches * 64 + 1))\$" "$tmp/paged.csv") -eq 2 ]]; then
+cols "$tmp/paged.csv" policy,blockSize,peakBlocks,peakPositions >"$tmp/paged.cols"
+paged_caches=$(( $(head -1 "$tmp/paged.cols" | cut -d, -f4) / 399 ))
+if [[ $(head -1 "$tmp/paged.cols") == ",16,$((paged_caches * 25)),$((paged_caches * 399))" && $paged_caches -ge 1 \
+      && $(grep -c ",16,$((paged_caches * 4 + 1)),$((paged_caches * 64 + 1))\$" "$tmp/paged.cols") -eq 2 ]]; then
   pass
 else
   fail "perplexity --block-size 16: $(cat "$tmp/paged.csv")"
 fi
+csv_ok "perplexity paged" --vary seconds --want blockSize,peakBlocks,peakPositions -- perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window,tova --budget 64 --block-size 16
 # Blocks of 1 are the token policy: the same perplexity.
-if [[ $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --block-size 1 --format csv 2>/dev/null | cut -d, -f1-4) \
-      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --format csv 2>/dev/null | cut -d, -f1-4) ]]; then
+if [[ $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --block-size 1 --format csv 2>/dev/null | cols - policy,budget,perplexity,bitsPerByte) \
+      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o,snapkv --budget 64 --format csv 2>/dev/null | cols - policy,budget,perplexity,bitsPerByte) ]]; then
   pass
 else
   fail "perplexity --block-size 1 differs from the token policy"
@@ -261,45 +284,48 @@ bad "model areas" "blockBudget (4) must be at least startBlocks + recentBlocks (
 # 2 x 32 floats a cache -- which its bytes a position say (256, not int4's 44.3).
 # int8 holds 32 codes and a scale a row: 72 bytes.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int4 --kv-residual 1000 --format csv >"$tmp/kv.csv" 2>/dev/null
-if [[ $(sed -n 2p "$tmp/kv.csv" | cut -d, -f3) == $(sed -n 3p "$tmp/kv.csv" | cut -d, -f3) \
-      && $(sed -n 3p "$tmp/kv.csv") == *",int4 (residual 1000),256.0,$((399 * 256))" && $(wc -l <"$tmp/kv.csv") -eq 3 ]]; then
+if [[ $(cols "$tmp/kv.csv" perplexity | sort -u | wc -l) -eq 1 \
+      && $(cols "$tmp/kv.csv" kvPrecision,kvResidual,bytesPerPosition,peakCacheBytes | sed -n 2p) == "int4,1000,256.0,$((399 * 256))" && $(wc -l <"$tmp/kv.csv") -eq 3 ]]; then
   pass
 else
   fail "perplexity --kv-precision int4 --kv-residual 1000: $(cat "$tmp/kv.csv")"
 fi
-ok  "kv int8 bytes"    ",int8,72.0,$((399 * 72))" -- perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int8 --format csv
+kv8=$("$tool" perplexity --model "$model" --text "$tmp/text.txt" --kv-precision int8 --format csv 2>/dev/null | cols - kvPrecision,bytesPerPosition,peakCacheBytes)
+if [[ $(sed -n 2p <<<"$kv8") == "int8,72.0,$((399 * 72))" ]]; then pass; else fail "kv int8 bytes: $kv8"; fi
 ok  "kv json"          '"kvPrecision": "fp16"' -- perplexity --model "$model" --text "$tmp/text.txt" --policy tova --budget 64 --kv-precision fp16 --format json
 ok  "kv compare"       "int8" -- compare --model "$model" --text "$tmp/text.txt" --budgets 64 --policies tova,sliding-window --kv-precision int8
 # Equal memory: 16 KiB a cache holds 64 fp32 positions (256 bytes each) and
 # floor(16384 / 72) = 227 int8 ones.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window --kv-memory 16384 --kv-precision fp32,int8 --format csv >"$tmp/mem.csv" 2>/dev/null
-if [[ $(grep -c "^16 KiB,sliding-window,64,.*,fp32,256.0," "$tmp/mem.csv") -eq 1 && $(grep -c "^16 KiB,sliding-window,227,.*,int8,72.0," "$tmp/mem.csv") -eq 1 \
-      && $(sed -n 3p "$tmp/mem.csv") == "-,full cache,"*",int8,72.0,"* ]]; then
+cols "$tmp/mem.csv" kvMemory,policy,budget,kvPrecision,bytesPerPosition >"$tmp/mem.cols"
+if [[ $(grep -c "^16384,sliding-window,64,fp32,256.0$" "$tmp/mem.cols") -eq 1 && $(grep -c "^16384,sliding-window,227,int8,72.0$" "$tmp/mem.cols") -eq 1 \
+      && $(sed -n 2p "$tmp/mem.cols") == ",,,int8,72.0" ]]; then
   pass
 else
   fail "perplexity --kv-memory 16384: $(cat "$tmp/mem.csv")"
 fi
+csv_ok "perplexity kv-memory" --vary seconds --want kvMemory,kvPrecision -- perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window --kv-memory 16384 --kv-precision fp32,int8
 # A residual window longer than any cache the memory allows never fills: the
 # memory of 390 fp32 positions holds 390 (it was refused: 1000 rows reserved),
 # and the rows say a position costs fp32's 256 bytes, not int4's.
 "$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy sliding-window --kv-memory $((390 * 256)) --kv-precision int4 --kv-residual 1000 --format csv >"$tmp/mem4.csv" 2>/dev/null
-if [[ $(grep -c ",sliding-window,390,.*,int4 (residual 1000),256.0," "$tmp/mem4.csv") -eq 1 \
-      && $(sed -n 3p "$tmp/mem4.csv") == "-,full cache,"*",int4 (residual 1000),256.0,"* ]]; then
+cols "$tmp/mem4.csv" policy,budget,kvPrecision,kvResidual,bytesPerPosition >"$tmp/mem4.cols"
+if [[ $(grep -c "^sliding-window,390,int4,1000,256.0$" "$tmp/mem4.cols") -eq 1 && $(sed -n 2p "$tmp/mem4.cols") == ",,int4,1000,256.0" ]]; then
   pass
 else
   fail "perplexity --kv-memory $((390 * 256)) --kv-residual 1000: $(cat "$tmp/mem4.csv")"
 fi
 # sweep --model: perplexity rows over value x budget, the value in its own column.
 "$tool" sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32,64 --format csv >"$tmp/sweep.csv" 2>/dev/null
-if [[ $(head -1 "$tmp/sweep.csv") == "policy,budget,recentWindow,perplexity,"* && $(sed -n 2p "$tmp/sweep.csv") == "full cache,-,-,"* \
-      && $(tail -n +3 "$tmp/sweep.csv" | cut -d, -f1-3 | tr '\n' ' ') == "h2o,32,8 h2o,64,8 h2o,32,16 h2o,64,16 " ]]; then
+if [[ $(cols "$tmp/sweep.csv" policy,budget,params.recentWindow | tr '\n' ' ') == ",, h2o,32,8 h2o,64,8 h2o,32,16 h2o,64,16 " ]]; then
   pass
 else
   fail "sweep --model: $(cat "$tmp/sweep.csv")"
 fi
+csv_ok "sweep model" --vary seconds --want params.recentWindow -- sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=8,16 --budgets 32,64
 # --skip-refused: the pairs the policy's rules refuse are left out, each named on stderr.
 "$tool" sweep --model "$model" --text "$tmp/text.txt" --policy h2o --param recentWindow=16,48 --budgets 32,64 --skip-refused --format csv >"$tmp/skip.csv" 2>"$tmp/skip.err"
-if [[ $(tail -n +3 "$tmp/skip.csv" | cut -d, -f1-3 | tr '\n' ' ') == "h2o,32,16 h2o,64,16 h2o,64,48 " \
+if [[ $(cols "$tmp/skip.csv" policy,budget,params.recentWindow | tail -n +2 | tr '\n' ' ') == "h2o,32,16 h2o,64,16 h2o,64,48 " \
       && $(grep -c '^sweep: skipped' "$tmp/skip.err") == 1 \
       && $(grep '^sweep: skipped' "$tmp/skip.err") == "sweep: skipped recentWindow=48 at budget 32: H2O: recentWindow (48) must be smaller than budget (32): there would be nothing for the scores to choose between" ]]; then
   pass
@@ -325,6 +351,7 @@ bad "kv memory alone"  "--budget, --set and --kv-memory need --policy" -- perple
 bad "kv memory prefill" "--kv-memory chooses token budgets for eviction while decoding" -- perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --kv-memory 16384 --prefill 100
 bad "kv no model"      "--kv-precision requires --model" -- compare --kv-precision int8
 ok  "compare model"    "ranked by perplexity at budget 64" -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64,128 --policies sliding-window,tova
+csv_ok "compare model" --vary seconds --want rank,retainedAttentionMass,heavyHitterRecall -- compare --model "$model" --text "$tmp/text.txt" --budgets 32,64 --policies sliding-window,tova
 ok  "record"           "" -- record --model "$model" --text "$tmp/text.txt" --out "$tmp/rec.npy" --tokens 200
 caches=$(python3 -c "import struct,sys; b=open(sys.argv[1],'rb').read(); w=struct.unpack_from('<8I',b,20); print(w[1]*(w[6] or w[2]))" "$model")
 ok  "record replays"   "$caches head(s)" -- trace --trace "$tmp/rec.npy"
@@ -369,11 +396,12 @@ ok  "replay sweep"     "recentWindow" -- sweep --policy knorm --param recentWind
 # bytes, exactly the retained mass of replaying the recorded files.
 head -c 120 "$tmp/text.txt" >"$tmp/text120.txt"
 "$tool" compare --trace "$tmp/sig.npy" --keys "$tmp/keys.npy" --values "$tmp/values.npy" --queries "$tmp/queries.npy" \
-  --policies knorm,expected-attention,h2o --budgets 48 --format csv 2>/dev/null | cut -d, -f1,4 | sort >"$tmp/replayed.csv"
+  --policies knorm,expected-attention,h2o --budgets 48 --format csv 2>/dev/null | cols - policy,metrics.retainedAttentionMass \
+  | awk -F, '{printf "%s,%.6f\n", $1, $2}' | sort >"$tmp/replayed.csv"
 "$tool" compare --model "$model" --text "$tmp/text120.txt" --policies knorm,expected-attention,h2o --budgets 48 \
-  --format csv 2>/dev/null | awk -F, 'NR > 2 {print $2 "," $7}' | sort >"$tmp/modelled.csv"
-if [[ $(wc -l <"$tmp/replayed.csv") -eq 4 ]] && grep -q "^expected-attention,0\.[0-9]" "$tmp/modelled.csv" &&
-  diff <(grep -v '^policy' "$tmp/replayed.csv") "$tmp/modelled.csv" >/dev/null; then pass
+  --format csv 2>/dev/null | cols - policy,retainedAttentionMass | tail -n +2 | awk -F, '{printf "%s,%.6f\n", $1, $2}' | sort >"$tmp/modelled.csv"
+if [[ $(wc -l <"$tmp/replayed.csv") -eq 3 ]] && grep -q "^expected-attention,0\.[0-9]" "$tmp/modelled.csv" &&
+  diff "$tmp/replayed.csv" "$tmp/modelled.csv" >/dev/null; then pass
 else fail "compare --model key-aware proxies: $(cat "$tmp/replayed.csv" "$tmp/modelled.csv")"; fi
 # "all" with --model is still the seven the published tables hold.
 "$tool" compare --model "$model" --text "$tmp/text120.txt" --budgets 48 --format csv >"$tmp/all.csv" 2>/dev/null
@@ -404,6 +432,7 @@ heldout=$model_dir/heldout-sample.txt
 ok  "tasks table"      "| passkey | 300 | sliding-window | 32 | decode |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 2 --policies sliding-window --budgets 32
 ok  "tasks json"       '"moment": "prefill-query"' -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies tova --budgets 32 --moments prefill-query --format json
 ok  "tasks csv"        "task,policy,budget,moment,length,depth" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies none --format csv
+csv_ok "tasks" --want accuracy_low,accuracy_high,granularity -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 2 --samples 1 --policies tova --budgets 32 --granularity sequence
 ok  "tasks kv"         "| int8 |" -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies sliding-window --budgets 32 --kv-precision int8
 ok  "tasks kv json"    '"bytesPerPosition": 72.0' -- tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 1 --policies none --kv-precision int8 --format json
 bad "tasks kv"         "--kv-precision: 'fp8' is not a KV precision" -- tasks --model "$model" --text "$heldout" --kv-precision fp8
@@ -474,11 +503,16 @@ ok  "bench item"       '"policy": "expected-attention:evictEvery=8",' -- bench -
 bad "bench item bad"   "evictEvery" -- bench --policies expected-attention:evictEvery=0 --budgets 64 --seconds 0.01 --no-compare --bank-instances 0
 bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4
 bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
+timings=tokensPerSecond,tokensPerSecondSpread.min,tokensPerSecondSpread.median,tokensPerSecondSpread.max,readBandwidthGBps,floorTokensPerSecond,ofFloor,speedup,shares.projections,shares.activation,shares.attention,shares.policies,shares.other
+csv_ok "bench model" --vary "$timings" -- bench --model "$model" --text "$heldout" --prompt 16 --tokens 8 --rounds 1 --policies h2o --budgets 40 --threads 1
+bad "bench csv"        "bench: --format csv needs --model" -- bench --policies h2o --budgets 64 --no-compare --bank-instances 0 --format csv
+csv_ok "choose" --rows rows --vary tokensPerSecond --want extraLow,extraHigh -- choose --model "$model" --text "$heldout" --budget 64 --windows 2 --samples 1 --policies h2o,tova
 
 # serve-bench: the table and JSON rows, each bad request one line before any work.
 ok  "serve table"      "| full cache | full | on |" -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 96 --policy none,tova --budget 32 --format markdown
 ok  "serve json"       '"blocksSavedBySharing": 24' -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 48 --tokens 64 --block-size 16 --format json
 ok  "serve chunk"      '"peakCachePositions": 64' -- serve-bench --model "$model" --text "$heldout" --sequences 1 --shared-prefix 0 --tokens 96 --policy h2o --budget 48 --chunk 16 --window 8 --format json
+csv_ok "serve" --vary seconds,tokensPerSecond --want blocksSavedBySharing -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 96 --policy none,tova --budget 32 --chunk 0,16
 alone "serve chunk big" "a chunk of 200 positions is larger than the capacity of 96" -- serve-bench --model "$model" --text "$heldout" --tokens 96 --shared-prefix 0 --policy h2o --budget 48 --chunk 200
 alone "serve prefix"   "--shared-prefix 512 is longer than the 96 tokens each sequence reads" -- serve-bench --model "$model" --text "$heldout" --tokens 96
 alone "serve text"     "serve-bench: the text has 400 bytes; 4 sequences of 1024 bytes sharing 512 need 2560" -- serve-bench --model "$model" --text "$tmp/text.txt"
@@ -554,8 +588,8 @@ done
 
 # kvevict's own model as a GGUF: the same rows, to the last digit.
 ok  "convert"          "architecture: kvevict-tiny" -- convert --model "$model" --out "$tmp/kvm.gguf"
-if [[ $("$tool" perplexity --model "$tmp/kvm.gguf" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | cut -d, -f1-8) \
-      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | cut -d, -f1-8) ]]; then
+if [[ $("$tool" perplexity --model "$tmp/kvm.gguf" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | without - seconds) \
+      == $("$tool" perplexity --model "$model" --text "$tmp/text.txt" --policy h2o --budget 64 --format csv 2>/dev/null | without - seconds) ]]; then
   pass
 else
   fail "convert: the GGUF's perplexity rows differ from the .kvm's"
@@ -575,7 +609,11 @@ bad "gguf version"     "v1.gguf" -- inspect --model "$tmp/v1.gguf"
 ok  "stream"           "streaming-llm sinks=4  64      cache" -- stream --model "$model" --text "$heldout" --tokens 2500 --budget 64 --policy sliding-window,streaming-llm:sinks=4
 ok  "stream markdown"  "| 0–1024 | 1024–2048 | 2048–2500 |" -- stream --model "$model" --text "$heldout" --tokens 2500 --budget 64 --policy h2o --positions cache --format markdown
 ok  "stream json"      '"pastTrainedContext": true' -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions original --no-full-cache --format json
-ok  "stream csv"       "tova,64,cache,1024,2048,476,476," -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions cache --no-full-cache --format csv
+stream_csv=$("$tool" stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions cache --no-full-cache --format csv 2>/dev/null \
+  | cols - label,budget,positions,segments.begin,segments.end,segments.predictions,segments.bytes)
+if [[ $(tr '\n' ' ' <<<"$stream_csv") == "tova,64,cache,0,1024,1023,1023 tova,64,cache,1024,2048,476,476 " ]]; then pass; else fail "stream csv: $stream_csv"; fi
+csv_ok "stream" --rows rows --expand segments --vary seconds --want segments.bitsPerByte,params.sinks -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova,streaming-llm:sinks=4
+csv_ok "stream sinks" --rows sinks -- stream --model "$model" --text "$heldout" --sinks --tokens 256
 ok  "stream recompute" "recompute" -- stream --model "$model" --text "$heldout" --tokens 1500 --policy none --no-full-cache --recompute 32 --recompute-tokens 64
 ok  "stream sinks"     "first position" -- stream --model "$model" --text "$heldout" --sinks --tokens 256
 ok  "stream svg"       "" -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy h2o --svg "$tmp/stream.svg"
@@ -590,7 +628,7 @@ bad "stream recompute alone" "--recompute needs --recompute-tokens N" -- stream 
 # serve-bench past the context: a policy holds every cache, so the pool's peak stays where it was at the context.
 peak_at() {
   "$tool" serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 64 --tokens "$1" --policy h2o \
-    --budget 64 --positions cache --format csv 2>/dev/null | tail -1 | cut -d, -f6,10
+    --budget 64 --positions cache --format csv 2>/dev/null | cols - peakBlocks,peakCachePositions | tail -1
 }
 if [[ -n $(peak_at 1024) && $(peak_at 1024) == $(peak_at 3000) && $(peak_at 3000) == *",65" ]]; then
   pass

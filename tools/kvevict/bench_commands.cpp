@@ -159,6 +159,11 @@ int run_bench_policies(const BenchArgs& f, const CLI::App* cmd) {
                            "need --model");
     }
   }
+  if (f.format == "csv") {
+    // Steps and banks are rows of two shapes, and the compare's times none.
+    throw ParameterError("bench: --format csv needs --model (the policies' report is two tables and the compare's "
+                         "times: --format json holds them all)");
+  }
   BenchOptions options;
   options.budgets = parse_integer_list(f.budgets, "--budgets");
   // Items with parameters ("expected-attention:evictEvery=8") go to the
@@ -231,8 +236,8 @@ Command add_bench_command(CLI::App& app, const ModelContext& context) {
   auto f = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand(
       "bench", "Time every policy's decode step against a memory-read bandwidth baseline");
-  cmd->add_option("--format", f->format, "table, json or markdown")
-      ->check(CLI::IsMember({"table", "json", "markdown"}))->capture_default_str();
+  cmd->add_option("--format", f->format, "table, json or markdown; with --model also csv")
+      ->check(CLI::IsMember({"table", "json", "markdown", "csv"}))->capture_default_str();
   cmd->add_option("--budgets", f->budgets, "comma-separated budgets")->capture_default_str();
   cmd->add_option("--policies", f->policies,
                   "comma-separated names (or name:key=value[:key=value] items, each parameter set), or all (all "

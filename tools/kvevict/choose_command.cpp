@@ -11,6 +11,7 @@
 #include "cli_options.h"
 #include "commands.h"
 #include "kvevict/model/evaluation/choose.h"
+#include "output.h"
 
 namespace kvevict::cli {
 
@@ -42,7 +43,7 @@ int run_choose(const ChooseArgs& f, std::uint32_t context) {
   if (!f.policies.empty()) request.policies = parse_policy_list(f.policies);
   request.progress = progress.fn("steps");
   // The plan, the recommendation and the commands are printed around the
-  // table; markdown and json are the rows alone (json with them as fields).
+  // table; markdown, csv and json are the rows alone (json with them as fields).
   const bool human = f.format == "table";
   const auto on_plan = [&](const ChoosePlan& p) {
     if (!human) return;
@@ -57,6 +58,10 @@ int run_choose(const ChooseArgs& f, std::uint32_t context) {
   const ChooseResult result = choose(model, text, request, on_plan, f.model, f.text);
   if (f.format == "json") {
     std::cout << choose_json(result);
+    return 0;
+  }
+  if (f.format == "csv") {  // the ranked rows; the plan and the answer are the JSON's other fields
+    print_csv(std::cout, choose_json(result), "rows");
     return 0;
   }
   if (f.format == "markdown") {
@@ -92,8 +97,8 @@ Command add_choose_command(CLI::App& app, const ModelContext& context) {
   cmd->add_option("--windows", f->windows, "fix the perplexity windows instead of planning them from the time (0: planned)");
   cmd->add_option("--samples", f->samples, "fix the passkey samples a depth instead of planning them (0: planned; at most 100)");
   add_granularity_option(cmd, f->granularity);
-  cmd->add_option("--format", f->format, "table, markdown or json")
-      ->check(CLI::IsMember({"table", "markdown", "json"}))
+  cmd->add_option("--format", f->format, "table, markdown, json or csv")
+      ->check(CLI::IsMember({"table", "markdown", "json", "csv"}))
       ->capture_default_str();
   return {cmd, [f, context] { return run_choose(*f, *context); }};
 }

@@ -222,7 +222,7 @@ int run_tasks_command(const TasksArgs& f, std::uint32_t context) {
   if (f.format == "json") {
     std::cout << tasks_json(rows);
   } else if (f.format == "csv") {
-    std::cout << tasks_csv(rows);
+    cli::print_csv(std::cout, tasks_json(rows));  // the JSON's keys and values, as every command's CSV
   } else {
     std::cout << tasks_markdown(rows);
   }

@@ -3,11 +3,18 @@
 #include "kvevict/report/report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <map>
 #include <ostream>
+#include <set>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kvevict/eval/json.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 
 namespace kvevict::cli {
@@ -26,16 +33,11 @@ std::int64_t param_value(const ParamMap& params, const std::string& key) {
   return 0;
 }
 
+// Table or Markdown: cells made for a reader (signs, units, ranges, "-" for
+// none). CSV never comes here: it is built from the command's JSON
+// (print_csv), one value a cell.
 void print_cells(std::ostream& out, const std::vector<std::vector<std::string>>& cells,
                  const std::string& format, std::size_t left_columns) {
-  if (format == "csv") {
-    for (const auto& r : cells) {
-      std::string line;
-      for (std::size_t i = 0; i < r.size(); ++i) line += (i ? "," : "") + r[i];
-      out << line << '\n';
-    }
-    return;
-  }
   if (format == "markdown") {
     auto md_line = [&](const std::vector<std::string>& c) {
       std::string s = "|";
@@ -51,7 +53,151 @@ void print_cells(std::ostream& out, const std::vector<std::vector<std::string>>&
   }
   print_aligned(out, cells);
 }
+
+// ---- CSV: the JSON rows, one value a cell ----------------------------------
+// A command's CSV is built from the JSON text the same command prints with
+// --format json (the library's *_json, most walking the row schema), never
+// from the table's cells, so the two carry the same values and the same
+// fields: a column per scalar field, named by its JSON key; an object's
+// members flattened as KEY.MEMBER (params.recentWindow, metrics.heavyHitterRecall);
+// arrays left to JSON (perHead), except the one a command prints a line per
+// element of (stream's segments, as segments.begin, ...).
+
+// RFC 4180: a cell holding a comma, a quote or a line break is quoted, its
+// quotes doubled.
+std::string csv_cell(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// A JSON scalar as its cell: no value (null, or a number JSON cannot hold)
+// empty; a number exactly as the JSON prints it (full precision, no sign,
+// separator or unit); true and false as JSON writes them.
+std::string csv_value(const nlohmann::ordered_json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return csv_cell(v.get_ref<const std::string&>());
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return "";
+  return v.dump();
+}
+
+using CsvLine = std::vector<std::pair<std::string, const nlohmann::ordered_json*>>;
+
+void flatten(const nlohmann::ordered_json& object, const std::string& prefix, CsvLine& line) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it.value().is_object()) {
+      flatten(it.value(), name, line);
+    } else if (!it.value().is_array()) {
+      line.emplace_back(name, &it.value());
+    }
+  }
+}
+
+// The header: every name any line has, in the order the lines agree on.
+// Rows leave out fields that do not apply to them (a policy's params, a
+// field present only for some rows), so no one line need hold them all;
+// each line orders its own, and a column goes as early as those orders
+// allow, ties by first appearance (a topological sort).
+std::vector<std::string> csv_header(const std::vector<CsvLine>& lines) {
+  std::vector<std::string> names;
+  std::map<std::string, std::size_t> index;
+  std::vector<std::set<std::size_t>> after;
+  std::vector<std::size_t> before;  // how many columns must come first
+  constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  for (const CsvLine& line : lines) {
+    std::size_t previous = kNone;
+    for (const auto& cell : line) {
+      auto [it, added] = index.try_emplace(cell.first, names.size());
+      if (added) {
+        names.push_back(cell.first);
+        after.emplace_back();
+        before.push_back(0);
+      }
+      if (previous != kNone && after[previous].insert(it->second).second) {
+        ++before[it->second];
+      }
+      previous = it->second;
+    }
+  }
+  std::vector<std::string> header;
+  std::vector<bool> placed(names.size(), false);
+  std::set<std::size_t> ready;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (before[i] == 0) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    const std::size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    header.push_back(names[i]);
+    placed[i] = true;
+    for (const std::size_t j : after[i]) {
+      if (--before[j] == 0) ready.insert(j);
+    }
+  }
+  // Lines that disagree (no row of the library's does): the rest by first appearance.
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!placed[i]) header.push_back(names[i]);
+  }
+  return header;
+}
+
+void print_csv_rows(std::ostream& out, const nlohmann::ordered_json& rows, std::string_view expand) {
+  std::vector<CsvLine> lines;
+  for (const nlohmann::ordered_json& row : rows) {
+    CsvLine line;
+    flatten(row, "", line);
+    const auto inner = expand.empty() ? row.end() : row.find(std::string(expand));
+    if (inner == row.end() || !inner->is_array() || inner->empty()) {
+      lines.push_back(std::move(line));
+      continue;
+    }
+    for (const nlohmann::ordered_json& element : *inner) {
+      CsvLine per = line;
+      if (element.is_object()) flatten(element, std::string(expand), per);
+      lines.push_back(std::move(per));
+    }
+  }
+  if (lines.empty()) return;  // no rows: nothing names the columns
+  const std::vector<std::string> header = csv_header(lines);
+  std::string text;
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    if (i > 0) text += ',';
+    text += csv_cell(header[i]);
+  }
+  out << text << '\n';
+  for (const CsvLine& line : lines) {
+    std::map<std::string_view, const nlohmann::ordered_json*> value;
+    for (const auto& [name, v] : line) value.emplace(name, v);
+    text.clear();
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      if (i > 0) text += ',';
+      const auto it = value.find(header[i]);
+      if (it != value.end()) text += csv_value(*it->second);
+    }
+    out << text << '\n';
+  }
+}
+
+void print_csv_json(std::ostream& out, const nlohmann::ordered_json& doc, std::string_view rows_key,
+                    std::string_view expand) {
+  if (!rows_key.empty()) {
+    const auto it = doc.find(std::string(rows_key));
+    if (it != doc.end()) print_csv_rows(out, *it, expand);
+    return;
+  }
+  if (doc.is_array()) {
+    print_csv_rows(out, doc, expand);
+  } else {
+    print_csv_rows(out, nlohmann::ordered_json::array({doc}), expand);  // one row (run)
+  }
+}
 }  // namespace
+
+void print_csv(std::ostream& out, std::string_view json, std::string_view rows_key, std::string_view expand) {
+  print_csv_json(out, nlohmann::ordered_json::parse(json), rows_key, expand);
+}
 
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells) {
   std::vector<std::size_t> width;
@@ -96,17 +242,7 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
   }
 
   if (format == "csv") {
-    std::string cols = "policy,trace,budget";
-    for (const auto& p : extra_param_columns) cols += "," + p;
-    out << cols << ",retainedAttentionMass,heavyHitterRecall,evictionCalls,evicted,memoryBytes,seconds,params\n";
-    for (const RunRow& r : rows) {
-      std::string extra;
-      for (const auto& p : extra_param_columns) extra += fmt::format(",{}", param_value(r.params, p));
-      out << fmt::format("{},{},{}{},{:.6f},{:.6f},{},{},{},{:.6f},\"{}\"\n", r.policy, r.trace,
-                         r.budget, extra, r.metrics.retained_attention_mass,
-                         r.metrics.heavy_hitter_recall, r.metrics.eviction_calls, r.totals.evicted,
-                         r.memory_bytes, r.seconds, params_text(r.params));
-    }
+    print_csv(out, rows_json(rows, -1), "rows");
     return;
   }
 
@@ -123,7 +259,6 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
     line.push_back(std::to_string(r.memory_bytes));
     cells.push_back(std::move(line));
   }
-  // CSV was written above with more columns than the table shows.
   print_cells(out, cells, format, (ranked ? 2U : 1U) + extra_param_columns.size());
 }
 
@@ -224,6 +359,10 @@ void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& ro
     out << decode_bench_json(rows) << '\n';
     return;
   }
+  if (format == "csv") {
+    print_csv(out, decode_bench_json(rows));
+    return;
+  }
   const auto pct = [](double x) { return fmt::format("{:.1f}%", 100.0 * x); };
   const auto rate = [](double x) { return x >= 100.0 ? fmt::format("{:.0f}", x) : fmt::format("{:.1f}", x); };
   std::vector<std::vector<std::string>> cells{{"mode", "policy", "budget", "threads", "runs", "prompt", "tokens",
@@ -254,6 +393,10 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
                       const std::vector<std::string>& extra) {
   if (format == "json") {
     out << perplexity_json(rows) << '\n';
+    return;
+  }
+  if (format == "csv") {  // a sweep's parameter is its params.KEY column
+    print_csv(out, perplexity_json(rows, -1));
     return;
   }
   const bool ranked = !rows.empty() && rows.front().ranked;
@@ -327,20 +470,11 @@ void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const s
     out << stream_json(rows) << '\n';
     return;
   }
-  std::vector<std::vector<std::string>> cells;
-  if (format == "csv") {
-    cells.push_back({"policy", "budget", "positions", "segment begin", "segment end", "predictions", "bytes",
-                     "bits per byte"});
-    for (const StreamRow& r : rows) {
-      for (const StreamSegment& s : r.segments) {
-        cells.push_back({stream_label(r), r.budget == 0 ? "-" : std::to_string(r.budget),
-                         std::string(position_mode_name(r.positions)), std::to_string(s.begin), std::to_string(s.end),
-                         std::to_string(s.predictions), std::to_string(s.bytes), fmt::format("{:.4f}", s.bits_per_byte())});
-      }
-    }
-    print_cells(out, cells, format, 3);
+  if (format == "csv") {  // a line per row and segment
+    print_csv(out, stream_json(rows), "rows", "segments");
     return;
   }
+  std::vector<std::vector<std::string>> cells;
   // Spans that double: segments [0,1), [1,2), [2,4), [4,8), ... of the longest run.
   std::size_t segments = 0;
   std::uint64_t length = 0, last = 0;
@@ -408,6 +542,10 @@ void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const 
     out << stream_json({}, shares) << '\n';
     return;
   }
+  if (format == "csv") {
+    print_csv(out, stream_json({}, shares), "sinks");
+    return;
+  }
   std::vector<std::vector<std::string>> cells{{"layer", "first position", "spread evenly", "first four",
                                                "spread evenly (four)"}};
   for (const SinkShare& s : shares) {
@@ -420,6 +558,10 @@ void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const 
 void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format) {
   if (format == "json") {
     out << serve_json(rows) << '\n';
+    return;
+  }
+  if (format == "csv") {
+    print_csv(out, serve_json(rows, -1));
     return;
   }
   const bool chunked = std::any_of(rows.begin(), rows.end(), [](const ServeRow& r) { return r.run.chunk != 0; });
@@ -452,13 +594,17 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
 
 void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,
                        const std::string& format) {
-  if (format == "json") {
+  if (format == "json" || format == "csv") {
     nlohmann::ordered_json doc = nlohmann::ordered_json::array();
     for (const PersistenceRow& r : rows) {
       doc.push_back({{"lag", r.lag}, {"important", r.important}, {"persisted", r.persisted},
                      {"share", r.share}, {"baseRate", r.base_rate}});
     }
-    out << doc.dump(2) << '\n';
+    if (format == "csv") {
+      print_csv_json(out, doc, "", "");
+    } else {
+      out << doc.dump(2) << '\n';
+    }
     return;
   }
   std::vector<std::vector<std::string>> cells{

@@ -4,6 +4,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvevict/eval/bench.h"
@@ -16,26 +17,43 @@
 
 namespace kvevict::cli {
 
+// CSV for a machine (--format csv), from the JSON text the same command prints
+// with --format json, so both carry the same values: a header line, then a
+// line a row, one value a cell. A column per scalar field, named by its JSON
+// key, an object's members as KEY.MEMBER (params.recentWindow,
+// metrics.retainedAttentionMass); numbers exactly as the JSON has them; an
+// empty cell where the JSON has null or leaves the field out; RFC 4180
+// quoting. Arrays stay in the JSON, except `expand`: a line per element of
+// that array (stream's segments), its members as EXPAND.MEMBER. `json`: an
+// array of rows, one row object, or (with `rows_key`) an object holding the
+// array under that key.
+void print_csv(std::ostream& out, std::string_view json, std::string_view rows_key = {},
+               std::string_view expand = {});
+
 // A single run as aligned "key  value" lines.
 void print_run_table(std::ostream& out, const RunRow& row);
 
-// Rows as a table ("table"), CSV ("csv") or Markdown ("markdown"). Ranked rows
-// (from compare) get a rank column.
+// Rows as a table ("table"), CSV ("csv": rows_json's rows, print_csv) or
+// Markdown ("markdown"). Ranked rows (from compare) get a rank column in the
+// table and Markdown.
 void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
                 bool ranked, const std::vector<std::string>& extra_param_columns = {});
 
-// The bench report as a table, Markdown or JSON.
+// The bench report as a table, Markdown or JSON; bench --model's rows also as
+// CSV.
 void print_bench(std::ostream& out, const BenchReport& report, const std::string& format);
 void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format);
 void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
                 const std::string& active, const std::string& format);
 
 // Perplexity rows (the full cache first) as a table, CSV, Markdown or JSON
-// (the JSON from the row's one description, kvevict/model/evaluation/perplexity_rows.h).
+// (the JSON from the row's one description, kvevict/model/evaluation/perplexity_rows.h;
+// the CSV from that JSON, print_csv).
 // Ranked rows (compare) add the rank column; rows with proxies add their two
 // columns; rows of a paged store add the peak blocks in use, and a measured
 // store (block or layer mode) the peak positions held.
-// `extra`: parameters to show in a column each after the budget (a sweep's).
+// `extra`: parameters to show in a column each after the budget (a sweep's);
+// the CSV has every parameter as params.KEY.
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format,
                       const std::vector<std::string>& extra = {});
 
@@ -49,8 +67,8 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
 
 // Stream rows: a table or Markdown of bits per byte over spans of the stream
 // that double (the first segment, the second, the next two, four, ...), the
-// whole run, and the most positions a cache held; CSV one line per row and
-// segment; JSON every segment (stream_json).
+// whole run, and the most positions a cache held; JSON every segment
+// (stream_json); CSV that JSON, a line per row and segment (print_csv).
 void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const std::string& format);
 // The stream's bits per byte by segment against the position, one line a row
 // (original positions dashed), the model's context marked: a standalone SVG.

@@ -44,11 +44,10 @@ struct TaskRow {
   std::string granularity;
 };
 
-// The rows as JSON (an array of objects), CSV (a header line, then one line
-// a row) and a markdown table of accuracy by depth, one line per
+// The rows as JSON (an array of objects; the tool's CSV is made from it, one
+// value a cell) and a markdown table of accuracy by depth, one line per
 // task x length x policy x budget x moment.
 std::string tasks_json(const std::vector<TaskRow>& rows);
-std::string tasks_csv(const std::vector<TaskRow>& rows);
 std::string tasks_markdown(const std::vector<TaskRow>& rows);
 
 // The retrieval tasks kvevict tasks builds (model/tasks.h): passkey,
