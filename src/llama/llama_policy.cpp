@@ -269,7 +269,7 @@ void LlamaPolicy::after_decode(llama_context* ctx, std::span<const std::int32_t>
 }
 
 std::int32_t LlamaPolicy::next_position(std::uint32_t seq) const {
-  const Sequence& s = *sequences_.at(seq);
+  const Sequence& s = sequence_at(seq);
   return static_cast<std::int32_t>(options_.cache_positions ? static_cast<std::int64_t>(s.held.size()) : s.next);
 }
 
@@ -353,12 +353,19 @@ void LlamaPolicy::step_sequence(std::uint32_t seq, std::uint32_t row, std::int32
   s.cells.resize(out);
 }
 
-std::span<const Position> LlamaPolicy::victims(std::uint32_t seq) const { return sequences_.at(seq)->victims; }
+LlamaPolicy::Sequence& LlamaPolicy::sequence_at(std::uint32_t seq) const {
+  if (seq >= sequences_.size()) {
+    throw ContractError(fmt::format("llama: sequence {} is not one of the {} this policy keeps", seq, sequences_.size()));
+  }
+  return *sequences_[seq];
+}
 
-std::span<const Position> LlamaPolicy::held(std::uint32_t seq) const { return sequences_.at(seq)->held; }
+std::span<const Position> LlamaPolicy::victims(std::uint32_t seq) const { return sequence_at(seq).victims; }
+
+std::span<const Position> LlamaPolicy::held(std::uint32_t seq) const { return sequence_at(seq).held; }
 
 void LlamaPolicy::reset(std::uint32_t seq) {
-  Sequence& s = *sequences_.at(seq);
+  Sequence& s = sequence_at(seq);
   for (const std::int64_t c : s.cells) {
     cell_holder_[static_cast<std::size_t>(c)] = CellHolder{};
   }

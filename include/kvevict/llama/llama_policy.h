@@ -129,6 +129,8 @@ class LlamaPolicy {
  private:
   struct Sequence;
   void take(ggml_tensor* t);
+  // Sequence `seq`, or ContractError naming the sequences kept.
+  Sequence& sequence_at(std::uint32_t seq) const;
   void step_sequence(std::uint32_t seq, std::uint32_t row, std::int32_t llama_position);
   static void remove_and_shift(llama_memory_i* memory, std::int32_t seq, std::span<const std::int32_t> slots,
                                std::size_t count);
