@@ -227,6 +227,11 @@ def quick_variant(command: str) -> str:
         one = "--max-windows" in words[:-1] and words[words.index("--max-windows") + 1] == "1"
         flags.append(f"--policy {words[words.index('--policy') + 1].split(',')[0]}" if one and "--policy" in words[:-1]
                      else "--max-windows 1")
+        # And one thread: llama.cpp's threads wait for each other at every
+        # operation, so beside make test's other jobs two of them took minutes
+        # (the table's cells but its times are the same at any thread count).
+        if "--threads" in words[:-1] and words[words.index("--threads") + 1] != "1":
+            flags.append("--threads 1")
     elif words[1] == "llama" and "stream" in words:
         flags.append("--tokens 1500")
     elif words[1] == "tasks":

@@ -96,6 +96,8 @@ for long, quick in [
         ("build/kvevict choose --model m.kvm --budget 128 --windows 8 --samples 4", "--windows 2 --samples 1"),
         ("build/kvevict llama perplexity --model m.gguf --text t.txt --max-windows 4", "--max-windows 1"),
         ("build/kvevict llama perplexity --model m.gguf --text t.txt --policy h2o,tova --max-windows 1", "--policy h2o"),
+        ("build/kvevict llama perplexity --model m.gguf --text t.txt --policy h2o,tova --max-windows 1 --threads 2",
+         "--policy h2o --threads 1"),
         ("build/kvevict llama stream --model m.gguf --text t.txt --tokens 8192", "--tokens 1500"),
         ("build/kvevict compare --model m.kvm --text t.txt --max-windows 8", "--max-windows 1")]:
     got = doc_commands.quick_variant(long)
