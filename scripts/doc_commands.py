@@ -200,7 +200,7 @@ def with_flags(command: str, flags: str) -> str:
 # variant (and gets its quick variant's table); a quicker one is compared in
 # full by every make test. scripts/docs-check.py fails an unmarked command
 # that runs longer.
-LONG_SECONDS = 20
+LONG_SECONDS = 10
 QUICK_PHRASE = "Its quick variant, compared cell by cell by `make test`"
 QUICK_OPEN = "<details><summary>The quick variant that make test compares in its place</summary>"
 QUICK_CLOSE = "</details>"

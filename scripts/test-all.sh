@@ -2,7 +2,7 @@
 # Every test suite: the Release build (gcc, with the Python suite in ctest),
 # the Node.js suite, the C++ suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer (clang), then
-# each libFuzzer target briefly (FUZZ_SECONDS each, default 20).
+# each libFuzzer target briefly (FUZZ_SECONDS each, default 10).
 #
 # The sanitizer and fuzz builds carry line tables only (-gline-tables-only,
 # CMakePresets.json): a report's stack still names file and line, and they
@@ -93,7 +93,7 @@ stage_done "node"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_preset sanitize build-sanitize "${required_sanitize[@]}"
 
-fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_seconds=${FUZZ_SECONDS:-10}
 if [[ $fuzz_seconds -gt 0 ]]; then
   echo "== fuzz (${fuzz_seconds}s per target) =="
   bash scripts/fuzz.sh "$fuzz_seconds" 2>&1 | tee "$logs/fuzz.log"

@@ -9,7 +9,7 @@ the command that produced it in backticks and ends with a colon, e.g.
     | rank | policy | ...
 
 The command is rerun from the repository root and the table replaced by its
-output. A command that takes LONG_SECONDS (20 s) or more gets its measured
+output. A command that takes LONG_SECONDS (10 s) or more gets its measured
 time and a quick variant written into that line, "(takes 4 min 10 s on 2
 cores; `--samples 1 --depths 1` for a quick look)", and right under its table
 a second one: the quick variant's own output, in a line that names it and says
