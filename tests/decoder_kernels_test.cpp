@@ -58,14 +58,17 @@ std::vector<Token> tokens_for(const Model& model, std::size_t n) {
   return t;
 }
 
-// What a run's progress callback was told: counts must rise to the total.
+// What a run's progress callback was told: 0 of the total first (before any
+// token), then counts rising to the total, which is reported once.
 struct ProgressSeen {
+  std::uint32_t calls = 0;
   std::uint32_t last = 0;
   std::uint32_t total = 0;
   bool rising = true;
   ProgressFn callback() {
     return [this](std::uint32_t done, std::uint32_t of) {
-      rising = rising && done > last && (total == 0 || of == total);
+      rising = rising && (calls == 0 ? done == 0 : done > last && of == total);
+      ++calls;
       last = done;
       total = of;
     };
@@ -313,7 +316,10 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
     const std::vector<PerplexityRow> b = perplexity(*model, text, specs, together);
     EXPECT_TRUE(seen.rising) << label;
     EXPECT_EQ(seen.last, seen.total) << label << ": progress ends at its total";
-    EXPECT_EQ(seen.total, (specs.size() + 1) * 3) << label << ": a unit a run a window";
+    // In tokens: every run steps each window's positions but its last; with a
+    // prefill, the 40 tokens a window reads before its first prediction too.
+    const std::uint64_t stepped = a[0].predictions + (options.prefill > 0 ? 3U * 40U : 0U);
+    EXPECT_EQ(seen.total, (specs.size() + 1) * stepped) << label << ": each run's tokens";
     ASSERT_EQ(a.size(), specs.size() + 1) << label;
     ASSERT_EQ(b.size(), a.size()) << label;
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -414,7 +420,8 @@ TEST(WeightKernelsDecoder, TaskRowsAreTheConfigurationsOneAtATime) {
   const std::vector<TaskRow> b = run_tasks(model, filler, request, together);
   EXPECT_TRUE(seen.rising);
   EXPECT_EQ(seen.last, seen.total) << "progress ends at its total";
-  EXPECT_EQ(seen.total, 2U * 2U * 2U * (1U + 3U * 2U * 3U)) << "a unit a sample a configuration";
+  // In tokens: each of the 2 x 2 x 2 samples' 150, once a configuration.
+  EXPECT_EQ(seen.total, 150U * 2U * 2U * 2U * (1U + 3U * 2U * 3U)) << "a sample's length a configuration";
   ASSERT_EQ(a.size(), 2U * 2U * (1U + 3U * 2U * 3U));
   ASSERT_EQ(b.size(), a.size());
   std::uint64_t evicted = 0;
@@ -451,7 +458,7 @@ TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
   const std::vector<StreamRow> b = stream_perplexity(*model, text, request, together);
   EXPECT_TRUE(seen.rising);
   EXPECT_EQ(seen.last, seen.total) << "progress ends at its total";
-  EXPECT_EQ(seen.total, a.size()) << "a unit a run";
+  EXPECT_EQ(seen.total, 220U * a.size()) << "the stream's 220 tokens a run";
   ASSERT_EQ(a.size(), 1U + 3U * 2U * 2U + 1U);
   ASSERT_EQ(b.size(), a.size());
   EXPECT_EQ(a.front().tokens, model->config().context) << "the full cache stops at the context";

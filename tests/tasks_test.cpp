@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -329,6 +330,42 @@ TEST(Tasks, MoreJobsThanProgressCanCountAreRefusedBeforeAnyRuns) {
   EXPECT_EQ(ran.load(), 0U);
   detail::parallel_jobs(3, {}, [&](std::size_t) { ++ran; });
   EXPECT_EQ(ran.load(), 3U);
+}
+
+// Progress counted inside the work: (0, total) at the start, then at most one
+// report per interval however often it is counted, the total reported once,
+// and a total past 32 bits in units that fit.
+TEST(Tasks, ProgressCountsAtOnceThenAtMostEveryIntervalAndTheTotalOnce) {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> seen;
+  detail::ProgressCounter count([&](std::uint32_t done, std::uint32_t total) { seen.emplace_back(done, total); },
+                                10000);
+  const auto started = std::chrono::steady_clock::now();
+  count.start();
+  for (int i = 0; i < 9999; ++i) count.add(1);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), std::make_pair(0U, 10000U));
+  // The start, then one report per interval passed at most.
+  const double intervals = elapsed / std::chrono::duration<double>(detail::ProgressCounter::kInterval).count();
+  EXPECT_LE(static_cast<double>(seen.size()), 1.0 + std::ceil(intervals)) << elapsed << " s";
+  count.add(5);  // past the total: counted to it, reported
+  count.add(1);  // after it: nothing more
+  EXPECT_EQ(seen.back(), std::make_pair(10000U, 10000U));
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), std::make_pair(10000U, 10000U)), 1);
+
+  seen.clear();
+  detail::ProgressCounter big([&](std::uint32_t done, std::uint32_t total) { seen.emplace_back(done, total); },
+                              std::uint64_t{1} << 33);
+  big.start();
+  big.add(std::uint64_t{1} << 32);
+  big.add(std::uint64_t{1} << 32);
+  EXPECT_EQ(seen.front(), std::make_pair(0U, 1U << 31)) << "2^33 in units of 4";
+  EXPECT_EQ(seen.back(), std::make_pair(1U << 31, 1U << 31));
+
+  detail::ProgressCounter silent({}, 5);  // no callback: counting costs nothing and reports nothing
+  silent.start();
+  silent.add(5);
+  EXPECT_FALSE(static_cast<bool>(silent));
 }
 
 TEST(Tasks, SamplesAreReproducibleFromTheSeed) {

@@ -2,9 +2,13 @@
 // tasks): internal to the library, OpenMP stays out of public headers.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -13,6 +17,58 @@
 #include "kvevict/eval/harness.h"
 
 namespace kvevict::detail {
+
+// Progress counted inside the work, not at its end: a decode loop counts its
+// tokens as it steps them, from any thread, so the first report comes at once
+// (start(): 0 of the total, after the request was checked) and the next within
+// a fraction of a second, however long one window or stream is. Reports are
+// made one at a time, at most every kInterval apart (and always at the total),
+// so counting every token costs a clock read and a lock. A report that throws
+// fails the work that counted it: parallel_jobs rethrows it after all stop.
+class ProgressCounter {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{200};
+
+  // `progress` may be empty: then counting costs nothing. ProgressFn counts
+  // in 32 bits: a larger total is reported in units of 2^shift.
+  ProgressCounter(ProgressFn progress, std::uint64_t total) : progress_(std::move(progress)), total_(total) {
+    while ((total_ >> shift_) > std::numeric_limits<std::uint32_t>::max()) ++shift_;
+  }
+
+  void start() {
+    if (!progress_) return;
+    const std::lock_guard lock(mutex_);
+    last_ = std::chrono::steady_clock::now();
+    report();
+  }
+
+  void add(std::uint64_t units) {
+    if (!progress_) return;
+    const std::lock_guard lock(mutex_);
+    if (finished_) return;  // the total is reported once
+    done_ = std::min(total_, done_ + units);
+    finished_ = done_ == total_;
+    const auto now = std::chrono::steady_clock::now();
+    if (!finished_ && now - last_ < kInterval) return;
+    last_ = now;
+    report();
+  }
+
+  explicit operator bool() const { return static_cast<bool>(progress_); }
+
+ private:
+  void report() {
+    progress_(static_cast<std::uint32_t>(done_ >> shift_), static_cast<std::uint32_t>(total_ >> shift_));
+  }
+
+  ProgressFn progress_;
+  std::uint64_t total_ = 0;
+  unsigned shift_ = 0;
+  std::uint64_t done_ = 0;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point last_{};
+  std::mutex mutex_;
+};
 
 // Runs `jobs` (index -> work) on every core, in any order, and rethrows the
 // first failure -- the work's or the progress callback's -- after all have

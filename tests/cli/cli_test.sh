@@ -666,7 +666,16 @@ ok  "random rope"      "base 500000, scaled" -- random-model --rope-theta 500000
 
 # Every model command takes --threads and --progress (issue 54): plain lines off a terminal, with a rate and the time left.
 err=$("$tool" perplexity --model "$model" --text "$heldout" --max-windows 2 --policy h2o --budget 64 --progress lines --threads 999 2>&1 >/dev/null)
-if [[ $err == *"note: 999 threads asked for"* && $err == *"2/4 window runs"*"tokens/s"* && $err == *"4/4 window runs"*"in all"* ]]; then pass; else fail "perplexity --progress lines --threads 999: $err"; fi
+# In tokens, the first line at once: the full cache and h2o each step 1,023 of
+# each 1,024-position window's tokens, two windows: 4,092.
+first=$(printf '%s\n' "$err" | grep -v 'note:' | head -1)
+if [[ $err == *"note: 999 threads asked for"* && $first == "perplexity: 0/4092 tokens (0%)" && $err == *"/4092 tokens"*"tokens/s"*"left"* && $err == *"4092/4092 tokens (100%)"*"in all"* ]]; then pass; else fail "perplexity --progress lines --threads 999: $err"; fi
+# Every command that runs a model counts tokens (stream: 1,500 a run; the full
+# cache, which stops at the context, and h2o at both position modes).
+err=$("$tool" stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy h2o --positions original,cache --progress lines 2>&1 >/dev/null)
+if [[ $err == "stream: 0/4500 tokens (0%)"* && $err == *"4500/4500 tokens (100%)"* ]]; then pass; else fail "stream --progress lines: $err"; fi
+err=$("$tool" tasks --model "$model" --text "$heldout" --lengths 300 --depths 1 --samples 2 --policies h2o --budgets 64 --progress lines 2>&1 >/dev/null)
+if [[ $err == "tasks: 0/1200 tokens (0%)"* && $err == *"1200/1200 tokens (100%)"* ]]; then pass; else fail "tasks --progress lines: $err"; fi
 err=$("$tool" perplexity --model "$model" --text "$heldout" --max-windows 1 --progress off --threads 1 2>&1 >/dev/null)
 if [[ -z $err ]]; then pass; else fail "--progress off printed: $err"; fi
 for c in "compare --model $model --text $heldout" "sweep --policy h2o --param recentWindow=8 --model $model --text $heldout" "tasks --model $model --text $heldout" "stream --model $model --text $heldout" "serve-bench --model $model --text $heldout" "record --model $model --text $heldout --out $tmp/r.npy" "logits --model $model --tokens 1 --out $tmp/l.npy"; do

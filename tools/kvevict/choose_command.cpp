@@ -41,7 +41,7 @@ int run_choose(const ChooseArgs& f, std::uint32_t context) {
   request.windows = f.windows;
   request.samples = f.samples;
   if (!f.policies.empty()) request.policies = parse_policy_list(f.policies);
-  request.progress = progress.fn("steps");
+  request.progress = progress.fn("tokens");
   // The plan, the recommendation and the commands are printed around the
   // table; markdown, csv and json are the rows alone (json with them as fields).
   const bool human = f.format == "table";

@@ -70,14 +70,29 @@ ProgressFn Progress::fn(const std::string& unit, double tokens_per_unit) const {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point last_line{};
     std::uint32_t last_tenth = 0;
+    std::uint32_t total = 0;
+    std::uint32_t done = 0;
   };
   auto state = std::make_shared<State>();
-  return [what = what_, tty = mode_ == "tty", unit, tokens_per_unit, state](std::uint32_t done, std::uint32_t total) {
+  const bool in_tokens = unit == "tokens";
+  return [what = what_, tty = mode_ == "tty", unit, tokens_per_unit, in_tokens, state](std::uint32_t done,
+                                                                                       std::uint32_t total) {
     const auto now = std::chrono::steady_clock::now();
+    // A new stage of the work (choose: its probes, then the runs) counts
+    // from 0 again: its rate and time left from its own start.
+    if (total != state->total || done < state->done) {
+      state->start = now;
+      state->last_tenth = 0;
+      state->last_line = {};
+      state->total = total;
+    }
+    state->done = done;
     const double elapsed = std::chrono::duration<double>(now - state->start).count();
     std::string line = fmt::format("{}: {}/{} {} ({:.0f}%)", what, done, total, unit,
                                    100.0 * done / std::max<std::uint32_t>(total, 1));
-    if (tokens_per_unit > 0.0) {
+    if (in_tokens) {
+      if (done > 0 && elapsed > 0.0) line += fmt::format(" at {:.0f} tokens/s", done / elapsed);
+    } else if (tokens_per_unit > 0.0) {
       line += fmt::format(", ~{:.0f} tokens", done * tokens_per_unit);
       if (elapsed > 0.0) line += fmt::format(" at {:.0f} tokens/s", done * tokens_per_unit / elapsed);
     }

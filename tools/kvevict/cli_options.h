@@ -52,9 +52,11 @@ class Progress {
  public:
   Progress(std::string what, const RunFlags& flags, const std::string& model);
 
-  // The library's (done, total) in `unit`s; with `tokens_per_unit`, the
-  // tokens they stand for (about: a text's last window is shorter) and
-  // tokens/s too.
+  // The library's (done, total) in `unit`s: "tokens" (each run's tokens
+  // stepped; perplexity, compare, sweep, stream, tasks, choose) with tokens/s;
+  // another unit with `tokens_per_unit`, the tokens one stands for. A
+  // (done, total) that starts over (a new total, or less done) is a new
+  // stage of the work, with its own rate and time left.
   ProgressFn fn(const std::string& unit, double tokens_per_unit = 0.0) const;
 
   int threads() const noexcept { return threads_; }

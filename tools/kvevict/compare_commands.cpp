@@ -58,7 +58,7 @@ int run_compare_model(const CompareArgs& f, const CLI::App* cmd, std::uint32_t c
   options.prefill = f.prefill;
   options.prefill_window = f.window;
   options.kv = kv_of(f.on.kv);
-  options.progress = progress.fn("window runs (windows x runs)", model->config().context);
+  options.progress = progress.fn("tokens");
   const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
   cli::print_perplexity(std::cout, rows, f.format);
   if (f.format == "table") {
@@ -143,7 +143,7 @@ int run_sweep(const SweepArgs& f, const CLI::App* cmd, std::uint32_t context) {
     ModelRunOptions options;
     options.max_windows = f.on.windows;
     options.kv = kv_of(f.on.kv);
-    options.progress = progress.fn("window runs (windows x runs)", model->config().context);
+    options.progress = progress.fn("tokens");
     cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), f.format, extra);
     return 0;
   }

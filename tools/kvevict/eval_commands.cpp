@@ -80,7 +80,7 @@ int run_perplexity(const PerplexityArgs& f, std::uint32_t context) {
   options.paged = paged_of(f.paged);
   options.prefill = f.prefill;
   options.prefill_window = f.window;
-  options.progress = progress.fn("window runs (windows x runs)", model->config().context);
+  options.progress = progress.fn("tokens");
   if (!f.memory.empty()) {
     MemoryRequest request;
     request.policies = parse_policy_list(f.policies);
@@ -148,7 +148,7 @@ int run_stream(const StreamArgs& f, std::uint32_t context) {
   ModelRunOptions options;
   options.kv = kv_of(f.kv);
   options.paged = granularity_of(f.granularity);
-  options.progress = progress.fn("runs", f.tokens);
+  options.progress = progress.fn("tokens");
   if (!f.svg.empty()) check_output_file(f.svg, f.force);  // before the work, not after
   const std::vector<StreamRow> rows = stream_perplexity(*model, text, request, options);
   if (std::any_of(rows.begin(), rows.end(), [](const StreamRow& r) { return r.past_trained_context; })) {
@@ -217,7 +217,7 @@ int run_tasks_command(const TasksArgs& f, std::uint32_t context) {
   ModelRunOptions options;
   options.kv = kv_of(f.kv);
   options.paged = granularity_of(f.granularity);
-  options.progress = progress.fn("answers");
+  options.progress = progress.fn("tokens");
   const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
   if (f.format == "json") {
     std::cout << tasks_json(rows);
@@ -245,7 +245,7 @@ int run_record(RecordArgs& f, std::uint32_t context) {
   const std::vector<std::uint8_t> text = read_model_text(f.text);
   f.files.attention = f.out;
   f.files.overwrite = f.force;
-  const std::uint32_t n = record_signals(*model, text, f.files, f.tokens);
+  const std::uint32_t n = record_signals(*model, text, f.files, f.tokens, progress.fn("tokens"));
   const ModelConfig& c = model->config();
   const bool bytes = model->vocabulary().kind() == Vocabulary::Kind::kBytes;
   std::cerr << fmt::format("wrote {}: [{}, {}, {}] float32 ({} layers x {} KV heads, {} {} of {})\n", f.out,
@@ -287,7 +287,7 @@ int run_logits(const LogitsArgs& f, std::uint32_t context) {
     if (budget == 0) budget = find_policy(f.policy).effective(params).front().second;
     spec = RunSpec{f.policy, params, budget};
   }
-  const std::vector<float> logits = model_logits(*model, tokens, spec ? &*spec : nullptr);
+  const std::vector<float> logits = model_logits(*model, tokens, spec ? &*spec : nullptr, progress.fn("tokens"));
   const std::uint64_t shape[] = {tokens.size(), model->config().vocab};
   write_npy_floats(shape, logits, f.out, f.force);
   std::cerr << fmt::format("wrote {} ([{}, {}] float32)\n", f.out, tokens.size(), model->config().vocab);

@@ -117,6 +117,7 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
   }
   ModelRunOptions options;
   options.paged = request.granularity;
+  options.progress = request.progress;  // each stage (probe, runs) counts its tokens from 0
   TaskRequest tasks;
   tasks.tasks = {"passkey"};
   tasks.lengths = {plan.length};
@@ -158,7 +159,6 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
 
   // The runs.
   options.max_windows = plan.windows;
-  options.progress = request.progress;
   const std::vector<PerplexityRow> ppl = perplexity(*model, text, specs, options);
   tasks.depths = plan.depths;
   tasks.samples = plan.samples;

@@ -38,6 +38,14 @@ namespace {
 
 using Window = TextWindow;
 
+// The tokens a run steps through the windows (each window's last position is
+// only predicted): what progress counts.
+std::uint64_t window_steps(const std::vector<Window>& windows) {
+  std::uint64_t steps = 0;
+  for (const Window& w : windows) steps += w.length - 1;
+  return steps;
+}
+
 ParamMap without_budget(ParamMap params) {
   std::erase_if(params, [](const auto& kv) { return kv.first == "budget"; });
   return params;
@@ -52,7 +60,8 @@ struct WindowResult {
 // One window through a decoder whose heads have the given policies (null =
 // full cache), on the store `paged` asks for.
 WindowResult run_window(const std::shared_ptr<const Model>& model, const TokenizedText& text,
-                        const Window& w, const RunSpec* spec, const ModelRunOptions& options, const KvFormat& kv) {
+                        const Window& w, const RunSpec* spec, const ModelRunOptions& options, const KvFormat& kv,
+                        detail::ProgressCounter& count) {
   const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
   DecoderOptions store;
@@ -74,6 +83,7 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, const Tokeniz
     if (compressor) compressor->after_step(decoder, i);
     // With a prefill, token i + 1 is scored once tokens 0 ... prefill-1 are read.
     if (i + 1 > options.prefill) r.nll += negative_log_likelihood(logits, w.token_at(text, i + 1));
+    count.add(1);
   }
   r.evicted = decoder.evicted();
   r.store = decoder.store();
@@ -86,7 +96,8 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, const Tokeniz
 // that shares the cores with others).
 std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>& model, const TokenizedText& text,
                                               const Window& w, std::span<const RunSpec* const> specs,
-                                              std::span<const KvFormat* const> kvs, const ModelRunOptions& options) {
+                                              std::span<const KvFormat* const> kvs, const ModelRunOptions& options,
+                                              detail::ProgressCounter& count) {
   const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
   struct One {
@@ -121,6 +132,7 @@ std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>
       if (runs[k].compressor) runs[k].compressor->after_step(*runs[k].decoder, i);
       if (i + 1 > options.prefill) r[k].nll += negative_log_likelihood(runs[k].decoder->last_logits(), w.token_at(text, i + 1));
     }
+    count.add(runs.size());
   }
   for (std::size_t k = 0; k < runs.size(); ++k) {
     r[k].evicted = runs[k].decoder->evicted();
@@ -179,7 +191,8 @@ std::vector<std::unique_ptr<MatrixTrace>> record_window(const std::shared_ptr<co
 
 }  // namespace
 
-std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec) {
+std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec,
+                                const ProgressFn& progress) {
   const ModelConfig& cfg = model.config();
   if (tokens.empty()) throw InputError("logits: no tokens given");
   if (tokens.size() > cfg.context) {
@@ -197,6 +210,7 @@ std::vector<float> model_logits(const Model& model, std::span<const Token> token
   for (const Token t : tokens) {
     const std::span<const float> logits = decoder.step(t);
     out.insert(out.end(), logits.begin(), logits.end());
+    if (progress) progress(static_cast<std::uint32_t>(out.size() / cfg.vocab), static_cast<std::uint32_t>(tokens.size()));
   }
   return out;
 }
@@ -280,11 +294,14 @@ void check_run_policies(const ModelConfig& cfg, const std::vector<Run>& runs_in,
 }
 
 // Every run on every window: results[r x windows + w] and the seconds each took.
+// Progress counts tokens stepped: each run steps each window's length - 1.
 void run_all_windows(const Model& model, const TokenizedText& text, const std::vector<Window>& windows,
                      const std::vector<Run>& runs_in, const ModelRunOptions& options,
                      std::vector<WindowResult>& results, std::vector<double>& seconds) {
   const std::size_t runs = runs_in.size();
   const std::shared_ptr<const Model> shared = shared_view(model);
+  detail::ProgressCounter count(options.progress, runs * window_steps(windows));
+  count.start();
   if (options.together && model.uses_kernels() && runs > 1) {
     // Each window's runs in as few groups as keep every core busy, each group
     // stepped together on one core: a weight is read once a token a group,
@@ -294,12 +311,7 @@ void run_all_windows(const Model& model, const TokenizedText& text, const std::v
     const std::size_t groups = std::clamp<std::size_t>((cores + windows.size() - 1) / windows.size(), 1, runs);
     std::vector<std::pair<std::size_t, std::size_t>> spans;  // [first run, end) of each group
     for (std::size_t g = 0; g < groups; ++g) spans.emplace_back(runs * g / groups, runs * (g + 1) / groups);
-    // A group finishes its runs' jobs at once: progress counts them all.
-    const auto group_runs = [&](std::size_t job) {
-      const std::size_t g = job / windows.size();
-      return spans[g].second - spans[g].first;
-    };
-    detail::parallel_jobs(groups * windows.size(), options.progress, results.size(), group_runs, [&](std::size_t job) {
+    detail::parallel_jobs(groups * windows.size(), {}, [&](std::size_t job) {
       const std::size_t g = job / windows.size();
       const std::size_t wi = job % windows.size();
       std::vector<const RunSpec*> specs;
@@ -309,7 +321,7 @@ void run_all_windows(const Model& model, const TokenizedText& text, const std::v
         kvs.push_back(&runs_in[r].kv);
       }
       const auto started = std::chrono::steady_clock::now();
-      std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options);
+      std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options, count);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
         results[r * windows.size() + wi] = got[r - spans[g].first];
@@ -317,10 +329,11 @@ void run_all_windows(const Model& model, const TokenizedText& text, const std::v
       }
     });
   } else {
-    detail::parallel_jobs(results.size(), options.progress, [&](std::size_t job) {
+    detail::parallel_jobs(results.size(), {}, [&](std::size_t job) {
       const std::size_t r = job / windows.size();
       const auto started = std::chrono::steady_clock::now();
-      results[job] = run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv);
+      results[job] =
+          run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv, count);
       seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     });
   }
@@ -605,14 +618,23 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const std::vector<RunSpec> specs = compare_specs(request);
   const TokenizedText tokens = tokenize_text(model, text);
   const std::vector<Window> windows = text_windows(tokens, cfg.context, options.max_windows);
-  // Work units for progress: every perplexity job, then one per proxy window.
+  // Progress in tokens: every perplexity run's, then each proxy window's
+  // full-cache recording (with a prefill there are no proxies: they replay
+  // decode-time eviction).
   const std::size_t lead = options.kv.quantized() ? 2 : 1;  // the full caches before the specs' rows
-  const auto ppl_jobs = static_cast<std::uint32_t>((specs.size() + lead) * windows.size());
-  // With a prefill there are no proxies: they replay decode-time eviction.
-  const auto total = static_cast<std::uint32_t>(ppl_jobs + (options.prefill > 0 ? 0 : windows.size()));
+  const std::uint64_t ppl_tokens = (specs.size() + lead) * window_steps(windows);
+  std::uint64_t proxy_tokens = 0;
+  if (options.prefill == 0) {
+    for (const Window& w : windows) proxy_tokens += w.length;
+  }
+  detail::ProgressCounter count(options.progress, ppl_tokens + proxy_tokens);
   ModelRunOptions inner = options;
   if (options.progress) {
-    inner.progress = [&](std::uint32_t done, std::uint32_t) { options.progress(done, total); };
+    // The runs' own count (of ppl_tokens) goes on into this one's.
+    inner.progress = [&count, counted = std::uint32_t{0}](std::uint32_t done, std::uint32_t) mutable {
+      count.add(done - counted);
+      counted = done;
+    };
   }
   std::vector<PerplexityRow> rows = perplexity_tokens(model, tokens, specs, inner);
   for (PerplexityRow& row : rows) {
@@ -635,7 +657,6 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   std::vector<double> mass(specs.size(), 0.0), recall(specs.size(), 0.0);
   std::vector<std::int64_t> calls(specs.size(), 0);
   const std::shared_ptr<const Model> shared = shared_view(model);
-  std::uint32_t done = ppl_jobs;
   // Key-aware runs replay each window's full-cache keys, values and queries
   // beside its attention, as the recorded files do (eval/signal_files.h).
   bool keyed = false;
@@ -656,7 +677,8 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
             recorded.queries.data() + h * recorded.n * recorded.query_width, recorded.dim, recorded.query_width));
       }
     }
-    const auto heads = record_window(shared, tokens, w, {}, keyed ? &recorders : nullptr);
+    const auto heads = record_window(
+        shared, tokens, w, [&count](std::uint32_t, std::uint32_t) { count.add(1); }, keyed ? &recorders : nullptr);
     std::vector<std::vector<double>> head_mass(cfg.head_count()), head_recall(cfg.head_count());
     std::vector<std::vector<std::int64_t>> head_calls(cfg.head_count());
     auto add = [&](std::size_t h, const RunTotals& t) {
@@ -725,7 +747,6 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
       mass[i] += m / cfg.head_count();
       recall[i] += r / cfg.head_count();
     }
-    if (options.progress) options.progress(++done, total);
   }
   const auto n = static_cast<double>(windows.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {

@@ -111,14 +111,19 @@ struct StreamState {
   std::uint64_t fed = 0;
 };
 
+// Progress counts the stream's tokens once a run: each as it is read, and a
+// run that stops early (the full cache at the context) the rest at its end.
 StreamRow run_stream(const std::shared_ptr<const Model>& model, const StreamTokens& s, const StreamRun& run,
-                     std::uint32_t segment, const KvFormat& kv) {
+                     std::uint32_t segment, const KvFormat& kv, detail::ProgressCounter& count) {
   StreamState state(model, s, run, kv, DecoderOptions{}.threads);
   const auto n = static_cast<std::uint64_t>(s.tokens.size());
-  for (std::uint64_t t = 0; state.feeds(t, n); ++t) {
+  std::uint64_t t = 0;
+  for (; state.feeds(t, n); ++t) {
     state.decoder.step(s.tokens[t]);
     state.scored(s, t, segment);
+    count.add(1);
   }
+  count.add(n - t);
   return state.finish(run, n, model->config().trained_context);
 }
 
@@ -128,13 +133,14 @@ StreamRow run_stream(const std::shared_ptr<const Model>& model, const StreamToke
 // the context). On the calling thread (one core a group).
 std::vector<StreamRow> run_streams_together(const std::shared_ptr<const Model>& model, const StreamTokens& s,
                                             std::span<const StreamRun* const> runs, std::uint32_t segment,
-                                            const KvFormat& kv) {
+                                            const KvFormat& kv, detail::ProgressCounter& count) {
   std::vector<std::unique_ptr<StreamState>> states;
   for (const StreamRun* run : runs) states.push_back(std::make_unique<StreamState>(model, s, *run, kv, 1));
   const auto n = static_cast<std::uint64_t>(s.tokens.size());
   std::vector<Decoder*> batch;
   std::vector<Token> tokens;
-  for (std::uint64_t t = 0;; ++t) {
+  std::uint64_t t = 0;
+  for (;; ++t) {
     batch.clear();
     for (const auto& state : states) {
       if (state->feeds(t, n)) batch.push_back(&state->decoder);
@@ -145,7 +151,9 @@ std::vector<StreamRow> run_streams_together(const std::shared_ptr<const Model>& 
     for (const auto& state : states) {
       if (state->feeds(t, n)) state->scored(s, t, segment);
     }
+    count.add(states.size());  // a run that stopped reading counts the token too
   }
+  count.add((n - std::min(t, n)) * states.size());  // all stopped before the end: the rest
   std::vector<StreamRow> rows;
   for (std::size_t k = 0; k < runs.size(); ++k) {
     rows.push_back(states[k]->finish(*runs[k], n, model->config().trained_context));
@@ -156,7 +164,8 @@ std::vector<StreamRow> run_streams_together(const std::shared_ptr<const Model>& 
 // StreamingLLM's "sliding window with re-computation": token t predicted by
 // a cache rebuilt over the `window` tokens before it.
 StreamRow run_recompute(const std::shared_ptr<const Model>& model, const StreamTokens& s, std::uint32_t window,
-                        std::uint32_t tokens, std::uint32_t segment, const KvFormat& kv) {
+                        std::uint32_t tokens, std::uint32_t segment, const KvFormat& kv,
+                        detail::ProgressCounter& count) {
   StreamRow row;
   row.policy = "recompute";
   row.budget = window;
@@ -174,7 +183,9 @@ StreamRow run_recompute(const std::shared_ptr<const Model>& model, const StreamT
     std::span<const float> logits;
     for (std::uint64_t i = first; i < t; ++i) logits = decoder.step(s.tokens[i]);
     add_stream_prediction(row, t, segment, detail::negative_log_likelihood(logits, s.tokens[t]), s.bytes[t]);
+    count.add(1);
   }
+  count.add(s.tokens.size() - (n > 0 ? n - 1 : 0));  // the stream's tokens it does not predict
   row.tokens = n;
   row.peak_positions = std::min<std::uint64_t>(window, n);
   return row;
@@ -222,6 +233,9 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
 
   std::vector<StreamRow> rows(runs.size());
   const std::shared_ptr<const Model> shared = detail::shared_view(model);
+  // Progress in tokens: the stream's once a run.
+  detail::ProgressCounter count(options.progress, runs.size() * s.tokens.size());
+  count.start();
   // The runs that read the stream token by token (not the recomputed window).
   std::vector<std::size_t> stepped;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -234,10 +248,7 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
     const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
     const std::size_t groups = std::min(cores, stepped.size());
     const bool recompute = stepped.size() < runs.size();
-    const auto group_runs = [&](std::size_t job) {
-      return job < groups ? stepped.size() * (job + 1) / groups - stepped.size() * job / groups : std::size_t{1};
-    };
-    detail::parallel_jobs(groups + (recompute ? 1 : 0), options.progress, runs.size(), group_runs, [&](std::size_t job) {
+    detail::parallel_jobs(groups + (recompute ? 1 : 0), {}, [&](std::size_t job) {
       const auto started = std::chrono::steady_clock::now();
       if (job < groups) {
         std::vector<std::size_t> mine;
@@ -246,24 +257,25 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
         }
         std::vector<const StreamRun*> group;
         for (const std::size_t r : mine) group.push_back(&runs[r]);
-        std::vector<StreamRow> got = run_streams_together(shared, s, group, segment, options.kv);
+        std::vector<StreamRow> got = run_streams_together(shared, s, group, segment, options.kv, count);
         const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         for (std::size_t k = 0; k < mine.size(); ++k) {
           rows[mine[k]] = std::move(got[k]);
           rows[mine[k]].seconds = took / static_cast<double>(mine.size());
         }
       } else {
-        rows.back() = run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment, options.kv);
+        rows.back() =
+            run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment, options.kv, count);
         rows.back().seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       }
     });
   } else {
-    detail::parallel_jobs(runs.size(), options.progress, [&](std::size_t r) {
+    detail::parallel_jobs(runs.size(), {}, [&](std::size_t r) {
       const auto started = std::chrono::steady_clock::now();
       const StreamRun& run = runs[r];
       rows[r] = run.recompute ? run_recompute(shared, s, request.recompute_window, request.recompute_tokens, segment,
-                                              options.kv)
-                              : run_stream(shared, s, run, segment, options.kv);
+                                              options.kv, count)
+                              : run_stream(shared, s, run, segment, options.kv, count);
       rows[r].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     });
   }

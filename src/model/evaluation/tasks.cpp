@@ -344,27 +344,36 @@ class TaskRun {
   bool right_ = false;
 };
 
-}  // namespace
+// Progress counts a sample's `length` tokens per configuration: its prompt's
+// as they are read, the rest (the length the prompt did not fill) once it is
+// answered, so the total is known before any sample is made.
+void count_prompt_rest(detail::ProgressCounter* count, std::uint32_t length, std::size_t prompt, std::size_t runs) {
+  if (count != nullptr && length > prompt) count->add((length - prompt) * runs);
+}
 
-bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
-                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
-                 const KvFormat& kv, const PagedOptions& granularity) {
+bool answer_counted(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
+                    Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
+                    const KvFormat& kv, const PagedOptions& granularity, detail::ProgressCounter* count,
+                    std::uint32_t length) {
   const PromptTokens prompt = read_prompt(*model, sample);
   TaskRun run(model, sample, prompt, spec, moment, window, chunk, kv, DecoderOptions{}.threads, granularity);
   std::span<const float> logits;
   for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
     logits = run.decoder().step(prompt.tokens[i]);
     run.after_prompt_step(static_cast<std::uint32_t>(i));
+    if (count != nullptr) count->add(1);
   }
   while (const std::optional<Token> t = run.next(logits)) logits = run.decoder().step(*t);
   if (evicted != nullptr) *evicted += run.decoder().evicted();
+  count_prompt_rest(count, length, prompt.tokens.size(), 1);
   return run.right();
 }
 
-std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
-                                             std::span<const TaskConfig> configs, std::uint32_t window,
-                                             std::uint32_t chunk, const KvFormat& kv, int threads,
-                                             const PagedOptions& granularity) {
+std::vector<TaskAnswer> answer_together_counted(const std::shared_ptr<const Model>& model, const TaskSample& sample,
+                                                std::span<const TaskConfig> configs, std::uint32_t window,
+                                                std::uint32_t chunk, const KvFormat& kv, int threads,
+                                                const PagedOptions& granularity, detail::ProgressCounter* count,
+                                                std::uint32_t length) {
   const PromptTokens prompt = read_prompt(*model, sample);
   std::vector<std::unique_ptr<TaskRun>> runs;
   std::vector<Decoder*> batch;
@@ -380,6 +389,7 @@ std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>&
     std::fill(tokens.begin(), tokens.end(), prompt.tokens[i]);
     Decoder::step_together(batch, tokens);
     for (const auto& run : runs) run->after_prompt_step(static_cast<std::uint32_t>(i));
+    if (count != nullptr) count->add(runs.size());
   }
   // The answers: each run feeds its own greedy tokens; a run whose answer is
   // settled leaves the batch.
@@ -403,7 +413,23 @@ std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>&
     answers[k].right = runs[k]->right();
     answers[k].evicted = runs[k]->decoder().evicted();
   }
+  count_prompt_rest(count, length, prompt.tokens.size(), runs.size());
   return answers;
+}
+
+}  // namespace
+
+bool answer_task(const std::shared_ptr<const Model>& model, const TaskSample& sample, const RunSpec* spec,
+                 Moment moment, std::uint32_t window, std::uint64_t* evicted, std::uint32_t chunk,
+                 const KvFormat& kv, const PagedOptions& granularity) {
+  return answer_counted(model, sample, spec, moment, window, evicted, chunk, kv, granularity, nullptr, 0);
+}
+
+std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>& model, const TaskSample& sample,
+                                             std::span<const TaskConfig> configs, std::uint32_t window,
+                                             std::uint32_t chunk, const KvFormat& kv, int threads,
+                                             const PagedOptions& granularity) {
+  return answer_together_counted(model, sample, configs, window, chunk, kv, threads, granularity, nullptr, 0);
 }
 
 namespace {
@@ -578,9 +604,11 @@ void check_prefill_windows(const Model& model, const std::vector<TaskSample>& sa
 }
 
 // Every sample answered under every configuration (`all`: the full cache,
-// then each one); right[s x all + c] and evicted[...] filled in.
+// then each one); right[s x all + c] and evicted[...] filled in. Progress
+// counts each sample's length in tokens (`lengths`) once a configuration.
 void answer_all(const std::shared_ptr<const Model>& model, const std::vector<TaskSample>& samples,
-                std::span<const TaskConfig> all, const TaskRequest& request, const ModelRunOptions& options,
+                const std::vector<std::uint32_t>& lengths, std::span<const TaskConfig> all,
+                const TaskRequest& request, detail::ProgressCounter& count, const ModelRunOptions& options,
                 std::vector<std::uint8_t>& right, std::vector<std::uint64_t>& evicted) {
   const std::size_t per_sample = all.size();
   if (options.together && model->uses_kernels() && per_sample > 1) {
@@ -590,27 +618,22 @@ void answer_all(const std::shared_ptr<const Model>& model, const std::vector<Tas
     // one vector at a time: it answers a job a configuration.)
     const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
     const std::size_t groups = std::clamp<std::size_t>((cores + samples.size() - 1) / samples.size(), 1, per_sample);
-    // A group settles its configurations' answers at once: progress counts them all.
-    const auto group_size = [&](std::size_t job) {
-      const std::size_t g = job / samples.size();
-      return per_sample * (g + 1) / groups - per_sample * g / groups;
-    };
-    detail::parallel_jobs(groups * samples.size(), options.progress, right.size(), group_size, [&](std::size_t job) {
+    detail::parallel_jobs(groups * samples.size(), {}, [&](std::size_t job) {
       const std::size_t g = job / samples.size(), s = job % samples.size();
       const std::size_t first = per_sample * g / groups, end = per_sample * (g + 1) / groups;
       const std::vector<TaskAnswer> got =
-          answer_task_together(model, samples[s], all.subspan(first, end - first), request.window, request.chunk,
-                               options.kv, 1, options.paged);
+          answer_together_counted(model, samples[s], all.subspan(first, end - first), request.window, request.chunk,
+                                  options.kv, 1, options.paged, &count, lengths[s]);
       for (std::size_t c = first; c < end; ++c) {
         right[s * per_sample + c] = got[c - first].right ? 1 : 0;
         evicted[s * per_sample + c] = got[c - first].evicted;
       }
     });
   } else {
-    detail::parallel_jobs(right.size(), options.progress, [&](std::size_t job) {
+    detail::parallel_jobs(right.size(), {}, [&](std::size_t job) {
       const std::size_t s = job / per_sample, c = job % per_sample;
-      right[job] = answer_task(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[job],
-                               request.chunk, options.kv, options.paged)
+      right[job] = answer_counted(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[job],
+                                  request.chunk, options.kv, options.paged, &count, lengths[s])
                        ? 1
                        : 0;
     });
@@ -680,17 +703,25 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
                                  "moment) is more than the {} answers one run may give",
                                  sample_count, 1 + configs.size(), configs.size(), kMaxTaskJobs));
   }
+  // Progress in tokens: each sample's length once a configuration.
+  const std::size_t per_sample = 1 + configs.size();
+  std::uint64_t length_sum = 0;
+  for (const std::uint32_t length : request.lengths) length_sum += length;
+  detail::ProgressCounter count(options.progress,
+                                length_sum * request.tasks.size() * request.depths * request.samples * per_sample);
   // Every sample is made before any work, and answered once per configuration.
   std::vector<TaskCell> cells;
   const std::vector<TaskSample> samples = make_task_samples(*model, filler, request, sample_count, cells);
   check_prefill_windows(*model, samples, configs, request);
-  const std::size_t per_sample = 1 + configs.size();
+  count.start();  // after the last check: a refusal stays one line
+  std::vector<std::uint32_t> lengths;  // each sample's, in tokens
+  for (const TaskCell& cell : cells) lengths.insert(lengths.end(), request.samples, request.lengths[cell.length]);
   std::vector<std::uint8_t> right(samples.size() * per_sample, 0);
   std::vector<std::uint64_t> evicted(samples.size() * per_sample, 0);
   std::vector<TaskConfig> all;  // the full cache, then each configuration
   all.push_back({});
   for (const TaskConfigSpec& c : configs) all.push_back({&c.spec, c.moment});
-  answer_all(model, samples, all, request, options, right, evicted);
+  answer_all(model, samples, lengths, all, request, count, options, right, evicted);
   return task_rows_of(*model, cells, configs, request, options, right, evicted);
 }
 

@@ -39,7 +39,7 @@ struct ChooseRequest {
   // makes the same rows on every machine.
   std::uint32_t windows = 0;
   std::uint32_t samples = 0;
-  ProgressFn progress;                 // (done, total) of the run's steps after the plan
+  ProgressFn progress;                 // (done, total) tokens of each stage: the probes, then the runs
 };
 
 struct ChoosePlan {

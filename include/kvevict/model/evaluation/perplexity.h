@@ -38,7 +38,9 @@ namespace kvevict {
 // the full cache (spec null) or `spec`'s policy on every cache. Throws
 // InputError for more tokens than the model's context or a token outside
 // its vocabulary.
-std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec = nullptr);
+// `progress`: (tokens stepped, tokens), after each.
+std::vector<float> model_logits(const Model& model, std::span<const Token> tokens, const RunSpec* spec = nullptr,
+                                const ProgressFn& progress = {});
 
 struct PerplexityRow {
   std::string policy;  // empty for the full cache
@@ -97,7 +99,10 @@ struct PerplexityRow {
 };
 
 struct ModelRunOptions {
-  ProgressFn progress;  // (done, total) work units, on the calling thread's order
+  // (done, total) tokens stepped by every run together, from any thread, one
+  // call at a time: (0, total) once the request is checked, then at most
+  // every 0.2 s and at the total.
+  ProgressFn progress;
   // Windows of the text to use (0 = all). Lets a long text be sampled.
   std::uint32_t max_windows = 0;
   // Block mode (docs/paged.md): every decoder on a paged store of

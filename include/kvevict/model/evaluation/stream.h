@@ -77,7 +77,7 @@ struct StreamRow {
 // built, and every request checked, before any work: a budget must leave
 // room below the context (budget + 1 <= context), and a run with `original`
 // positions past the trained context is allowed (past_trained_context says so).
-// Runs go in parallel, one per job; options.progress counts finished runs.
+// Runs go in parallel, one per job; options.progress counts the stream's tokens once a run.
 // On a model on the weight kernels (Model::uses_kernels) with
 // options.together, the runs that read the stream step together instead, in
 // one group a core (Decoder::step_together: each weight read once a token a

@@ -136,6 +136,10 @@ std::vector<TaskAnswer> answer_task_together(const std::shared_ptr<const Model>&
 // the weight kernels (Model::uses_kernels) with options.together, each
 // sample's configurations are answered stepped together
 // (answer_task_together), the answers of one at a time to the bit.
+// options.progress counts each sample's length in tokens once a
+// configuration: its prompt's tokens as they are read, the rest once it is
+// answered.
+//
 // The positions a sample's prompt takes on `model`: its bytes for
 // kvevict-tiny, its tokens (BOS included) for a model with a tokenizer.
 std::uint32_t task_tokens(const Model& model, const TaskSample& sample);
