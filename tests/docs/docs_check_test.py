@@ -134,6 +134,26 @@ other = doc_commands.with_flags(LONG, "--samples 2 --depths 1")
 wrong = page("\n".join([marked_line, "", *TABLE, *doc_commands.quick_block(other, SMALL)]))[0]
 expect("a quick table of another command is not linked", wrong.quick_table is None)
 
+# A code block's command on a stand-in for the reader's file runs its quick
+# variant in make test, as written with --full (the shell is a stand-in too).
+ran = []
+real_shell = check.shell
+check.shell = lambda text, folder, limit, terminal=False: (ran.append(text), (0, "", "", 0.1, 0.1))[1]
+STAND_IN_CMD = "build/kvevict tasks --model SmolLM2-135M-Instruct-Q8_0.gguf --text t.txt --lengths 1024"
+with tempfile.TemporaryDirectory() as tmp:
+    (pathlib.Path(tmp) / "SmolLM2-135M-Instruct-Q8_0.gguf").write_text("made")
+    block = page("\n".join(["```sh", STAND_IN_CMD, "```"]))[0]
+    status, _, why = check.check(block, pathlib.Path(tmp), 0.0)
+    expect("a stand-in's block runs its quick variant", status == "quick" and ran[-1].endswith(
+        "--lengths 1024 --samples 1 --depths 1"), f"{status}: {why} {ran}")
+    status, _, why = check.check(block, pathlib.Path(tmp), 0.0, full=True)
+    expect("with --full, as written", status == "ok" and ran[-1] == STAND_IN_CMD, f"{status}: {why} {ran}")
+    own = page("\n".join(["```sh", STAND_IN_CMD.replace("SmolLM2-135M-Instruct-Q8_0.gguf", "model/m.kvm"), "```"]))[0]
+    status, _, why = check.check(own, pathlib.Path(tmp), 0.0)
+    expect("a block on the project's own files runs as written", status == "ok" and "--samples" not in ran[-1],
+           f"{status}: {why} {ran}")
+check.shell = real_shell
+
 # 4. update-docs.py writes, replaces and drops the quick table.
 runs = []
 
