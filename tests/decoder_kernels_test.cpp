@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -479,6 +480,124 @@ TEST(WeightKernelsDecoder, StreamRowsAreTheRunsOneAtATime) {
     if (i > 0 && i + 1 < a.size()) {
       EXPECT_GT(a[i].evicted, 0U) << "row " << i << " must evict for the test to mean anything";
     }
+  }
+}
+
+// A deadline (ModelRunOptions::deadline) stops perplexity between windows:
+// the rows are those of the first windows every run finished, to the bit the
+// rows of that many windows (max_windows); at least min_windows run however
+// late it is, and a deadline that is never reached changes nothing. On a
+// kernel model (runs stepped together) and on kvevict-tiny (a job a run).
+TEST(WeightKernelsDecoder, ADeadlineKeepsTheFirstWindowsRows) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(900);
+  const std::vector<RunSpec> specs = {{"h2o", {{"recentWindow", 4}}, 24}, {"sliding-window", {}, 16}};
+  for (const auto& [label, model] : {std::pair<const char*, std::shared_ptr<const Model>>{
+                                         "llama Q8_0", random_model("llama", WeightType::kQ8_0, 64, dir)},
+                                     {"kvevict-tiny", tiny()}}) {
+    ModelRunOptions late;
+    late.deadline = std::chrono::steady_clock::now();  // already past
+    const std::vector<PerplexityRow> cut = perplexity(*model, text, specs, late);
+    ModelRunOptions two;
+    two.max_windows = 2;
+    const std::vector<PerplexityRow> first = perplexity(*model, text, specs, two);
+    ModelRunOptions whole;
+    const std::vector<PerplexityRow> all = perplexity(*model, text, specs, whole);
+    ModelRunOptions far;
+    far.deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    const std::vector<PerplexityRow> unhurried = perplexity(*model, text, specs, far);
+    ASSERT_EQ(cut.size(), specs.size() + 1) << label;
+    EXPECT_GT(all.front().predictions, first.front().predictions) << label << ": the text must make more windows";
+    for (std::size_t i = 0; i < cut.size(); ++i) {
+      EXPECT_EQ(cut[i].predictions, first[i].predictions) << label << " row " << i;
+      EXPECT_EQ(cut[i].bits_per_byte, first[i].bits_per_byte) << label << " row " << i;
+      EXPECT_EQ(cut[i].extra_bits_per_byte, first[i].extra_bits_per_byte) << label << " row " << i;
+      EXPECT_EQ(cut[i].extra_low, first[i].extra_low) << label << " row " << i;
+      EXPECT_EQ(cut[i].evicted, first[i].evicted) << label << " row " << i;
+      EXPECT_EQ(unhurried[i].bits_per_byte, all[i].bits_per_byte) << label << " row " << i;
+      EXPECT_EQ(unhurried[i].predictions, all[i].predictions) << label << " row " << i;
+    }
+    ModelRunOptions one = late;
+    one.min_windows = 1;
+    ModelRunOptions first_only;
+    first_only.max_windows = 1;
+    EXPECT_EQ(perplexity(*model, text, specs, one).front().predictions,
+              perplexity(*model, text, specs, first_only).front().predictions)
+        << label;
+  }
+}
+
+// Windows shorter than the context (ModelRunOptions::window) are the windows
+// of the model run at that context: the same rows, to the bit. Past the
+// context, or of one position, they are refused.
+TEST(WeightKernelsDecoder, ShorterWindowsAreTheModelAtThatContext) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  random_model("llama", WeightType::kQ8_0, 64, dir);
+  const fs::path file = dir / ("llama-" + std::string(weight_type_info(WeightType::kQ8_0).name) + ".gguf");
+  const auto model = Model::load(file);
+  const auto at48 = Model::load(file, ModelOptions{.context = 48});
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(500);
+  const std::vector<RunSpec> specs = {{"h2o", {{"recentWindow", 4}}, 16}, {"tova", {}, 20}};
+  ModelRunOptions window;
+  window.window = 48;
+  const std::vector<PerplexityRow> a = perplexity(*model, text, specs, window);
+  const std::vector<PerplexityRow> b = perplexity(*at48, text, specs, {});
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].predictions, b[i].predictions) << "row " << i;
+    EXPECT_EQ(a[i].bits_per_byte, b[i].bits_per_byte) << "row " << i;
+    EXPECT_EQ(a[i].extra_bits_per_byte, b[i].extra_bits_per_byte) << "row " << i;
+    EXPECT_EQ(a[i].evicted, b[i].evicted) << "row " << i;
+  }
+  EXPECT_GT(a[1].evicted, 0U);
+  ModelRunOptions past;
+  past.window = 97;
+  EXPECT_THROW(perplexity(*model, text, specs, past), ParameterError);
+  past.window = 1;
+  EXPECT_THROW(perplexity(*model, text, specs, past), ParameterError);
+}
+
+// A deadline stops tasks between rounds (sample i of every task x length x
+// depth): the rows are those of the first rounds, to the bit the rows of
+// that many samples; one round runs however late it is.
+TEST(WeightKernelsDecoder, ADeadlineKeepsTheFirstRoundsOfSamples) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  const std::vector<std::uint8_t> filler = testing::heldout_prefix(4000);
+  for (const auto& [label, model] : {std::pair<const char*, std::shared_ptr<const Model>>{
+                                         "llama F16", random_model("llama", WeightType::kF16, 64, dir, 192)},
+                                     {"kvevict-tiny", Model::load(fs::path(KVEVICT_SOURCE_DIR) / "model" /
+                                                                  "kvevict-tiny.kvm", ModelOptions{.context = 192})}}) {
+    TaskRequest request;
+    request.tasks = {"passkey"};
+    request.lengths = {150};
+    request.depths = 2;
+    request.samples = 3;
+    request.policies = {"h2o", "sliding-window"};
+    request.budgets = {40};
+    request.overrides = {{"h2o.recentWindow", 4}};
+    ModelRunOptions late;
+    late.deadline = std::chrono::steady_clock::now();
+    const std::vector<TaskRow> cut = run_tasks(model, filler, request, late);
+    TaskRequest one = request;
+    one.samples = 1;
+    const std::vector<TaskRow> first = run_tasks(model, filler, one, {});
+    ModelRunOptions far;
+    far.deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    const std::vector<TaskRow> unhurried = run_tasks(model, filler, request, far);
+    const std::vector<TaskRow> all = run_tasks(model, filler, request, {});
+    ASSERT_EQ(cut.size(), first.size()) << label;
+    ASSERT_EQ(unhurried.size(), all.size()) << label;
+    std::uint64_t evicted = 0;
+    for (std::size_t i = 0; i < cut.size(); ++i) {
+      EXPECT_EQ(cut[i].samples, 1U) << label << " row " << i;
+      EXPECT_EQ(cut[i].correct, first[i].correct) << label << " row " << i;
+      EXPECT_EQ(cut[i].evicted, first[i].evicted) << label << " row " << i;
+      EXPECT_EQ(unhurried[i].samples, 3U) << label << " row " << i;
+      EXPECT_EQ(unhurried[i].correct, all[i].correct) << label << " row " << i;
+      EXPECT_EQ(unhurried[i].evicted, all[i].evicted) << label << " row " << i;
+      evicted += cut[i].evicted;
+    }
+    EXPECT_GT(evicted, 0U) << label;
   }
 }
 

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -362,10 +364,47 @@ TEST(Tasks, ProgressCountsAtOnceThenAtMostEveryIntervalAndTheTotalOnce) {
   EXPECT_EQ(seen.front(), std::make_pair(0U, 1U << 31)) << "2^33 in units of 4";
   EXPECT_EQ(seen.back(), std::make_pair(1U << 31, 1U << 31));
 
+  seen.clear();
+  detail::ProgressCounter cut([&](std::uint32_t done, std::uint32_t total) { seen.emplace_back(done, total); }, 100);
+  cut.start();
+  cut.add(30);
+  cut.finish();  // a deadline ended the work: its 30 are the total
+  cut.finish();
+  cut.add(5);
+  EXPECT_EQ(seen.back(), std::make_pair(30U, 30U));
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), std::make_pair(30U, 30U)), 1);
+
   detail::ProgressCounter silent({}, 5);  // no callback: counting costs nothing and reports nothing
   silent.start();
   silent.add(5);
   EXPECT_FALSE(static_cast<bool>(silent));
+}
+
+// paced_jobs: jobs in order until a deadline, the first `always` whatever
+// the time -- the jobs run are always the first n, on any number of threads.
+TEST(Tasks, PacedJobsRunTheFirstJobsUntilTheDeadline) {
+  const auto run = [](std::optional<std::chrono::steady_clock::time_point> deadline, std::size_t always) {
+    std::vector<std::atomic<int>> ran(40);
+    const std::size_t n = detail::paced_jobs(ran.size(), deadline, always, [&](std::size_t i) {
+      ++ran[i];
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+    std::size_t first = 0;
+    while (first < ran.size() && ran[first] == 1) ++first;
+    for (std::size_t i = first; i < ran.size(); ++i) EXPECT_EQ(ran[i], 0) << "job " << i << " after a gap";
+    EXPECT_EQ(n, first);
+    return n;
+  };
+  EXPECT_EQ(run(std::nullopt, 0), 40U) << "no deadline: every job";
+  EXPECT_EQ(run(std::chrono::steady_clock::now(), 5), 5U) << "past: the first `always`";
+  EXPECT_EQ(run(std::chrono::steady_clock::now() + std::chrono::hours(1), 0), 40U);
+  const std::size_t some = run(std::chrono::steady_clock::now() + std::chrono::milliseconds(30), 1);
+  EXPECT_GE(some, 1U);
+  EXPECT_LT(some, 40U) << "40 jobs of 2 ms on at most a few threads take longer than 30 ms";
+  EXPECT_THROW(detail::paced_jobs(4, std::nullopt, 0, [](std::size_t i) {
+                 if (i == 2) throw InputError("job 2");
+               }),
+               InputError);
 }
 
 TEST(Tasks, SamplesAreReproducibleFromTheSeed) {

@@ -1038,7 +1038,7 @@ export interface ChooseOptions {
 }
 /** The plan of a choose() run. */
 export interface ChoosePlan {
-  /** Perplexity windows run, of `windowsAvailable` in the text. */
+  /** Perplexity windows planned (timed: an estimate; the result's `windows` ran), of `windowsAvailable`. */
   windows: number;
   windowsAvailable: number;
   /** Positions a window. */
@@ -1046,13 +1046,13 @@ export interface ChoosePlan {
   /** Positions a passkey sample. */
   passkeyLength: number;
   depths: number;
-  /** Passkey samples a depth. */
+  /** Passkey samples a depth planned (timed: an estimate; the result's `samples` ran). */
   samples: number;
   /** Tokens decoded a run, timed at a cache of `budget`. */
   decodeTokens: number;
-  /** The two probes (none when windows and samples are fixed). */
+  /** The probe: the text's first 64 positions through every run (0 when windows and samples are fixed). */
   probeSeconds: number;
-  /** One window, one passkey sample through every run (0 when not probed). */
+  /** One window, one passkey sample through every run, estimated from the probe (0 when not probed). */
   windowSeconds: number;
   sampleSeconds: number;
   /** The estimate, probes included. */
@@ -1089,6 +1089,9 @@ export interface ChooseResult {
   recommendation: string;
   /** The commands that would narrow the intervals (the text named `TEXT`: it came as bytes). */
   narrow: string[];
+  /** Perplexity windows read (of `plan.context` positions), and passkey samples a depth answered. */
+  windows: number;
+  samples: number;
   seconds: number;
 }
 /**

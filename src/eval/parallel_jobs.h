@@ -8,6 +8,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -51,6 +52,19 @@ class ProgressCounter {
     const auto now = std::chrono::steady_clock::now();
     if (!finished_ && now - last_ < kInterval) return;
     last_ = now;
+    report();
+  }
+
+  // The work is over short of the total (a deadline ended it): what was
+  // done is the total now, reported once, so that a progress line closes
+  // with the work's real count and rate.
+  void finish() {
+    if (!progress_) return;
+    const std::lock_guard lock(mutex_);
+    if (finished_) return;
+    finished_ = true;
+    total_ = done_;
+    while (shift_ > 0 && (total_ >> (shift_ - 1)) <= std::numeric_limits<std::uint32_t>::max()) --shift_;
     report();
   }
 
@@ -111,6 +125,49 @@ void parallel_jobs(std::size_t jobs, const ProgressFn& progress, std::size_t tot
     }
   }
   if (failure) std::rethrow_exception(failure);
+}
+
+// Runs jobs 0, 1, ... in that order on every core until `deadline`: job i
+// is started when i < `always`, or when it would end by the deadline were it
+// as long as the longest job so far; once one is not started, none after it
+// is. So the jobs run are the first n, returned, however the cores took
+// them. The first failure is rethrown after all have stopped.
+template <typename Job>
+std::size_t paced_jobs(std::size_t jobs, std::optional<std::chrono::steady_clock::time_point> deadline,
+                       std::size_t always, Job job) {
+  using Clock = std::chrono::steady_clock;
+  std::mutex mutex;
+  std::size_t next = 0;
+  bool stopped = false;
+  Clock::duration longest{0};
+  std::exception_ptr failure;
+#pragma omp parallel
+  {
+    for (;;) {
+      std::size_t i = 0;
+      {
+        const std::lock_guard lock(mutex);
+        if (stopped || failure || next >= jobs) break;
+        if (next >= always && deadline && Clock::now() + longest > *deadline) {
+          stopped = true;
+          break;
+        }
+        i = next++;
+      }
+      const auto started = Clock::now();
+      std::exception_ptr mine;
+      try {
+        job(i);
+      } catch (...) {
+        mine = std::current_exception();
+      }
+      const std::lock_guard lock(mutex);
+      longest = std::max(longest, Clock::now() - started);
+      if (mine && !failure) failure = mine;
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return next;
 }
 
 // The same, each job one unit of work.

@@ -2,6 +2,7 @@
 // costs, within a time budget (docs/choosing.md). The plan, the runs and the
 // ranking are the library's (kvevict/model/evaluation/choose.h); this prints
 // the plan first, then the table and the one-line answer.
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -31,7 +32,12 @@ struct ChooseArgs {
 };
 
 int run_choose(const ChooseArgs& f, std::uint32_t context) {
-  const Progress progress("choose", f.run, f.model);
+  Progress progress("choose", f.run, f.model);
+  if (f.windows == 0 || f.samples == 0) {  // timed: done by the budget, however much is left to do
+    progress.ends_by(std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(f.minutes * 60.0)));
+  }
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
   ChooseRequest request;
@@ -47,12 +53,19 @@ int run_choose(const ChooseArgs& f, std::uint32_t context) {
   const bool human = f.format == "table";
   const auto on_plan = [&](const ChoosePlan& p) {
     if (!human) return;
-    std::cout << fmt::format(
-        "plan for {:.1f} min: {} of {} windows of {} positions (one took {:.1f} s with every run), passkey at {} "
-        "positions, {} samples at each of {} depths (one took {:.1f} s), decode speed over {} tokens; about {:.0f} s "
-        "in all\n\n",
-        f.minutes, p.windows, p.windows_available, p.context, p.window_seconds, p.length, p.samples, p.depths,
-        p.sample_seconds, p.decode_tokens, p.planned_seconds);
+    if (p.probe_seconds == 0.0) {  // fixed: --windows and --samples
+      std::cout << fmt::format(
+          "plan: {} of {} windows of {} positions, passkey at {} positions, {} samples at each of {} depths, decode "
+          "speed over {} tokens\n\n",
+          p.windows, p.windows_available, p.context, p.length, p.samples, p.depths, p.decode_tokens);
+    } else {
+      std::cout << fmt::format(
+          "plan for {:.1f} min (from a probe of {:.1f} s): about {} of {} windows of {} positions (about {:.0f} s "
+          "each with every run), passkey at {} positions, about {} samples at each of {} depths (about {:.0f} s "
+          "each), decode speed over {} tokens; each stage stops at its share of the time\n\n",
+          f.minutes, p.probe_seconds, p.windows, p.windows_available, p.context, p.window_seconds, p.length, p.samples,
+          p.depths, p.sample_seconds, p.decode_tokens);
+    }
     std::cout.flush();
   };
   const ChooseResult result = choose(model, text, request, on_plan, f.model, f.text);
@@ -74,7 +87,9 @@ int run_choose(const ChooseArgs& f, std::uint32_t context) {
                                ? fmt::format("{:.1f} MiB", static_cast<double>(result.full_cache_kv_bytes) / (1 << 20))
                                : fmt::format("{:.1f} KiB", static_cast<double>(result.full_cache_kv_bytes) / (1 << 10)));
   std::cout << "recommendation: " << result.recommendation << "\n";
-  std::cout << fmt::format("took {:.0f} s. To narrow the intervals:\n", result.seconds);
+  std::cout << fmt::format("took {:.0f} s ({} windows of {} positions, {} passkey samples at each depth). To narrow "
+                           "the intervals:\n",
+                           result.seconds, result.windows, result.plan.context, result.samples);
   for (const std::string& c : result.narrow) std::cout << "  " << c << "\n";
   return 0;
 }

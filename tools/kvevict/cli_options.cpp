@@ -75,12 +75,13 @@ ProgressFn Progress::fn(const std::string& unit, double tokens_per_unit) const {
   };
   auto state = std::make_shared<State>();
   const bool in_tokens = unit == "tokens";
-  return [what = what_, tty = mode_ == "tty", unit, tokens_per_unit, in_tokens, state](std::uint32_t done,
-                                                                                       std::uint32_t total) {
+  return [what = what_, tty = mode_ == "tty", unit, tokens_per_unit, in_tokens, state, end = end_](
+             std::uint32_t done, std::uint32_t total) {
     const auto now = std::chrono::steady_clock::now();
     // A new stage of the work (choose: its probes, then the runs) counts
-    // from 0 again: its rate and time left from its own start.
-    if (total != state->total || done < state->done) {
+    // from 0 again: its rate and time left from its own start. (A total that
+    // shrinks to what was done is a stage a deadline ended: the same stage.)
+    if (done < state->done) {
       state->start = now;
       state->last_tenth = 0;
       state->last_line = {};
@@ -96,7 +97,11 @@ ProgressFn Progress::fn(const std::string& unit, double tokens_per_unit) const {
       line += fmt::format(", ~{:.0f} tokens", done * tokens_per_unit);
       if (elapsed > 0.0) line += fmt::format(" at {:.0f} tokens/s", done * tokens_per_unit / elapsed);
     }
-    if (done > 0 && done < total) line += fmt::format(", {} left", clock_of(elapsed * (total - done) / done));
+    if (done > 0 && done < total) {
+      double left = elapsed * (total - done) / done;
+      if (end) left = std::min(left, std::max(0.0, std::chrono::duration<double>(*end - now).count()));
+      line += fmt::format(", {} left", clock_of(left));
+    }
     if (done == total) line += fmt::format(", {} in all", clock_of(elapsed));
     if (tty) {
       std::fprintf(stderr, "\r%s\033[K", line.c_str());

@@ -4,6 +4,7 @@
 // what the flags mean is checked by the library.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -55,9 +56,13 @@ class Progress {
   // The library's (done, total) in `unit`s: "tokens" (each run's tokens
   // stepped; perplexity, compare, sweep, stream, tasks, choose) with tokens/s;
   // another unit with `tokens_per_unit`, the tokens one stands for. A
-  // (done, total) that starts over (a new total, or less done) is a new
-  // stage of the work, with its own rate and time left.
+  // (done, total) that starts over (less done than before) is a new stage
+  // of the work, with its own rate and time left.
   ProgressFn fn(const std::string& unit, double tokens_per_unit = 0.0) const;
+
+  // Work that ends by `end` whatever is left of it (choose's time budget):
+  // the time left shown is at most the time until then.
+  void ends_by(std::chrono::steady_clock::time_point end) { end_ = end; }
 
   int threads() const noexcept { return threads_; }
 
@@ -65,6 +70,7 @@ class Progress {
   std::string what_;
   std::string mode_;
   int threads_ = 1;
+  std::optional<std::chrono::steady_clock::time_point> end_;
 };
 
 // --set KEY=VALUE items as a parameter map.

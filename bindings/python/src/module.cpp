@@ -3011,11 +3011,11 @@ void bind_choose(py::module_& m) {
         py::arg("policies") = py::none(), py::arg("minutes") = 15.0, py::arg("windows") = py::none(),
         py::arg("samples") = py::none(), py::arg("granularity") = "head", R"doc(
 `kvevict choose` (docs/choosing.md): which policy to run on `model` at
-`budget`, and what it costs, within a time budget. Two probes time one window
-of `text` and one passkey sample through every run, and the plan fits
-perplexity windows (about 60 % of the time), passkey samples at two depths
-(30 %) and decode speed into `minutes`; then every policy is run and ranked by
-extra bits per byte. Returns what `kvevict choose --format json` prints,
+`budget`, and what it costs, within a time budget. A probe times the text's
+first 64 positions through every run, and the plan fits perplexity windows
+(about 60 % of the time), passkey samples at two depths (30 %) and decode
+speed into `minutes`, each stage stopping at its share; then every policy is
+ranked by extra bits per byte. Returns what `kvevict choose --format json` prints,
 parsed: {"command": "choose", "plan": {"windows", "windowsAvailable",
 "context", "passkeyLength", "depths", "samples", "decodeTokens",
 "probeSeconds", "windowSeconds", "sampleSeconds", "plannedSeconds"},
@@ -3024,7 +3024,8 @@ parsed: {"command": "choose", "plan": {"windows", "windowsAvailable",
 "passkeyAccuracy", "tokensPerSecond", "kvBytes"}] (rank 1: the fewest extra
 bits), "fullCache": {"passkeyAccuracy", "tokensPerSecond", "kvBytes"},
 "recommendation" (one line naming rank 1 and why), "narrow" (the commands
-that would narrow the intervals), "seconds"}.
+that would narrow the intervals), "windows" and "samples" (what ran: windows
+of plan's "context" positions, passkey samples a depth), "seconds"}.
 
 text: bytes or a pathlib.Path (whose path the narrowing commands then name;
     bytes are "TEXT" there). It is scored and holds the passkeys' needles.

@@ -81,103 +81,88 @@ std::string recommend(const ChooseResult& r, const ChooseRequest& request) {
 
 }  // namespace
 
-ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
-                    const ChooseRequest& request, const std::function<void(const ChoosePlan&)>& on_plan,
-                    const std::string& model_label, const std::string& text_label) {
-  const auto started = Clock::now();
-  const ModelConfig& cfg = model->config();
-  if (!(request.minutes >= 0.1 && request.minutes <= 1440.0)) {
-    throw ParameterError(fmt::format("choose: --minutes ({}) must be 0.1 ... 1440", request.minutes));
-  }
-  check_paged(request.granularity);
-  if (request.granularity.blocks() || request.granularity.layer_budget) {
-    throw ParameterError("choose: --granularity takes head or sequence");
-  }
-  const std::vector<RunSpec> specs = choose_specs(cfg, request);
-  ChooseResult result;
-  ChoosePlan& plan = result.plan;
-  plan.context = cfg.context;
-  const TokenizedText tokens = tokenize_text(*model, text);
-  plan.windows_available = static_cast<std::uint32_t>(text_windows(tokens, cfg.context).size());
-  if (plan.windows_available < 2) {
-    throw InputError(fmt::format("choose: the text makes {} window(s) of {} positions; it needs at least 2 (for an "
-                                 "interval paired by window)",
-                                 plan.windows_available, cfg.context));
-  }
-  // The passkey samples: 1,024 positions, or less where the context is
-  // shorter, and always longer than the budget (or nothing is evicted).
-  plan.length = std::min<std::uint32_t>(1024, cfg.context - std::min<std::uint32_t>(cfg.context / 4, 64));
-  if (request.budget + 1 > std::int64_t{plan.length}) {
-    plan.length = static_cast<std::uint32_t>(std::min<std::int64_t>(cfg.context - 16, 2 * request.budget));
-  }
-  if (request.budget >= std::int64_t{plan.length}) {
-    throw ParameterError(fmt::format("choose: budget ({}) leaves no room for a passkey sample that evicts within the "
-                                     "context of {}",
-                                     request.budget, cfg.context));
-  }
-  ModelRunOptions options;
-  options.paged = request.granularity;
-  options.progress = request.progress;  // each stage (probe, runs) counts its tokens from 0
-  TaskRequest tasks;
-  tasks.tasks = {"passkey"};
-  tasks.lengths = {plan.length};
-  tasks.budgets = {request.budget};
-  for (const RunSpec& s : specs) tasks.policies.push_back(s.policy);
-  tasks.moments = {Moment::decode};
+namespace {
 
-  // The probes: one window, one sample, every run (not needed when the
-  // plan is fixed).
-  if (request.windows == 0 || request.samples == 0) {
-    auto probe = Clock::now();
-    options.max_windows = 1;
-    (void)perplexity(*model, text, specs, options);
-    plan.window_seconds = seconds_since(probe);
-    probe = Clock::now();
-    tasks.depths = 1;
-    tasks.samples = 1;
-    (void)run_tasks(model, text, tasks, options);
-    plan.sample_seconds = seconds_since(probe);
-  }
-  plan.probe_seconds = seconds_since(started);
+// The timed plan's estimates from the probe's rate (run-tokens a second, every
+// core busy): a position costs more the more a cache holds, which the probe's
+// first positions do not show, hence the margin.
+constexpr std::uint32_t kProbeWindow = 64;
+constexpr double kGrowth = 1.3;
 
+// The longest of `longest`, halved (on 64s) while `fits(length)` fails, down
+// to `shortest`.
+std::uint32_t fitted_length(std::uint32_t longest, std::uint32_t shortest,
+                            const std::function<bool(std::uint32_t)>& fits) {
+  std::uint32_t length = longest;
+  while (length > shortest && !fits(length)) length = std::max(shortest, length / 2 / 64 * 64);
+  return length;
+}
+
+// The plan from the time: the probe (the first kProbeWindow positions of the
+// text through every run), then windows and a passkey length that fit their
+// shares of what is left. The runs themselves stop at the deadlines
+// (ModelRunOptions::deadline), so the plan's counts are estimates.
+void timed_plan(const Model& model, std::span<const std::uint8_t> text, const std::vector<RunSpec>& specs,
+                const ChooseRequest& request, const TokenizedText& tokens, ModelRunOptions options,
+                ChoosePlan& plan, double& rate) {
+  const ModelConfig& cfg = model.config();
+  const auto probe = Clock::now();
+  options.window = std::min(kProbeWindow, cfg.context);
+  options.max_windows = 1;
+  (void)perplexity(model, text, specs, options);
+  plan.probe_seconds = seconds_since(probe);
+  const double runs = static_cast<double>(specs.size() + 1);
+  rate = runs * (options.window - 1) / std::max(plan.probe_seconds, 1e-3);
+  const auto cost = [&](std::uint32_t positions) { return runs * positions * kGrowth / rate; };
   const double left = std::max(0.0, request.minutes * 60.0 - plan.probe_seconds);
-  if (plan.window_seconds > 0) {
-    plan.windows = static_cast<std::uint32_t>(std::clamp(std::floor(kWindowShare * left / plan.window_seconds), 2.0,
+  const double window_time = kWindowShare * left, sample_time = kSampleShare * left;
+  // Windows: the context, or shorter where two would not fit (at least twice
+  // the budget, so that every window evicts).
+  const auto shortest = static_cast<std::uint32_t>(std::min<std::int64_t>(cfg.context, 2 * request.budget + 2));
+  if (request.windows == 0) {
+    plan.context = fitted_length(cfg.context, shortest, [&](std::uint32_t l) { return 2 * cost(l) <= window_time; });
+    plan.windows_available = static_cast<std::uint32_t>(text_windows(tokens, plan.context).size());
+    plan.window_seconds = cost(plan.context);
+    plan.windows = static_cast<std::uint32_t>(std::clamp(std::floor(window_time / plan.window_seconds), 2.0,
                                                          static_cast<double>(plan.windows_available)));
   }
-  if (plan.sample_seconds > 0) {
+  if (request.samples == 0) {
+    const std::uint32_t longest = plan.length;
+    plan.length = fitted_length(longest, std::min(longest, shortest),
+                                [&](std::uint32_t l) { return plan.depths * cost(l) <= sample_time; });
+    plan.sample_seconds = cost(plan.length);
     plan.samples = static_cast<std::uint32_t>(std::clamp(
-        std::floor(kSampleShare * left / (plan.depths * plan.sample_seconds)), 1.0, static_cast<double>(kMaxSamples)));
+        std::floor(sample_time / (plan.depths * plan.sample_seconds)), 1.0, static_cast<double>(kMaxSamples)));
   }
-  if (request.windows != 0) plan.windows = std::clamp<std::uint32_t>(request.windows, 2, plan.windows_available);
-  if (request.samples != 0) plan.samples = std::min(request.samples, kMaxSamples);
-  plan.decode_tokens = kDecodeTokens;
-  plan.planned_seconds = plan.probe_seconds + plan.windows * plan.window_seconds +
-                         plan.depths * plan.samples * plan.sample_seconds +
-                         (1.0 - kWindowShare - kSampleShare) * left;
-  if (on_plan) on_plan(plan);
+}
 
-  // The runs.
-  options.max_windows = plan.windows;
-  const std::vector<PerplexityRow> ppl = perplexity(*model, text, specs, options);
-  tasks.depths = plan.depths;
-  tasks.samples = plan.samples;
-  const std::vector<TaskRow> answers = run_tasks(model, text, tasks, options);
-  DecodeBenchRequest speed;
-  speed.runs = specs;
-  speed.prompt = static_cast<std::uint32_t>(request.budget);
-  speed.tokens = plan.decode_tokens;
-  speed.rounds = 1;
-  speed.profile = false;
-  std::vector<DecodeBenchRow> decode;
-  if (!request.granularity.sequence_budget) decode = bench_decoder(model, text, speed);
+// The passkey samples' length: 1,024 positions, or less where the context is
+// shorter, and always longer than the budget (or nothing is evicted).
+std::uint32_t passkey_length(const ModelConfig& cfg, std::int64_t budget) {
+  std::uint32_t length = std::min<std::uint32_t>(1024, cfg.context - std::min<std::uint32_t>(cfg.context / 4, 64));
+  if (budget + 1 > std::int64_t{length}) {
+    length = static_cast<std::uint32_t>(std::min<std::int64_t>(cfg.context - 16, 2 * budget));
+  }
+  if (budget >= std::int64_t{length}) {
+    throw ParameterError(fmt::format("choose: budget ({}) leaves no room for a passkey sample that evicts within the "
+                                     "context of {}",
+                                     budget, cfg.context));
+  }
+  return length;
+}
 
+// The rows from the runs' results, ranked, and the recommendation.
+void fill_rows(ChooseResult& result, const std::vector<RunSpec>& specs, const std::vector<PerplexityRow>& ppl,
+               const std::vector<TaskRow>& answers, const std::vector<DecodeBenchRow>& decode,
+               const ChooseRequest& request, const ModelConfig& cfg) {
+  std::uint32_t full_samples = 0;
   for (const TaskRow& t : answers) {
     if (t.policy.empty()) {
       result.full_cache_accuracy += static_cast<double>(t.correct);
+      full_samples += t.samples;
     }
   }
-  result.full_cache_accuracy /= static_cast<double>(plan.depths * plan.samples);
+  result.full_cache_accuracy /= std::max<double>(full_samples, 1.0);
   for (const DecodeBenchRow& d : decode) {
     if (d.mode == "decode" && d.policy == "full cache") result.full_cache_tokens_per_second = d.tokens_per_second;
   }
@@ -211,18 +196,118 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
   });
   for (std::size_t i = 0; i < result.rows.size(); ++i) result.rows[i].rank = static_cast<int>(i + 1);
   result.recommendation = recommend(result, request);
+}
 
+// The commands that would narrow the intervals: four times the windows (at
+// the windows' length) and the samples, for the first three.
+void narrowing_commands(ChooseResult& result, const ChooseRequest& request, const ModelConfig& cfg,
+                        const std::string& model_label, const std::string& text_label) {
+  const ChoosePlan& plan = result.plan;
   std::string names;
   for (std::size_t i = 0; i < result.rows.size() && i < 3; ++i) names += (i == 0 ? "" : ",") + result.rows[i].policy;
   const std::string granularity = request.granularity.sequence_budget ? " --granularity sequence" : "";
-  const std::uint32_t more = std::min<std::uint32_t>(plan.windows * 4, plan.windows_available);
-  result.narrow.push_back(fmt::format("kvevict perplexity --model {} --text {} --policy {} --budget {} --max-windows {}{}",
+  const std::string context = plan.context < cfg.context ? fmt::format(" --context {}", plan.context) : "";
+  const std::uint32_t more = std::min<std::uint32_t>(result.windows * 4, plan.windows_available);
+  result.narrow.push_back(fmt::format("kvevict perplexity --model {} --text {} --policy {} --budget {} --max-windows {}{}{}",
                                       model_label, text_label, names, request.budget,
-                                      more == plan.windows_available ? 0 : more, granularity));
+                                      more == plan.windows_available ? 0 : more, context, granularity));
   result.narrow.push_back(fmt::format("kvevict tasks --model {} --text {} --tasks passkey --lengths {} --depths {} "
                                       "--samples {} --policies {} --budgets {}{}",
-                                      model_label, text_label, plan.length, plan.depths, plan.samples * 4, names,
-                                      request.budget, granularity));
+                                      model_label, text_label, plan.length, plan.depths,
+                                      std::max<std::uint32_t>(result.samples, 1) * 4, names, request.budget,
+                                      granularity));
+}
+
+// The windows perplexity read: those whose predictions add up to the rows'.
+std::uint32_t windows_read(const TokenizedText& tokens, std::uint32_t window, std::uint64_t predictions) {
+  std::uint64_t seen = 0;
+  std::uint32_t n = 0;
+  for (const TextWindow& w : text_windows(tokens, window)) {
+    if (seen >= predictions) break;
+    seen += w.length - 1;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const std::uint8_t> text,
+                    const ChooseRequest& request, const std::function<void(const ChoosePlan&)>& on_plan,
+                    const std::string& model_label, const std::string& text_label) {
+  const auto started = Clock::now();
+  const ModelConfig& cfg = model->config();
+  if (!(request.minutes >= 0.1 && request.minutes <= 1440.0)) {
+    throw ParameterError(fmt::format("choose: --minutes ({}) must be 0.1 ... 1440", request.minutes));
+  }
+  check_paged(request.granularity);
+  if (request.granularity.blocks() || request.granularity.layer_budget) {
+    throw ParameterError("choose: --granularity takes head or sequence");
+  }
+  const std::vector<RunSpec> specs = choose_specs(cfg, request);
+  ChooseResult result;
+  ChoosePlan& plan = result.plan;
+  plan.context = cfg.context;
+  const TokenizedText tokens = tokenize_text(*model, text);
+  plan.windows_available = static_cast<std::uint32_t>(text_windows(tokens, cfg.context).size());
+  plan.length = passkey_length(cfg, request.budget);
+  ModelRunOptions options;
+  options.paged = request.granularity;
+  options.progress = request.progress;  // each stage (probe, runs) counts its tokens from 0
+  if (request.windows != 0) plan.windows = std::clamp<std::uint32_t>(request.windows, 2, plan.windows_available);
+  if (request.samples != 0) plan.samples = std::min(request.samples, kMaxSamples);
+  double rate = 0.0;  // run-tokens a second, from the probe
+  if (request.windows == 0 || request.samples == 0) timed_plan(*model, text, specs, request, tokens, options, plan, rate);
+  if (plan.windows_available < 2) {
+    throw InputError(fmt::format("choose: the text makes {} window(s) of {} positions; it needs at least 2 (for an "
+                                 "interval paired by window)",
+                                 plan.windows_available, plan.context));
+  }
+  plan.decode_tokens = kDecodeTokens;
+  const double decode_seconds =
+      rate > 0 ? static_cast<double>(specs.size() + 1) * (request.budget + kDecodeTokens) * kGrowth / rate : 0.0;
+  plan.planned_seconds = plan.probe_seconds + plan.windows * plan.window_seconds +
+                         plan.depths * plan.samples * plan.sample_seconds + decode_seconds;
+  if (on_plan) on_plan(plan);
+
+  // The runs: a fixed plan as planned; a timed one until its deadlines (the
+  // windows' share of the time after the probe, then the passkey's up to what
+  // the decode speed needs), so that time one stage leaves goes to the next.
+  const double left = request.minutes * 60.0 - plan.probe_seconds;
+  if (request.windows == 0) {
+    options.window = plan.context;
+    options.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(kWindowShare * left));
+  } else {
+    options.max_windows = plan.windows;
+  }
+  const std::vector<PerplexityRow> ppl = perplexity(*model, text, specs, options);
+  result.windows = windows_read(tokens, plan.context, ppl.front().predictions);
+  TaskRequest tasks;
+  tasks.tasks = {"passkey"};
+  tasks.lengths = {plan.length};
+  tasks.budgets = {request.budget};
+  for (const RunSpec& s : specs) tasks.policies.push_back(s.policy);
+  tasks.moments = {Moment::decode};
+  tasks.depths = plan.depths;
+  tasks.samples = request.samples == 0 ? kMaxSamples : plan.samples;
+  options.deadline.reset();
+  if (request.samples == 0) {
+    options.deadline = started + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(request.minutes * 60.0 - decode_seconds));
+  }
+  const std::vector<TaskRow> answers = run_tasks(model, text, tasks, options);
+  result.samples = answers.empty() ? 0 : answers.front().samples;
+  DecodeBenchRequest speed;
+  speed.runs = specs;
+  speed.prompt = static_cast<std::uint32_t>(request.budget);
+  speed.tokens = plan.decode_tokens;
+  speed.rounds = 1;
+  speed.profile = false;
+  std::vector<DecodeBenchRow> decode;
+  if (!request.granularity.sequence_budget) decode = bench_decoder(model, text, speed);
+  fill_rows(result, specs, ppl, answers, decode, request, cfg);
+  narrowing_commands(result, request, cfg, model_label, text_label);
   result.seconds = seconds_since(started);
   return result;
 }
@@ -259,6 +344,8 @@ std::string choose_json(const ChooseResult& r) {
                       {"kvBytes", r.full_cache_kv_bytes}};
   out["recommendation"] = r.recommendation;
   out["narrow"] = r.narrow;
+  out["windows"] = r.windows;
+  out["samples"] = r.samples;
   out["seconds"] = r.seconds;
   return out.dump(2) + "\n";
 }

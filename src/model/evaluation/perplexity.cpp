@@ -226,6 +226,16 @@ struct Run {
 };
 
 // The options every run shares, checked against the model before any work.
+// The positions each window holds: ModelRunOptions::window, or the context.
+std::uint32_t window_length(const ModelConfig& cfg, const ModelRunOptions& options) {
+  if (options.window > cfg.context) {
+    throw ParameterError(fmt::format("a window of {} positions is over the model's context of {}", options.window,
+                                     cfg.context));
+  }
+  if (options.window == 1) throw ParameterError("a window of 1 position predicts nothing: give 2 or more");
+  return options.window == 0 ? cfg.context : options.window;
+}
+
 void check_run_options(const ModelConfig& cfg, const std::vector<Run>& runs_in, const ModelRunOptions& options) {
   check_paged(options.paged);
   for (const Run& run : runs_in) check_format(run.kv, cfg.head_dim());
@@ -236,9 +246,12 @@ void check_run_options(const ModelConfig& cfg, const std::vector<Run>& runs_in, 
   if (options.prefill > 0 && options.paged.active()) {
     throw ParameterError("--prefill compresses once after the prefill; it does not combine with the paged options");
   }
-  if (options.prefill >= cfg.context) {
-    throw ParameterError(fmt::format("--prefill ({}) must be below the model's context of {} positions",
-                                     options.prefill, cfg.context));
+  if (options.prefill >= window_length(cfg, options)) {
+    throw ParameterError(options.window == 0
+                             ? fmt::format("--prefill ({}) must be below the model's context of {} positions",
+                                           options.prefill, cfg.context)
+                             : fmt::format("--prefill ({}) must be below a window's {} positions", options.prefill,
+                                           options.window));
   }
   if (options.prefill > 0 && options.prefill_window < 1) {
     throw ParameterError("--window must be at least 1 (the attention rows the compression scores from)");
@@ -293,15 +306,21 @@ void check_run_policies(const ModelConfig& cfg, const std::vector<Run>& runs_in,
   }
 }
 
-// Every run on every window: results[r x windows + w] and the seconds each took.
-// Progress counts tokens stepped: each run steps each window's length - 1.
-void run_all_windows(const Model& model, const TokenizedText& text, const std::vector<Window>& windows,
-                     const std::vector<Run>& runs_in, const ModelRunOptions& options,
-                     std::vector<WindowResult>& results, std::vector<double>& seconds) {
+// Every run on every window: results[r x windows + w] and the seconds each
+// took. Windows run in order, a window's jobs together, so that with a
+// deadline (ModelRunOptions) the windows done are the first ones: returns
+// how many every run finished. Progress counts tokens stepped: each run
+// steps each window's length - 1.
+std::size_t run_all_windows(const Model& model, const TokenizedText& text, const std::vector<Window>& windows,
+                            const std::vector<Run>& runs_in, const ModelRunOptions& options,
+                            std::vector<WindowResult>& results, std::vector<double>& seconds) {
   const std::size_t runs = runs_in.size();
   const std::shared_ptr<const Model> shared = shared_view(model);
   detail::ProgressCounter count(options.progress, runs * window_steps(windows));
   count.start();
+  const std::size_t always = std::min<std::size_t>(options.min_windows, windows.size());
+  std::size_t per_window = runs;  // jobs a window
+  std::size_t started = 0;
   if (options.together && model.uses_kernels() && runs > 1) {
     // Each window's runs in as few groups as keep every core busy, each group
     // stepped together on one core: a weight is read once a token a group,
@@ -311,32 +330,37 @@ void run_all_windows(const Model& model, const TokenizedText& text, const std::v
     const std::size_t groups = std::clamp<std::size_t>((cores + windows.size() - 1) / windows.size(), 1, runs);
     std::vector<std::pair<std::size_t, std::size_t>> spans;  // [first run, end) of each group
     for (std::size_t g = 0; g < groups; ++g) spans.emplace_back(runs * g / groups, runs * (g + 1) / groups);
-    detail::parallel_jobs(groups * windows.size(), {}, [&](std::size_t job) {
-      const std::size_t g = job / windows.size();
-      const std::size_t wi = job % windows.size();
+    per_window = groups;
+    started = detail::paced_jobs(groups * windows.size(), options.deadline, always * groups, [&](std::size_t job) {
+      const std::size_t wi = job / groups;
+      const std::size_t g = job % groups;
       std::vector<const RunSpec*> specs;
       std::vector<const KvFormat*> kvs;
       for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
         specs.push_back(runs_in[r].spec);
         kvs.push_back(&runs_in[r].kv);
       }
-      const auto started = std::chrono::steady_clock::now();
+      const auto began = std::chrono::steady_clock::now();
       std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options, count);
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
         results[r * windows.size() + wi] = got[r - spans[g].first];
         seconds[r * windows.size() + wi] = took / static_cast<double>(specs.size());  // the group's time, shared
       }
     });
   } else {
-    detail::parallel_jobs(results.size(), {}, [&](std::size_t job) {
-      const std::size_t r = job / windows.size();
-      const auto started = std::chrono::steady_clock::now();
-      results[job] =
-          run_window(shared, text, windows[job % windows.size()], runs_in[r].spec, options, runs_in[r].kv, count);
-      seconds[job] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    started = detail::paced_jobs(results.size(), options.deadline, always * runs, [&](std::size_t job) {
+      const std::size_t wi = job / runs;
+      const std::size_t r = job % runs;
+      const auto began = std::chrono::steady_clock::now();
+      results[r * windows.size() + wi] = run_window(shared, text, windows[wi], runs_in[r].spec, options, runs_in[r].kv,
+                                                    count);
+      seconds[r * windows.size() + wi] = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     });
   }
+  const std::size_t done = started / per_window;
+  if (done < windows.size()) count.finish();
+  return done;
 }
 
 // Run r's row from its windows' results (run 0, the full cache at fp32, is
@@ -405,17 +429,32 @@ std::vector<PerplexityRow> perplexity_runs(const Model& model, const TokenizedTe
                                            const std::vector<Run>& runs_in, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   check_run_options(cfg, runs_in, options);
-  const std::vector<Window> windows = text_windows(text, cfg.context, options.max_windows);
+  std::vector<Window> windows = text_windows(text, window_length(cfg, options), options.max_windows);
   std::uint64_t longest_window = 0;  // the most positions any cache holds
   for (const Window& w : windows) longest_window = std::max<std::uint64_t>(longest_window, w.length);
   // Every request is checked before any work: what is left to predict, each
   // head's policy (built once), and a prefill's window against each layer's
   // budget.
-  const Scoring scoring = scoring_of(text, windows, options);
+  Scoring scoring = scoring_of(text, windows, options);
   check_run_policies(cfg, runs_in, options, scoring.compresses);
   std::vector<WindowResult> results(runs_in.size() * windows.size());
   std::vector<double> seconds(runs_in.size() * windows.size(), 0.0);
-  run_all_windows(model, text, windows, runs_in, options, results, seconds);
+  const std::size_t done = run_all_windows(model, text, windows, runs_in, options, results, seconds);
+  if (done < windows.size()) {
+    // A deadline ended the runs: the rows are the first `done` windows'.
+    for (std::size_t r = 0; r < runs_in.size(); ++r) {
+      for (std::size_t wi = 0; wi < done; ++wi) {
+        results[r * done + wi] = results[r * windows.size() + wi];
+        seconds[r * done + wi] = seconds[r * windows.size() + wi];
+      }
+    }
+    results.resize(runs_in.size() * done);
+    seconds.resize(runs_in.size() * done);
+    windows.resize(done);
+    longest_window = 0;
+    for (const Window& w : windows) longest_window = std::max<std::uint64_t>(longest_window, w.length);
+    scoring = scoring_of(text, windows, options);
+  }
   std::vector<PerplexityRow> rows;
   for (std::size_t r = 0; r < runs_in.size(); ++r) {
     rows.push_back(run_row(cfg, text, runs_in, r, results, seconds, windows.size(), longest_window, scoring, options));
@@ -615,9 +654,12 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
                                          const CompareRequest& request,
                                          const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
+  if (options.deadline) {
+    throw ContractError("compare_model replays every window's attention beside its runs: it takes no deadline");
+  }
   const std::vector<RunSpec> specs = compare_specs(request);
   const TokenizedText tokens = tokenize_text(model, text);
-  const std::vector<Window> windows = text_windows(tokens, cfg.context, options.max_windows);
+  const std::vector<Window> windows = text_windows(tokens, window_length(cfg, options), options.max_windows);
   // Progress in tokens: every perplexity run's, then each proxy window's
   // full-cache recording (with a prefill there are no proxies: they replay
   // decode-time eviction).

@@ -604,13 +604,20 @@ void check_prefill_windows(const Model& model, const std::vector<TaskSample>& sa
 }
 
 // Every sample answered under every configuration (`all`: the full cache,
-// then each one); right[s x all + c] and evicted[...] filled in. Progress
-// counts each sample's length in tokens (`lengths`) once a configuration.
-void answer_all(const std::shared_ptr<const Model>& model, const std::vector<TaskSample>& samples,
-                const std::vector<std::uint32_t>& lengths, std::span<const TaskConfig> all,
-                const TaskRequest& request, detail::ProgressCounter& count, const ModelRunOptions& options,
-                std::vector<std::uint8_t>& right, std::vector<std::uint64_t>& evicted) {
+// then each one); right[s x all + c] and evicted[...] filled in. Samples run
+// in rounds -- sample i of every cell, then sample i + 1 -- so that with a
+// deadline (ModelRunOptions) the answers given are whole rounds: returns how
+// many. Progress counts each sample's length in tokens (`lengths`) once a
+// configuration.
+std::uint32_t answer_all(const std::shared_ptr<const Model>& model, const std::vector<TaskSample>& samples,
+                         const std::vector<std::uint32_t>& lengths, std::span<const TaskConfig> all,
+                         const TaskRequest& request, detail::ProgressCounter& count, const ModelRunOptions& options,
+                         std::vector<std::uint8_t>& right, std::vector<std::uint64_t>& evicted) {
   const std::size_t per_sample = all.size();
+  const std::size_t cells = samples.size() / request.samples;
+  // The k-th sample answered: round k / cells, of cell k % cells.
+  const auto in_rounds = [&](std::size_t k) { return (k % cells) * request.samples + k / cells; };
+  std::size_t answered = 0;  // samples every configuration answered: the first ones in rounds
   if (options.together && model->uses_kernels() && per_sample > 1) {
     // Each sample's configurations in as few groups as keep every core busy,
     // each group stepped together on one core: a weight is read once a token
@@ -618,8 +625,9 @@ void answer_all(const std::shared_ptr<const Model>& model, const std::vector<Tas
     // one vector at a time: it answers a job a configuration.)
     const auto cores = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
     const std::size_t groups = std::clamp<std::size_t>((cores + samples.size() - 1) / samples.size(), 1, per_sample);
-    detail::parallel_jobs(groups * samples.size(), {}, [&](std::size_t job) {
-      const std::size_t g = job / samples.size(), s = job % samples.size();
+    const std::size_t started =
+        detail::paced_jobs(groups * samples.size(), options.deadline, groups * cells, [&](std::size_t job) {
+      const std::size_t g = job % groups, s = in_rounds(job / groups);
       const std::size_t first = per_sample * g / groups, end = per_sample * (g + 1) / groups;
       const std::vector<TaskAnswer> got =
           answer_together_counted(model, samples[s], all.subspan(first, end - first), request.window, request.chunk,
@@ -629,22 +637,29 @@ void answer_all(const std::shared_ptr<const Model>& model, const std::vector<Tas
         evicted[s * per_sample + c] = got[c - first].evicted;
       }
     });
+    answered = started / groups;
   } else {
-    detail::parallel_jobs(right.size(), {}, [&](std::size_t job) {
-      const std::size_t s = job / per_sample, c = job % per_sample;
-      right[job] = answer_counted(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[job],
-                                  request.chunk, options.kv, options.paged, &count, lengths[s])
-                       ? 1
-                       : 0;
+    const std::size_t started =
+        detail::paced_jobs(right.size(), options.deadline, per_sample * cells, [&](std::size_t job) {
+      const std::size_t s = in_rounds(job / per_sample), c = job % per_sample;
+      const std::size_t at = s * per_sample + c;
+      right[at] = answer_counted(model, samples[s], all[c].spec, all[c].moment, request.window, &evicted[at],
+                                 request.chunk, options.kv, options.paged, &count, lengths[s])
+                      ? 1
+                      : 0;
     });
+    answered = started / per_sample;
   }
+  const auto rounds = static_cast<std::uint32_t>(answered / cells);
+  if (rounds < request.samples) count.finish();
+  return rounds;
 }
 
 // One row per cell and configuration: the cell's samples' answers summed.
 std::vector<TaskRow> task_rows_of(const Model& model, const std::vector<TaskCell>& cells,
                                   const std::vector<TaskConfigSpec>& configs, const TaskRequest& request,
                                   const ModelRunOptions& options, const std::vector<std::uint8_t>& right,
-                                  const std::vector<std::uint64_t>& evicted) {
+                                  const std::vector<std::uint64_t>& evicted, std::uint32_t rounds) {
   const std::size_t per_sample = 1 + configs.size();
   std::vector<TaskRow> rows;
   for (std::size_t cell = 0; cell < cells.size(); ++cell) {
@@ -658,8 +673,8 @@ std::vector<TaskRow> task_rows_of(const Model& model, const std::vector<TaskCell
         row.budget = configs[c - 1].spec.budget;
         row.moment = configs[c - 1].moment;
       }
-      row.samples = request.samples;
-      for (std::uint32_t i = 0; i < request.samples; ++i) {
+      row.samples = rounds;  // each cell's first `rounds` samples (all, without a deadline)
+      for (std::uint32_t i = 0; i < rounds; ++i) {
         const std::size_t job = (cell * request.samples + i) * per_sample + c;
         row.correct += right[job];
         row.evicted += evicted[job];
@@ -721,8 +736,8 @@ std::vector<TaskRow> run_tasks(const std::shared_ptr<const Model>& model, std::s
   std::vector<TaskConfig> all;  // the full cache, then each configuration
   all.push_back({});
   for (const TaskConfigSpec& c : configs) all.push_back({&c.spec, c.moment});
-  answer_all(model, samples, lengths, all, request, count, options, right, evicted);
-  return task_rows_of(*model, cells, configs, request, options, right, evicted);
+  const std::uint32_t rounds = answer_all(model, samples, lengths, all, request, count, options, right, evicted);
+  return task_rows_of(*model, cells, configs, request, options, right, evicted, rounds);
 }
 
 }  // namespace kvevict

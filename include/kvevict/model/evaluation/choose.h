@@ -1,12 +1,16 @@
 // kvevict choose (docs/choosing.md): which policy to run on this model at
 // this budget, and what it costs -- an answer within a time budget.
 //
-// 1. The plan. Two probes time the work on this machine: one window of the
-//    text through every run (the full cache and each policy, stepped
-//    together as perplexity steps them), and one passkey sample through
-//    every run. The budget is then split -- about 60 % perplexity windows,
-//    30 % passkey samples at two needle depths, the rest decode speed -- and
-//    the plan says how many windows and samples fit (on_plan).
+// 1. The plan. A probe times the work on this machine: the text's first 64
+//    positions through every run (the full cache and each policy, stepped
+//    together as perplexity steps them). The budget is then split -- about
+//    60 % perplexity windows, 30 % passkey samples at two needle depths, the
+//    rest decode speed -- and the plan says how many windows and samples
+//    should fit, and their lengths: the context, or shorter where two windows
+//    (one round of samples) would not fit (on_plan). The runs stop at their
+//    deadlines (ModelRunOptions::deadline): the plan's counts are estimates,
+//    the result's `windows` and `samples` what ran. A fixed plan (`windows`,
+//    `samples`) runs no probe and no deadline: the same rows on every machine.
 // 2. The runs: perplexity with intervals paired by window for every policy at
 //    the budget; passkey accuracy at two depths while the cache is evicting
 //    (the decode moment); decode tokens/s at a cache of `budget` positions;
@@ -43,9 +47,9 @@ struct ChooseRequest {
 };
 
 struct ChoosePlan {
-  double probe_seconds = 0.0;           // the two probes, together
-  double window_seconds = 0.0;          // one window through every run
-  double sample_seconds = 0.0;          // one passkey sample through every run
+  double probe_seconds = 0.0;           // the probe
+  double window_seconds = 0.0;          // one window through every run (estimated)
+  double sample_seconds = 0.0;          // one passkey sample through every run (estimated)
   std::uint32_t windows = 0;            // perplexity windows planned
   std::uint32_t windows_available = 0;  // in the text
   std::uint32_t context = 0;            // positions a window
@@ -77,6 +81,8 @@ struct ChooseResult {
   std::uint64_t full_cache_kv_bytes = 0;  // a window's worth, at the context
   std::string recommendation;        // one line
   std::vector<std::string> narrow;   // commands that would narrow the intervals
+  std::uint32_t windows = 0;         // perplexity windows read (of plan.context positions)
+  std::uint32_t samples = 0;         // passkey samples a depth answered
   double seconds = 0.0;              // the whole run, probes included
 };
 

@@ -14,6 +14,7 @@
 // the predicted tokens stand for, which compares across tokenizers.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -105,6 +106,17 @@ struct ModelRunOptions {
   ProgressFn progress;
   // Windows of the text to use (0 = all). Lets a long text be sampled.
   std::uint32_t max_windows = 0;
+  // Positions a window holds (0: the model's context; at most that). Shorter
+  // windows cost less each, with less of the text before each prediction.
+  std::uint32_t window = 0;
+  // A time to finish by (perplexity; tasks): windows run in order, and one
+  // that would not end by then -- as long as the longest one so far took --
+  // is not started, once `min_windows` are (tasks: samples, a round over
+  // every task x length x depth at a time, once one round is). The rows are
+  // those of the windows (samples) every run finished: the rows with
+  // max_windows (samples) that many, to the bit.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::uint32_t min_windows = 2;
   // Block mode (docs/paged.md): every decoder on a paged store of
   // paged.block_size, each cache's policy driven by a BlockEvictor (the
   // budget a whole number of blocks); the full cache runs on the same store.
