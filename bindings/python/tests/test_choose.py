@@ -80,8 +80,11 @@ def test_choose_equals_the_tool(chosen):
     want = tool("choose", "--model", KVM, "--text", SAMPLE, "--budget", BUDGET, "--policies", POLICIES,
                 "--windows", WINDOWS, "--samples", SAMPLES)
     got = chosen
-    assert list(got) == list(want) == ["command", "plan", "rows", "fullCache", "recommendation", "narrow", "seconds"]
+    assert list(got) == list(want) == ["command", "plan", "rows", "fullCache", "recommendation", "narrow", "windows",
+                                       "samples", "seconds"]
     assert got["command"] == "choose"
+    # What ran: the fixed plan, all of it.
+    assert (got["windows"], got["samples"]) == (want["windows"], want["samples"]) == (WINDOWS, SAMPLES)
     # The plan: every count exactly; the probes did not run (fixed plan), so
     # their per-window and per-sample timings are 0 on both sides.
     assert list(got["plan"]) == list(want["plan"])
