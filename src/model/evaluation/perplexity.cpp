@@ -666,9 +666,7 @@ std::vector<PerplexityRow> compare_model(const Model& model, std::span<const std
   const std::size_t lead = options.kv.quantized() ? 2 : 1;  // the full caches before the specs' rows
   const std::uint64_t ppl_tokens = (specs.size() + lead) * window_steps(windows);
   std::uint64_t proxy_tokens = 0;
-  if (options.prefill == 0) {
-    for (const Window& w : windows) proxy_tokens += w.length;
-  }
+  for (const Window& w : windows) proxy_tokens += options.prefill == 0 ? w.length : 0;
   detail::ProgressCounter count(options.progress, ppl_tokens + proxy_tokens);
   ModelRunOptions inner = options;
   if (options.progress) {
