@@ -555,6 +555,22 @@ TEST(WeightKernelsDecoder, ShorterWindowsAreTheModelAtThatContext) {
   EXPECT_THROW(perplexity(*model, text, specs, past), ParameterError);
   past.window = 1;
   EXPECT_THROW(perplexity(*model, text, specs, past), ParameterError);
+  // Where there are no windows, neither a window nor a deadline is taken silently.
+  StreamRequest stream;
+  stream.specs = {specs.front()};
+  stream.tokens = 100;
+  ModelRunOptions shorter;
+  shorter.window = 48;
+  EXPECT_THROW(stream_perplexity(*model, text, stream, shorter), ContractError);
+  ModelRunOptions hurried;
+  hurried.deadline = std::chrono::steady_clock::now();
+  EXPECT_THROW(stream_perplexity(*model, text, stream, hurried), ContractError);
+  TaskRequest tasks;
+  tasks.tasks = {"passkey"};
+  tasks.lengths = {80};
+  tasks.policies = {"h2o"};
+  tasks.budgets = {20};
+  EXPECT_THROW(run_tasks(model, text, tasks, shorter), ContractError);
 }
 
 // A deadline stops tasks between rounds (sample i of every task x length x

@@ -197,6 +197,9 @@ std::vector<StreamRow> stream_perplexity(const Model& model, std::span<const std
                                          const StreamRequest& request, const ModelRunOptions& options) {
   const ModelConfig& cfg = model.config();
   if (options.max_windows != 0) throw ParameterError("a stream has no windows: --max-windows does not apply");
+  if (options.window != 0 || options.deadline) {
+    throw ContractError("a stream has no windows to shorten or stop between: no window or deadline");
+  }
   if (options.paged.blocks()) throw ParameterError("a stream runs on the contiguous store: no block options");
   if (options.paged.layer_budget) {
     // A layer's heads share budget x heads positions, so one head may hold

@@ -456,6 +456,7 @@ void check_task_request(const Model& model, const TaskRequest& request, const Mo
   if (request.window < 1) throw InputError("tasks: the observation window must be at least 1 byte");
   check_format(options.kv, cfg.head_dim());
   check_paged(options.paged);
+  if (options.window != 0) throw ContractError("tasks: a sample's length is its own (lengths): no window");
   if (options.paged.blocks()) throw ParameterError("tasks: the decoder runs on the contiguous store: no block options");
   if (options.paged.active()) {
     for (const Moment m : request.moments) {
