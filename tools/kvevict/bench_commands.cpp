@@ -47,7 +47,7 @@ struct ServeBenchArgs {
   std::string positions = "original";
 };
 
-int run_serve_bench(const ServeBenchArgs& f, const CLI::App* cmd, std::uint32_t context) {
+int run_serve_bench(const ServeBenchArgs& f, const CLI::App* cmd, const ModelLoad& context) {
   std::vector<std::uint32_t> sequences;
   for (const std::int64_t n : parse_integer_list(f.sequences, "--sequences")) {
     if (n < 1 || n > 4096) throw ParameterError(fmt::format("--sequences: {} is not 1 ... 4096", n));
@@ -111,7 +111,7 @@ struct BenchArgs {
 };
 
 // bench --model: a decoder timed over a text.
-int run_bench_model(const BenchArgs& f, const CLI::App* cmd, std::uint32_t context) {
+int run_bench_model(const BenchArgs& f, const CLI::App* cmd, const ModelLoad& context) {
   if (cmd->get_option("--bank-instances")->count() > 0 || cmd->get_option("--bank-budget")->count() > 0 ||
       f.no_compare || cmd->get_option("--seconds")->count() > 0) {
     throw ParameterError("bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply");
@@ -258,7 +258,7 @@ Command add_bench_command(CLI::App& app, const ModelContext& context) {
       "--model", f->model,
       "instead: decode a text with a model (.kvm, .gguf, safetensors), full cache and each --policies at each "
       "--budgets (default 128), and report tokens per second and where a step's time goes");
-  cmd->add_option("--context", *context, "with --model: positions to run it at")->needs(model_opt);
+  add_context_option(cmd, *context, model_opt);
   cmd->add_option("--text", f->text, "with --model: the text to decode")->capture_default_str();
   cmd->add_option("--tokens", f->tokens, "with --model: tokens decoded a pass (at most the text and the context)")
       ->check(CLI::Range(1U, 1U << 20))->capture_default_str();

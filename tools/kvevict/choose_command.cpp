@@ -31,7 +31,7 @@ struct ChooseArgs {
   RunFlags run;
 };
 
-int run_choose(const ChooseArgs& f, std::uint32_t context) {
+int run_choose(const ChooseArgs& f, const ModelLoad& context) {
   Progress progress("choose", f.run, f.model);
   if (f.windows == 0 || f.samples == 0) {  // timed: done by the budget, however much is left to do
     progress.ends_by(std::chrono::steady_clock::now() +

@@ -216,11 +216,9 @@ std::vector<KvFormat> kv_list_of(const KvFlags& f) {
   return out;
 }
 
-void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help, std::uint32_t& context) {
+void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help, ModelLoad& load) {
   auto* model = cmd->add_option("--model", f.model, model_help);
-  cmd->add_option("--context", context,
-                  "with --model: positions to run it at (default: its trained context, at most 4096)")
-      ->needs(model);
+  add_context_option(cmd, load, model);
   cmd->add_option("--text", f.text, "with --model: the text to score (tokenized by the model's own tokenizer)")
       ->needs(model);
   model->needs("--text");
@@ -239,15 +237,29 @@ void check_model_source(const CLI::App* cmd, const SignalFiles& signals) {
   }
 }
 
-void add_context_option(CLI::App* cmd, std::uint32_t& context) {
-  cmd->add_option("--context", context,
-                  "positions to run the model at: its windows' length and its caches' capacity (default: the "
-                  "model's trained context, at most 4096)");
+void add_context_option(CLI::App* cmd, ModelLoad& load, CLI::Option* needs) {
+  const std::string with = needs != nullptr ? "with " + needs->get_name() + ": " : "";
+  auto* context = cmd->add_option("--context", load.context,
+                                  with + "positions to run the model at: its windows' length and its caches' capacity "
+                                         "(default: the model's trained context, at most 4096)");
+  auto* matmul =
+      cmd->add_option("--matmul", load.matmul,
+                      with + "how quantized matrices multiply: exact (the default, every published table) or int8 "
+                             "(Q8_0 and Q4_K against the vectors rounded to 8 bits as llama.cpp rounds them: "
+                             "faster, and logits nearer llama.cpp's; docs/performance.md)")
+          ->check(CLI::IsMember({"exact", "int8"}))
+          ->capture_default_str();
+  if (needs != nullptr) {
+    context->needs(needs);
+    matmul->needs(needs);
+  }
 }
 
-std::shared_ptr<const Model> open_model(const std::string& path, std::uint32_t context) {
+std::shared_ptr<const Model> open_model(const std::string& path, const ModelLoad& load) {
   ModelOptions options;
-  options.context = context;
+  options.context = load.context;
+  options.matmul = parse_matmul_mode(load.matmul);
+  const std::uint32_t context = load.context;
   auto model = Model::load(path, options);
   const ModelConfig& c = model->config();
   if (context == 0 && c.context < c.trained_context) {

@@ -124,6 +124,14 @@ std::vector<KvFormat> kv_list_of(const KvFlags& f);
 
 // compare's and sweep's --model, --text, --max-windows and the precision
 // flags: the run over the real model instead of a trace.
+// How every model command opens its model: --context and --matmul (one
+// value of each for all commands: main.cpp makes it, the commands bind to
+// it).
+struct ModelLoad {
+  std::uint32_t context = 0;  // 0: the model's trained context, at most 4096
+  std::string matmul = "exact";
+};
+
 struct ModelFlags {
   std::string model;
   std::string text;
@@ -132,18 +140,20 @@ struct ModelFlags {
   bool given() const noexcept { return !model.empty(); }
 };
 
-void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help, std::uint32_t& context);
+void add_model_options(CLI::App* cmd, ModelFlags& f, const std::string& model_help, ModelLoad& load);
 
 // --model runs the model; a trace and recorded signals replay one: refuse both at once.
 void check_model_source(const CLI::App* cmd, const SignalFiles& signals);
 
 // Every model command's --context: the positions to run a model at (its
-// trained context, or the first 4096 of a longer one, when not given).
-void add_context_option(CLI::App* cmd, std::uint32_t& context);
+// trained context, or the first 4096 of a longer one, when not given); and
+// --matmul exact|int8 (matmul.h). `needs`: an option both require, or null.
+void add_context_option(CLI::App* cmd, ModelLoad& load, CLI::Option* needs = nullptr);
 
-// The model at `path`, run at `context` positions (0: its trained context, at
-// most 4096, with a note on stderr when that is fewer).
-std::shared_ptr<const Model> open_model(const std::string& path, std::uint32_t context);
+// The model at `path`, run at load.context positions (0: its trained
+// context, at most 4096, with a note on stderr when that is fewer), its
+// products as load.matmul says.
+std::shared_ptr<const Model> open_model(const std::string& path, const ModelLoad& load);
 
 // A model command's text, read by the library: a missing held-out split
 // says how to make it; a text that is not UTF-8 is scored as the bytes it is,

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_options.h"
+
 namespace kvevict::cli {
 
 struct Command {
@@ -17,9 +19,9 @@ struct Command {
   std::function<int()> run;  // the exit status; a refusal throws
 };
 
-// Every model command's --context, one value for all (0: the model's trained
-// context, at most 4096): main.cpp makes it, the commands bind to it.
-using ModelContext = std::shared_ptr<std::uint32_t>;
+// Every model command's --context and --matmul (ModelLoad), one value of
+// each for all: main.cpp makes it, the commands bind to it.
+using ModelContext = std::shared_ptr<ModelLoad>;
 
 // trace_commands.cpp: the policies and traces.
 Command add_list_command(CLI::App& app);

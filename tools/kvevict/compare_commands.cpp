@@ -41,7 +41,7 @@ struct CompareArgs {
   std::uint32_t window = 32;
 };
 
-int run_compare_model(const CompareArgs& f, const CLI::App* cmd, std::uint32_t context) {
+int run_compare_model(const CompareArgs& f, const CLI::App* cmd, const ModelLoad& context) {
   check_model_source(cmd, f.signals);
   CompareRequest request;
   request.policies = model_compare_policies(f.policies);
@@ -117,7 +117,7 @@ struct SweepArgs {
   RunFlags run;
 };
 
-int run_sweep(const SweepArgs& f, const CLI::App* cmd, std::uint32_t context) {
+int run_sweep(const SweepArgs& f, const CLI::App* cmd, const ModelLoad& context) {
   SweepRequest request;
   request.policy = find_policy(f.policy).name;
   const std::size_t eq = f.param.find('=');

@@ -65,7 +65,7 @@ std::vector<RunSpec> perplexity_specs(const PerplexityArgs& f) {
   return compare_specs(request);
 }
 
-int run_perplexity(const PerplexityArgs& f, std::uint32_t context) {
+int run_perplexity(const PerplexityArgs& f, const ModelLoad& context) {
   const Progress progress("perplexity", f.run, f.model);
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
@@ -120,7 +120,7 @@ struct StreamArgs {
   std::string granularity;
 };
 
-int run_stream(const StreamArgs& f, std::uint32_t context) {
+int run_stream(const StreamArgs& f, const ModelLoad& context) {
   const Progress progress("stream", f.run, f.model);
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
@@ -184,7 +184,7 @@ struct TasksArgs {
   std::string granularity;
 };
 
-int run_tasks_command(const TasksArgs& f, std::uint32_t context) {
+int run_tasks_command(const TasksArgs& f, const ModelLoad& context) {
   const Progress progress("tasks", f.run, f.model);
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
@@ -239,7 +239,7 @@ struct RecordArgs {
   RecordFiles files;
 };
 
-int run_record(RecordArgs& f, std::uint32_t context) {
+int run_record(RecordArgs& f, const ModelLoad& context) {
   const Progress progress("record", f.run, f.model);
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
@@ -269,7 +269,7 @@ struct LogitsArgs {
   RunFlags run;
 };
 
-int run_logits(const LogitsArgs& f, std::uint32_t context) {
+int run_logits(const LogitsArgs& f, const ModelLoad& context) {
   check_output_file(f.out, f.force);  // before the work
   const Progress progress("logits", f.run, f.model);
   const auto model = open_model(f.model, context);

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       "way the reason is one line on stderr: kvevict: error: ...");
 
   // Every model command's --context.
-  const cli::ModelContext model_context = std::make_shared<std::uint32_t>(0);
+  const cli::ModelContext model_context = std::make_shared<cli::ModelLoad>();
   // In --help's order.
   const std::vector<cli::Command> commands = {
       cli::add_list_command(app),

@@ -97,7 +97,7 @@ struct InspectArgs {
   bool json = false;
 };
 
-int run_inspect(const InspectArgs& f, std::uint32_t context) {
+int run_inspect(const InspectArgs& f, const ModelLoad& context) {
   if (f.json) {
     std::cout << inspect_file_json(f.model) << '\n';
   } else {

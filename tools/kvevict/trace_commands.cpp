@@ -97,7 +97,7 @@ struct PersistenceArgs {
   std::optional<std::uint32_t> layer;
 };
 
-int run_persistence(const PersistenceArgs& f, const CLI::App* cmd, std::uint32_t context) {
+int run_persistence(const PersistenceArgs& f, const CLI::App* cmd, const ModelLoad& context) {
   std::vector<std::unique_ptr<Trace>> heads;
   std::vector<Trace*> views;
   if (!f.model.empty()) {
@@ -195,7 +195,7 @@ Command add_persistence_command(CLI::App& app, const ModelContext& context) {
   cmd->add_option("--trace", f->trace, "generated trace id or FILE.npy")->capture_default_str();
   auto* model_opt = cmd->add_option(
       "--model", f->model, "instead of --trace: this model's (.kvm, .gguf, safetensors) full-cache attention over --text");
-  cmd->add_option("--context", *context, "with --model: positions to run it at")->needs(model_opt);
+  add_context_option(cmd, *context, model_opt);
   cmd->add_option("--text", f->text, "with --model: the text (its first context-length bytes)")->needs(model_opt);
   model_opt->needs("--text");
   cmd->add_option("--layer", f->layer, "with --model: only this layer's heads")->needs(model_opt);

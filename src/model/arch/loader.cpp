@@ -33,7 +33,9 @@ std::string file_magic(const std::filesystem::path& path) {
 
 }  // namespace
 
-std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
+namespace {
+
+std::shared_ptr<const Model> load_any(const std::filesystem::path& path, const ModelOptions& options) {
   const std::string file = path.string();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return build_safetensors_model(path, options);
@@ -51,14 +53,27 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
     if (!in) fail(file, "cannot be opened (does it exist?)");
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) fail(file, "reading failed");
-    std::shared_ptr<const Model> parsed = parse(std::move(bytes), file);
-    if (options.context == 0) return parsed;
-    auto model = std::const_pointer_cast<Model>(parsed);
-    apply_context(model->config_, options, file);
-    return model;
+    return Model::parse(std::move(bytes), file);
   }
   fail(file, "not a kvevict model: it reads a .kvm file (magic KVEVMODL), a GGUF file (magic GGUF) or a "
              "safetensors model (a folder with config.json and model.safetensors)");
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, const ModelOptions& options) {
+  const std::shared_ptr<const Model> built = load_any(path, options);
+  const bool kvm = built->config().format == "kvm";
+  if (options.matmul == MatmulMode::kInt8 && !built->uses_kernels()) {
+    throw ParameterError(fmt::format("--matmul int8: {} ({}) multiplies float32 matrices one vector at a time, not by "
+                                     "the weight kernels, so it has no 8-bit products (--matmul exact)",
+                                     path.string(), built->config().architecture));
+  }
+  if ((!kvm || options.context == 0) && options.matmul == MatmulMode::kExact) return built;
+  auto model = std::const_pointer_cast<Model>(built);
+  if (kvm && options.context != 0) apply_context(model->config_, options, path.string());
+  model->matmul_ = options.matmul;
+  return model;
 }
 
 std::shared_ptr<const Model> Model::parse(std::vector<char> bytes, const std::string& file) {

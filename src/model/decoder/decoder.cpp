@@ -649,7 +649,7 @@ namespace {
 void product(const Model& model, const WeightMatrix& w, const float* x, std::size_t xs, float* y, std::size_t ys,
              std::uint32_t n, int threads) {
   if (model.uses_kernels()) {
-    matmul(w, x, xs, y, ys, n, threads);
+    matmul(w, x, xs, y, ys, n, threads, model.matmul_mode());
     return;
   }
   const auto* floats = reinterpret_cast<const float*>(w.data);
@@ -661,7 +661,7 @@ void product(const Model& model, const WeightMatrix& w, const float* x, std::siz
 void products(const Model& model, std::initializer_list<Product> each, const float* x, std::size_t xs,
               std::uint32_t n, int threads) {
   if (model.uses_kernels()) {
-    matmul_group(each.begin(), each.size(), x, xs, n, threads);
+    matmul_group(each.begin(), each.size(), x, xs, n, threads, model.matmul_mode());
     return;
   }
   for (const Product& p : each) product(model, *p.w, x, xs, p.y, p.y_stride, n, threads);

@@ -540,29 +540,80 @@ void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y
 
 namespace {
 
-// The calling thread's room for its vectors in integers: grown to the
-// largest product it has made, then reused (no allocation a step once a
-// decoder has made one of each).
-struct Scratch {
+// How a matrix's products take their vectors: as they are (the float
+// kernels), split into two int16 parts (exact Q8_0), or rounded to 8 bits
+// in llama.cpp's Q8_0 or Q8_K blocks (MatmulMode::kInt8).
+enum class Rounding : std::uint8_t { kSplit, kQ8_0, kQ8_K, kCount, kNone = kCount };
+
+Rounding rounding_of(WeightType type, MatmulMode mode) noexcept {
+  if (mode == MatmulMode::kInt8 && type == WeightType::kQ8_0) return Rounding::kQ8_0;
+  if (mode == MatmulMode::kInt8 && type == WeightType::kQ4_K) return Rounding::kQ8_K;
+  if (type == WeightType::kQ8_0) return Rounding::kSplit;
+  return Rounding::kNone;
+}
+
+// The vectors in one rounding, in the calling thread's room for them: grown
+// to the largest product it has made, then reused (no allocation a step once
+// a decoder has made one of each).
+struct Rounded {
   std::vector<std::int16_t> values;
-  std::vector<std::int16_t> residuals;
+  std::vector<std::int16_t> residuals;  // kSplit: the fine part; kQ8_K: the sums by 32
   std::vector<float> scales;
   std::vector<std::uint8_t> usable;  // per vector: 0 takes the float kernel
+  // Vectors the integers hold: each vector's products take the integer
+  // kernel or, when it cannot hold it, the float kernel -- its own way
+  // whatever its neighbours, so a vector's bits never depend on the others.
+  std::atomic<std::size_t> held{0};
+
+  void size_for(Rounding kind, std::size_t vectors, std::size_t cols) {
+    if (values.size() < vectors * cols) values.resize(vectors * cols);
+    const std::size_t fine = kind == Rounding::kSplit ? vectors * cols : kind == Rounding::kQ8_K ? vectors * cols / 32 : 0;
+    if (residuals.size() < fine) residuals.resize(fine);
+    const std::size_t block = kind == Rounding::kQ8_K ? 256 : 32;
+    if (scales.size() < vectors * cols / block) scales.resize(vectors * cols / block);
+    if (usable.size() < vectors) usable.resize(vectors);
+    held.store(0, std::memory_order_relaxed);
+  }
+  // Vectors [first, first + n) of x, rounded.
+  void round(Rounding kind, const float* x, std::size_t x_stride, std::size_t cols, std::size_t first, std::size_t n) {
+    const float* from = x + first * x_stride;
+    std::size_t good = 0;
+    switch (kind) {
+      case Rounding::kSplit:
+        good = quantize_vectors(from, x_stride, cols, n, values.data() + first * cols, residuals.data() + first * cols,
+                                scales.data() + first * cols / 32, usable.data() + first);
+        break;
+      case Rounding::kQ8_0:
+        good = round_q8_0(from, x_stride, cols, n, values.data() + first * cols, scales.data() + first * cols / 32,
+                          usable.data() + first);
+        break;
+      default:
+        good = round_q8_k(from, x_stride, cols, n, values.data() + first * cols, scales.data() + first * cols / 256,
+                          residuals.data() + first * cols / 32, usable.data() + first);
+        break;
+    }
+    held.fetch_add(good, std::memory_order_relaxed);
+  }
+};
+
+struct Scratch {
+  Rounded by[static_cast<int>(Rounding::kCount)];
 };
 
 }  // namespace
 
 void matmul_group(const Product* products, std::size_t count, const float* x, std::size_t x_stride,
-                  std::size_t vectors, int threads) noexcept {
+                  std::size_t vectors, int threads, MatmulMode mode) noexcept {
   if (count == 0 || vectors == 0) return;
   const std::size_t cols = products[0].w->cols;
   std::size_t bytes = 0;
   std::size_t groups = 0;  // rows in fours, every matrix's
-  bool any_q8 = false;
+  bool needed[static_cast<int>(Rounding::kCount)] = {};
   for (std::size_t i = 0; i < count; ++i) {
     bytes += products[i].w->bytes();
     groups += (products[i].w->rows + 3) / 4;
-    any_q8 = any_q8 || products[i].w->type == WeightType::kQ8_0;
+    const Rounding kind = rounding_of(products[i].w->type, mode);
+    if (kind != Rounding::kNone) needed[static_cast<int>(kind)] = true;
   }
   if (groups == 0) return;
   // A share under ~64 KiB of weights (a quarter of a small matrix) costs
@@ -572,36 +623,46 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
       std::min<std::size_t>({static_cast<std::size_t>(wanted), std::max<std::size_t>(1, bytes * vectors / 65536), groups}));
   const bool one = team <= 1;
 
-  QuantizedVectors q{};
-  bool here = true;
-  // Vectors the integers hold: each vector's products take the integer
-  // kernel or, when it cannot hold it, the float kernel -- its own way
-  // whatever its neighbours, so a vector's bits never depend on the others.
-  std::atomic<std::size_t> usable{0};
-  std::int16_t* values = nullptr;
-  std::int16_t* residuals = nullptr;
-  float* scales = nullptr;
-  std::uint8_t* usable_vector = nullptr;
-  const std::size_t blocks = cols / 32;
-  if (any_q8) {
-    thread_local Scratch scratch;
-    if (scratch.values.size() < vectors * cols) {
-      scratch.values.resize(vectors * cols);
-      scratch.residuals.resize(vectors * cols);
-    }
-    if (scratch.scales.size() < vectors * blocks) scratch.scales.resize(vectors * blocks);
-    if (scratch.usable.size() < vectors) scratch.usable.resize(vectors);
-    values = scratch.values.data();
-    residuals = scratch.residuals.data();
-    scales = scratch.scales.data();
-    usable_vector = scratch.usable.data();
-    q = QuantizedVectors{values, residuals, scales, cols, vectors};
-    // A few vectors are rounded here before the threads start; a prompt's
-    // chunk is rounded by the threads, a share of the vectors each.
-    here = one || vectors * cols <= 16384;
-    if (here) usable.store(quantize_vectors(x, x_stride, cols, vectors, values, residuals, scales, usable_vector));
+  thread_local Scratch scratch;
+  // The calling thread's, shared with the team by this reference (a
+  // thread_local named in the team's code would be each thread's own).
+  Scratch& rounded = scratch;
+  bool any = false;
+  for (int k = 0; k < static_cast<int>(Rounding::kCount); ++k) {
+    if (needed[k]) rounded.by[k].size_for(static_cast<Rounding>(k), vectors, cols);
+    any = any || needed[k];
   }
+  // A few vectors are rounded here before the threads start; a prompt's
+  // chunk is rounded by the threads, a share of the vectors each.
+  const bool here = !any || one || vectors * cols <= 16384;
+  const auto round_share = [&](std::size_t first, std::size_t n) {
+    for (int k = 0; k < static_cast<int>(Rounding::kCount); ++k) {
+      if (needed[k]) rounded.by[k].round(static_cast<Rounding>(k), x, x_stride, cols, first, n);
+    }
+  };
+  if (here && any) round_share(0, vectors);
   const auto run = HWY_DYNAMIC_DISPATCH(kernels::MatMulRows);
+  // One matrix's rows [r0, r1): the integer kernel for every vector its
+  // rounding holds, the float kernel for the rest.
+  const auto rows = [&](const Product& p, std::size_t r0, std::size_t r1) {
+    const Rounding kind = rounding_of(p.w->type, mode);
+    const Rounded* r = kind == Rounding::kNone ? nullptr : &rounded.by[static_cast<int>(kind)];
+    const std::size_t held = r == nullptr ? 0 : r->held.load(std::memory_order_relaxed);
+    if (held == 0) {
+      run(*p.w, r0, r1, x, x_stride, p.y, p.y_stride, vectors);
+      return;
+    }
+    if (kind == Rounding::kSplit) {
+      matmul_quantized(*p.w, QuantizedVectors{r->values.data(), r->residuals.data(), r->scales.data(), cols, vectors},
+                       p.y, p.y_stride, r0, r1);
+    } else {
+      const std::int16_t* sums = kind == Rounding::kQ8_K ? r->residuals.data() : nullptr;
+      matmul_int8(*p.w, Int8Vectors{r->values.data(), r->scales.data(), sums, cols, vectors}, p.y, p.y_stride, r0, r1);
+    }
+    for (std::size_t v = 0; held < vectors && v < vectors; ++v) {
+      if (r->usable[v] == 0) run(*p.w, r0, r1, x + v * x_stride, x_stride, p.y + v * p.y_stride, p.y_stride, 1);
+    }
+  };
   // Groups [from, to) of the matrices one after another: each matrix's rows
   // in its own kernel, so the split changes which thread computes a row,
   // never how.
@@ -612,19 +673,7 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
       const std::size_t mine = (p.w->rows + 3) / 4;
       const std::size_t begin = std::max(from, first) - first;
       const std::size_t end = std::min(to, first + mine);
-      if (first + begin < end) {
-        const std::size_t r0 = begin * 4;
-        const std::size_t r1 = std::min<std::size_t>(p.w->rows, (end - first) * 4);
-        const std::size_t held = p.w->type == WeightType::kQ8_0 ? usable.load(std::memory_order_relaxed) : 0;
-        if (held > 0) {
-          matmul_quantized(*p.w, q, p.y, p.y_stride, r0, r1);
-          for (std::size_t v = 0; held < vectors && v < vectors; ++v) {
-            if (usable_vector[v] == 0) run(*p.w, r0, r1, x + v * x_stride, x_stride, p.y + v * p.y_stride, p.y_stride, 1);
-          }
-        } else {
-          run(*p.w, r0, r1, x, x_stride, p.y, p.y_stride, vectors);
-        }
-      }
+      if (first + begin < end) rows(p, begin * 4, std::min<std::size_t>(p.w->rows, (end - first) * 4));
       first += mine;
     }
   };
@@ -638,10 +687,7 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
     const auto n = static_cast<std::size_t>(omp_get_num_threads());
     if (!here) {
       const std::size_t first = vectors * t / n;
-      usable.fetch_add(quantize_vectors(x + first * x_stride, x_stride, cols, vectors * (t + 1) / n - first,
-                                        values + first * cols, residuals + first * cols, scales + first * blocks,
-                                        usable_vector + first),
-                       std::memory_order_relaxed);
+      round_share(first, vectors * (t + 1) / n - first);
       // Every thread sees every share's count and flags past the barrier.
 #pragma omp barrier
     }
@@ -650,9 +696,9 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
 }
 
 void matmul(const WeightMatrix& w, const float* x, std::size_t x_stride, float* y, std::size_t y_stride,
-            std::size_t vectors, int threads) noexcept {
+            std::size_t vectors, int threads, MatmulMode mode) noexcept {
   const Product one{&w, y, y_stride};
-  matmul_group(&one, w.rows == 0 ? 0 : 1, x, x_stride, vectors, threads);
+  matmul_group(&one, w.rows == 0 ? 0 : 1, x, x_stride, vectors, threads, mode);
 }
 
 }  // namespace kvevict

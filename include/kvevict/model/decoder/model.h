@@ -70,6 +70,10 @@ struct ModelOptions {
   // context is refused.
   std::uint32_t context = 0;
   static constexpr std::uint32_t kDefaultContextCap = 4096;
+  // How the weight kernels compute the products (matmul.h): exact, or
+  // against vectors rounded to 8 bits as llama.cpp rounds them. kInt8 on a
+  // model the kernels do not multiply (kvevict-tiny) is refused.
+  MatmulMode matmul = MatmulMode::kExact;
 };
 
 // Weights read from a model file. The Llama family keeps its matrices in the
@@ -105,6 +109,8 @@ class Model {
   // family); false for kvevict-tiny's float32 path, one vector and one
   // thread at a time.
   bool uses_kernels() const noexcept { return kernels_; }
+  // How its products are computed (ModelOptions::matmul).
+  MatmulMode matmul_mode() const noexcept { return matmul_; }
 
   struct Layer {
     const float* attn_norm = nullptr;  // [width]
@@ -155,6 +161,7 @@ class Model {
   std::vector<std::uint8_t> blocks_;
   std::size_t parameters_ = 0;
   bool kernels_ = false;
+  MatmulMode matmul_ = MatmulMode::kExact;
   std::shared_ptr<const Vocabulary> vocab_;
   WeightMatrix embed_;
   WeightMatrix output_;
