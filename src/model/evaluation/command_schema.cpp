@@ -64,7 +64,7 @@ constexpr FieldInfo kLlamaPerplexityInfos[] = {
      {}},
     {"extraLow", FieldType::kNumber, "bits per byte", "low end of its 95 % interval, paired by window; null for the "
      "full cache or one window", "", {}},
-    {"extraHigh", FieldType::kNumber, "bits per byte", "high end of the same interval", "", {}},
+    {"extraHigh", FieldType::kNumber, "bits per byte", "high end of the same interval; null where extraLow is", "", {}},
     {"perplexity", FieldType::kNumber, "", "exp of the mean negative log-likelihood per predicted token", "", {}},
     {"predictions", FieldType::kInteger, "tokens", "tokens predicted, every window", "", {}},
     {"predictedBytes", FieldType::kInteger, "bytes", "the bytes they stand for", "", {}},
