@@ -47,8 +47,10 @@ kvevict_status kvevict_run(kvevict_policy* policy, kvevict_trace* trace, int64_t
 
 /* Compare (as `kvevict compare --format json`): policies "a,b" or "all" (NULL
  * = all), budgets (NULL/0 = 256, 512, 1024), overrides "policy.key" -> value,
- * trace id (NULL = decode-4096), max_steps 0 = all. Writes a JSON string the
- * caller frees with kvevict_string_free. */
+ * trace id (NULL = decode-4096), max_steps 0 = all. Writes the JSON the tool
+ * prints, the envelope every command prints: {"command": "compare", "model":
+ * null, "rows": [...], "trace"} (`kvevict schema` describes each field); the
+ * caller frees it with kvevict_string_free. */
 kvevict_status kvevict_compare_json(const char* policies, const int64_t* budgets,
                                     size_t budget_count, const kvevict_param* overrides,
                                     size_t override_count, const char* trace, int64_t max_steps,

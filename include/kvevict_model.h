@@ -85,7 +85,8 @@ kvevict_status kvevict_model_perplexity_granular(const kvevict_model* model, con
 
 /* One long text read as a single sequence by decoders whose caches a policy
  * holds at its budget, as `kvevict stream --format json` (the library's
- * stream_json): writes {"rows": [...]} -- the full cache first (when
+ * stream_json): writes the envelope the tool prints, {"command": "stream",
+ * "model": the model's path as opened, "rows": [...]} -- the full cache first (when
  * full_cache is nonzero; it stops at the context), then each policy x budget
  * at each position mode, then the recomputed window -- each row with its
  * segments. The caller frees *json with kvevict_string_free.
@@ -115,8 +116,9 @@ kvevict_status kvevict_model_stream(const kvevict_model* model, const uint8_t* t
 
 /* The attention sink on the full cache over the first `tokens` tokens (0 or
  * more than the context: the context), as `kvevict stream --sinks --format
- * json`: {"sinks": [{"layer", "first", "firstFour", "evenFirst",
- * "evenFirstFour"}]}. Free *json with kvevict_string_free. */
+ * json` prints it: {"command": "stream", "model": the model's path, "rows":
+ * [{"layer", "first", "firstFour", "evenFirst", "evenFirstFour"}]}. Free
+ * *json with kvevict_string_free. */
 kvevict_status kvevict_model_sink_shares(const kvevict_model* model, const uint8_t* text, size_t length,
                                          uint32_t tokens, char** json);
 

@@ -54,7 +54,7 @@ def main():
     model = json.loads(subprocess.run(
         [TOOL, "compare", "--model", args.model, "--text", args.text, "--budgets", args.budgets,
          "--format", "json"], cwd=ROOT, check=True, capture_output=True, text=True).stdout)
-    rows = [r for r in model if r["policy"] is not None]
+    rows = [r for r in model["rows"] if r["policy"] is not None]
     policies = sorted({r["policy"] for r in rows})
     r_synth = ranks(synth_mass, True)
 

@@ -27,7 +27,7 @@ def per_cache(model: Path, text: Path) -> dict:
         rows = json.loads(subprocess.run(
             [TOOL, "perplexity", "--model", str(model), "--text", str(text), "--kv-precision", p,
              "--max-windows", "1", "--context", "64", "--format", "json"],
-            check=True, capture_output=True, text=True).stdout)
+            check=True, capture_output=True, text=True).stdout)["rows"]
         out[p] = rows[-1]["bytesPerPosition"]  # the full cache at that precision
     return out
 

@@ -156,7 +156,8 @@ SHARES = ["--prompt", "1100", "--tokens", "16", "--rounds", "1", "--policies", "
 
 
 def bench_json(model, args):
-    return json.loads(run([str(TOOL), "bench", "--model", str(model)] + args + ["--format", "json"]))
+    """bench --model's rows (its JSON is the envelope every command prints)."""
+    return json.loads(run([str(TOOL), "bench", "--model", str(model)] + args + ["--format", "json"]))["rows"]
 
 
 def decode_section(tmp):
@@ -358,7 +359,7 @@ def llama_cpp_measure(tmp, targets, best, model_keys, threads_list, rounds):
                         print(f"[{target}] {name}, {threads} thread(s), prompt {prompt}, round {r + 1}/{rounds}: "
                               "kvevict, llama.cpp ...", file=sys.stderr)
                         k = json.loads(run_or_die([str(TOOL)] + kvevict_args(model, prompt, tokens, threads, target)
-                                                  + ["--format", "json"], f"kvevict bench ({name})"))
+                                                  + ["--format", "json"], f"kvevict bench ({name})"))["rows"]
                         lj = json.loads(run_or_die([str(LLAMA_BENCH)] + llama_args(model, ids, prompt, tokens,
                                                                                       threads, variant),
                                                    f"llama_cpp_bench ({name})"))
@@ -623,7 +624,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    supported = json.loads(run([str(TOOL), "simd", "--format", "json"]))["supported"]
+    supported = [r["target"] for r in json.loads(run([str(TOOL), "simd", "--format", "json"]))["rows"] if r["supported"]]
     # The two best targets this CPU runs, the higher first.
     order = ["avx512", "avx2", "sse4", "baseline"]
     wanted = [t for t in order if t in supported][:2]

@@ -39,7 +39,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 source scripts/test-summary.sh
 
 # The suites each build must run (ctest names), and the fuzz targets.
-required_release=(cli install layers link_cycles function_length architecture_page report_browser python no_vendored_packages simd_baseline pip npm_pack row_schema_agreement model_reference_selftest model_reference tokenizer_spm tokenizer_gpt2 gguf_readback llama_cpp_agreement llama_policy llama_c_api llama_stream kvevict_llama llama_example llama_cpp_bench docs_commands docs_check_logic)
+required_release=(cli install layers link_cycles function_length architecture_page report_browser python no_vendored_packages simd_baseline pip npm_pack row_schema_agreement json_envelope model_reference_selftest model_reference tokenizer_spm tokenizer_gpt2 gguf_readback llama_cpp_agreement llama_policy llama_c_api llama_stream kvevict_llama llama_example llama_cpp_bench docs_commands docs_check_logic)
 required_sanitize=(cli report_browser simd_baseline)
 fuzz_targets=8  # scripts/fuzz.sh's default list: vectors params policy npy model task_rows gguf tokenizer
 

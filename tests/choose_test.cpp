@@ -68,8 +68,14 @@ TEST(Choose, EveryRowIsWhatTheCommandsGiveAloneRankedByExtraBits) {
   }
   EXPECT_EQ(r.recommendation.rfind(r.rows.front().policy + ": ", 0), 0U) << r.recommendation;
   ASSERT_EQ(r.narrow.size(), 2U);
-  const nlohmann::json j = nlohmann::json::parse(choose_json(r));
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(choose_json(r, {"choose", "m.kvm"}));
+  // The envelope first, then choose's per-result members.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"command", "model", "rows", "plan", "fullCache", "recommendation",
+                                            "narrow", "windows", "samples", "seconds"}));
   EXPECT_EQ(j["command"], "choose");
+  EXPECT_EQ(j["model"], "m.kvm");
   EXPECT_EQ(j["rows"].size(), 3U);
   EXPECT_EQ(j["rows"][0]["policy"], r.rows.front().policy);
 }

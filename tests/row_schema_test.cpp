@@ -5,6 +5,8 @@
 // the schema) cannot change the tool's output unnoticed.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
+#include "kvevict/model/evaluation/command_schema.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "kvevict/model/serving/serve_bench.h"
 
@@ -47,6 +50,7 @@ bool has_type(const Json& v, FieldType type) {
     case FieldType::kNumber: return v.is_number_float();
     case FieldType::kObject: return v.is_object();
     case FieldType::kArray: return v.is_array();
+    case FieldType::kBoolean: return v.is_boolean();
   }
   return false;
 }
@@ -68,7 +72,7 @@ void expect_matches(const Json& object, std::span<const FieldInfo> fields, std::
     EXPECT_TRUE(has_type(v, f.type)) << where << "." << f.name << " is " << v.type_name() << ", declared "
                                      << field_type_name(f.type);
     if (f.type == FieldType::kObject && !f.fields.empty()) expect_matches(v, f.fields, heads, where + "." + std::string(f.name));
-    if (f.type == FieldType::kArray) {
+    if (f.type == FieldType::kArray && !f.fields.empty()) {
       for (const Json& e : v) expect_matches(e, f.fields, heads, where + "." + std::string(f.name) + "[]");
     }
   }
@@ -90,11 +94,21 @@ TEST(RowSchema, CompareDocumentFollowsTheSchema) {
   request.budgets = {128, 256};
   EvaluateOptions options;
   options.steps = 300;
-  const Json doc = Json::parse(rows_json(compare(request, options)));
-  expect_matches(doc, compare_schema(), 1, "compare");
-  EXPECT_EQ(doc.at("rows").size(), 4U);
-  // No rows: the trace is "" and rows is empty, still in schema order.
-  expect_matches(Json::parse(rows_json({})), compare_schema(), 1, "empty");
+  const Json doc = Json::parse(rows_json(compare(request, options), "compare"));
+  // The envelope, then compare's one member of its own.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : doc.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"command", "model", "rows", "trace"}));
+  EXPECT_EQ(doc.at("command"), "compare");
+  EXPECT_TRUE(doc.at("model").is_null());
+  EXPECT_EQ(doc.at("trace"), "decode-4096");
+  ASSERT_EQ(doc.at("rows").size(), 4U);
+  for (const Json& row : doc.at("rows")) expect_matches(row, run_row_schema(), 1, "compare row");
+  // No rows: the trace is "" and rows is empty, still in envelope order.
+  const Json empty = Json::parse(rows_json({}, "sweep"));
+  EXPECT_EQ(empty.at("command"), "sweep");
+  EXPECT_EQ(empty.at("rows"), Json::array());
+  EXPECT_EQ(empty.at("trace"), "");
 }
 
 // The exact text the hand-written writer produced before the schema existed.
@@ -109,21 +123,37 @@ TEST(RowSchema, RunJsonTextIsUnchanged) {
             R"("evicted":3,"memoryBytes":1024,"seconds":0.125,"heads":2,"perHead":[)"
             R"({"retainedAttentionMass":0.0,"heavyHitterRecall":1.0,"evictionCalls":2},)"
             R"({"retainedAttentionMass":0.125,"heavyHitterRecall":1.0,"evictionCalls":2}]})");
-  EXPECT_EQ(rows_json({}, -1), R"({"trace":"","rows":[]})");
+  EXPECT_EQ(rows_json({}, "compare", -1), R"({"command":"compare","model":null,"rows":[],"trace":""})");
+}
+
+// The schema's entry for `command` (and `variant`), or null.
+Json schema_entry(const Json& schema, const std::string& command, const std::string& variant = "") {
+  for (const Json& row : schema.at("rows")) {
+    if (row.at("command") == command && row.at("variant") == variant) return row;
+  }
+  return Json();
 }
 
 TEST(RowSchema, SchemaJsonDescribesEveryField) {
-  const Json schema = Json::parse(schema_json());
-  ASSERT_TRUE(schema.contains("run"));
-  ASSERT_EQ(schema.at("run").size(), run_row_schema().size());
+  const Json schema = Json::parse(schema_json(eval_command_schemas()));
+  EXPECT_EQ(schema.at("command"), "schema");
+  EXPECT_TRUE(schema.at("model").is_null());
+  const Json run = schema_entry(schema, "run");
+  ASSERT_FALSE(run.is_null());
+  ASSERT_EQ(run.at("rows").size(), run_row_schema().size());
   std::size_t i = 0;
   for (const FieldInfo& f : run_row_schema()) {
-    const Json& d = schema.at("run").at(i++);
+    const Json& d = run.at("rows").at(i++);
     EXPECT_EQ(d.at("name"), std::string(f.name));
     EXPECT_EQ(d.at("type"), std::string(field_type_name(f.type)));
     EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
   }
-  EXPECT_EQ(schema.at("compare").at(1).at("fields"), schema.at("run"));
+  EXPECT_EQ(schema_entry(schema, "compare").at("rows"), run.at("rows"));
+  EXPECT_EQ(schema_entry(schema, "compare").at("extra").at(0).at("name"), "trace");
+  // The envelope: command, model, rows, in that order.
+  std::vector<std::string> names;
+  for (const Json& f : schema.at("envelope")) names.push_back(f.at("name"));
+  EXPECT_EQ(names, (std::vector<std::string>{"command", "model", "rows"}));
 }
 
 // ---- the perplexity row (kvevict/model/evaluation/perplexity_rows.h) ----
@@ -171,8 +201,13 @@ void expect_in_schema_order(const Json& object, const std::string& where) {
   }
 }
 
+const JsonSource kSource{"perplexity", "m.kvm"};
+
+// The rows of perplexity_json's envelope.
+Json ppl_rows(const std::vector<PerplexityRow>& rows) { return Json::parse(perplexity_json(rows, kSource)).at("rows"); }
+
 TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
-  const Json rows = Json::parse(perplexity_json({perplexity_row(true), perplexity_row(false)}));
+  const Json rows = ppl_rows({perplexity_row(true), perplexity_row(false)});
   ASSERT_EQ(rows.size(), 2U);
   const std::vector<std::string> plain{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                        "predictions", "predictedBytes", "tokenizer", "evicted", "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition",
@@ -194,7 +229,7 @@ TEST(PerplexityRowSchema, PerplexityRowsHaveTheirFieldsAndNoOthers) {
 TEST(PerplexityRowSchema, OneWindowGivesTheExtraCostWithoutAnInterval) {
   PerplexityRow one = perplexity_row(false);
   one.has_extra_interval = false;
-  const Json row = Json::parse(perplexity_json({one})).at(0);
+  const Json row = ppl_rows({one}).at(0);
   EXPECT_EQ(row.at("extraBitsPerByte"), 0.25);
   EXPECT_TRUE(row.at("extraLow").is_null());
   EXPECT_TRUE(row.at("extraHigh").is_null());
@@ -203,7 +238,7 @@ TEST(PerplexityRowSchema, OneWindowGivesTheExtraCostWithoutAnInterval) {
 TEST(PerplexityRowSchema, CompareRowsAreRankedWithProxiesNullForTheFullCache) {
   std::vector<PerplexityRow> rows{perplexity_row(true), perplexity_row(false)};
   for (PerplexityRow& r : rows) r.ranked = r.proxied = true;
-  const Json doc = Json::parse(perplexity_json(rows));
+  const Json doc = ppl_rows(rows);
   const std::vector<std::string> ranked{"rank", "policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                         "predictions", "predictedBytes", "tokenizer", "evicted", "retainedAttentionMass", "heavyHitterRecall",
                                         "evictionCalls", "kvPrecision", "kvResidual", "bytesPerPosition", "modelBytesPerPosition",
@@ -230,7 +265,7 @@ TEST(PerplexityRowSchema, StoreAndPrefillFieldsAppearOnlyWhenMeasured) {
   PerplexityRow prefill = perplexity_row(false);  // ranked, a prefill: no proxy fields
   prefill.ranked = true;
   prefill.prefill = 768;
-  const Json doc = Json::parse(perplexity_json({layer, blocks, prefill}));
+  const Json doc = ppl_rows({layer, blocks, prefill});
   EXPECT_EQ(keys_of(doc[0]), (std::vector<std::string>{"policy", "budget", "params", "perplexity", "bitsPerByte", "extraBitsPerByte", "extraLow", "extraHigh",
                                                         "predictions", "predictedBytes", "tokenizer", "evicted", "peakPositions", "kvPrecision",
                                                         "kvResidual", "bytesPerPosition", "modelBytesPerPosition", "peakCacheBytes", "seconds"}));
@@ -254,7 +289,7 @@ TEST(PerplexityRowSchema, AQuantizedStoresFullCacheHasItsExtraCostAndMemoryRowsT
   int4.extra_bits_per_byte = 0.001;
   PerplexityRow fitted = perplexity_row(false);
   fitted.memory_bytes = 16384;
-  const Json doc = Json::parse(perplexity_json({reference, int4, fitted}));
+  const Json doc = ppl_rows({reference, int4, fitted});
   EXPECT_TRUE(doc[0].at("extraBitsPerByte").is_null());
   EXPECT_EQ(doc[0].at("kvPrecision"), "fp32");
   EXPECT_EQ(doc[1].at("extraBitsPerByte"), 0.001);
@@ -268,34 +303,59 @@ TEST(PerplexityRowSchema, AQuantizedStoresFullCacheHasItsExtraCostAndMemoryRowsT
 
 // The exact text, so a change to the description shows up as a change here.
 TEST(PerplexityRowSchema, JsonTextIsPinned) {
-  EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, -1),
-            R"([{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"extraBitsPerByte":null,)"
+  EXPECT_EQ(perplexity_json({perplexity_row(true), perplexity_row(false)}, kSource, -1),
+            R"({"command":"perplexity","model":"m.kvm","rows":[{"policy":null,"budget":null,"params":{},"perplexity":4.0,"bitsPerByte":2.0,"extraBitsPerByte":null,)"
             R"("extraLow":null,"extraHigh":null,"predictions":1000,"predictedBytes":4000,"tokenizer":"bytes","evicted":0,"kvPrecision":"fp32","kvResidual":0,)"
             R"("bytesPerPosition":0.0,"modelBytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5},)"
             R"({"policy":"tova","budget":64,"params":{"budget":64},"perplexity":4.0,"bitsPerByte":2.0,)"
             R"("extraBitsPerByte":0.25,"extraLow":0.125,"extraHigh":0.375,"predictions":1000,"predictedBytes":4000,"tokenizer":"bytes","evicted":17,)"
-            R"("kvPrecision":"fp32","kvResidual":0,"bytesPerPosition":0.0,"modelBytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5}])");
-  EXPECT_EQ(perplexity_json({}, -1), "[]");
+            R"("kvPrecision":"fp32","kvResidual":0,"bytesPerPosition":0.0,"modelBytesPerPosition":0.0,"peakCacheBytes":0,"seconds":0.5}]})");
+  EXPECT_EQ(perplexity_json({}, {"compare", std::nullopt}, -1), R"({"command":"compare","model":null,"rows":[]})");
 }
 
 TEST(PerplexityRowSchema, ExportedBesideTheRunRow) {
   const Json schema = Json::parse(result_schema_json());
-  ASSERT_EQ(keys_of(schema), (std::vector<std::string>{"run", "compare", "perplexity", "serve"}));
-  ASSERT_EQ(schema.at("perplexity").size(), perplexity_row_schema().size());
+  // Every command with JSON, in --help's order, a variant where a flag changes the rows.
+  std::vector<std::string> names;
+  for (const Json& row : schema.at("rows")) {
+    const std::string variant = row.at("variant");
+    names.push_back(row.at("command").get<std::string>() + (variant.empty() ? "" : " " + variant));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"list", "run", "compare", "compare --model", "perplexity", "stream",
+                                             "stream --sinks", "serve-bench", "tasks", "choose", "persistence",
+                                             "persistence --model", "sweep", "sweep --model", "bench",
+                                             "bench --model", "simd", "schema", "llama perplexity", "llama stream"}));
+  for (const char* command : {"perplexity", "compare"}) {
+    const Json ppl = schema_entry(schema, command, command == std::string("compare") ? "--model" : "");
+    ASSERT_EQ(ppl.at("rows").size(), perplexity_row_schema().size()) << command;
+    EXPECT_EQ(ppl.at("model"), "path");
+    std::size_t i = 0;
+    for (const FieldInfo& f : perplexity_row_schema()) {
+      const Json& d = ppl.at("rows").at(i++);
+      EXPECT_EQ(d.at("name"), std::string(f.name));
+      EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
+    }
+  }
+  EXPECT_EQ(schema_entry(schema, "run"), schema_entry(Json::parse(schema_json(eval_command_schemas())), "run"));
+  // The serve-bench row (kvevict/model/serving/serve_bench.h): every field named and described.
+  const Json serve = schema_entry(schema, "serve-bench");
+  ASSERT_EQ(serve.at("rows").size(), serve_row_schema().size());
   std::size_t i = 0;
-  for (const FieldInfo& f : perplexity_row_schema()) {
-    const Json& d = schema.at("perplexity").at(i++);
+  for (const FieldInfo& f : serve_row_schema()) {
+    const Json& d = serve.at("rows").at(i++);
     EXPECT_EQ(d.at("name"), std::string(f.name));
     EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
   }
-  EXPECT_EQ(schema.at("run"), Json::parse(schema_json()).at("run"));
-  // The serve-bench row (kvevict/model/serving/serve_bench.h): every field named and described.
-  ASSERT_EQ(schema.at("serve").size(), serve_row_schema().size());
-  i = 0;
-  for (const FieldInfo& f : serve_row_schema()) {
-    const Json& d = schema.at("serve").at(i++);
-    EXPECT_EQ(d.at("name"), std::string(f.name));
-    EXPECT_FALSE(d.at("description").get<std::string>().empty()) << f.name;
+  // Every field of every command described, however deep.
+  const std::function<void(const Json&, const std::string&)> described = [&](const Json& fields, const std::string& where) {
+    for (const Json& f : fields) {
+      EXPECT_FALSE(f.at("description").get<std::string>().empty()) << where << "." << f.at("name");
+      if (f.contains("fields")) described(f.at("fields"), where + "." + f.at("name").get<std::string>());
+    }
+  };
+  for (const Json& row : schema.at("rows")) {
+    described(row.at("rows"), row.at("command"));
+    described(row.at("extra"), row.at("command"));
   }
 }
 

@@ -3,7 +3,10 @@
 // depth coloured by accuracy, accuracy against the budget per moment.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/eval/task_rows.h"
@@ -37,7 +40,7 @@ std::vector<TaskRow> sample_rows() {
 
 TEST(TaskRows, JsonRoundTripsEveryField) {
   const std::vector<TaskRow> rows = sample_rows();
-  const std::vector<TaskRow> back = read_task_rows(tasks_json(rows), "rows.json");
+  const std::vector<TaskRow> back = read_task_rows(tasks_json(rows, {"tasks", "m.kvm"}), "rows.json");
   ASSERT_EQ(back.size(), rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(back[i].policy, rows[i].policy);
@@ -58,7 +61,7 @@ TEST(TaskRows, JsonRoundTripsEveryField) {
     r.kv_residual = 32;
     r.bytes_per_position = 52.0;
   }
-  const std::vector<TaskRow> back4 = read_task_rows(tasks_json(int4), "int4.json");
+  const std::vector<TaskRow> back4 = read_task_rows(tasks_json(int4, {"tasks", std::nullopt}), "int4.json");
   EXPECT_EQ(back4[0].kv_precision, "int4");
   EXPECT_EQ(back4[0].kv_residual, 32U);
   EXPECT_EQ(back4[0].bytes_per_position, 52.0);
@@ -69,6 +72,11 @@ TEST(TaskRows, JsonRoundTripsEveryField) {
            "samples": 4, "correct": 4, "evicted": 0}])",
       "old.json");
   EXPECT_EQ(old[0].kv_precision, "fp32");
+  // The envelope's rows, and only a tasks document's.
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(tasks_json(rows, {"tasks", "m.kvm"}));
+  EXPECT_EQ(doc.at("command"), "tasks");
+  EXPECT_EQ(doc.at("model"), "m.kvm");
+  EXPECT_EQ(doc.at("rows").size(), rows.size());
   // markdown: one line per policy x budget x moment, a column per depth.
   const std::string md = tasks_markdown(rows);
   EXPECT_NE(md.find("| passkey | 512 | tova | 64 | decode | 0.00 | 0.25 | **0.12** |"), std::string::npos) << md;
@@ -85,11 +93,12 @@ TEST(TaskRows, BadDocumentsAreOneLineErrors) {
     }
   };
   expect("{", "t.json: not JSON");
+  expect(R"({"command": "stream", "model": null, "rows": []})", "t.json: expected the rows of kvevict tasks");
   expect(R"([{"task": "passkey", "policy": "full", "budget": 0, "moment": "full", "length": 512, "depth": 0.25,
               "samples": 4, "correct": 4, "evicted": 0, "kvPrecision": "int2", "kvResidual": 0,
               "bytesPerPosition": 1}])",
          "'kvPrecision' ('int2') is not fp32, fp16, int8 or int4");
-  expect("{}", "t.json: expected an array of task rows");
+  expect("{}", "t.json: expected the rows of kvevict tasks --format json");
   expect(R"([{"task": "passkey"}])", "t.json: row 0: no 'policy'");
   expect(R"([{"task":"passkey","policy":"h2o","budget":64,"moment":"soon","length":512,"depth":0.5,"samples":4,"correct":1,"evicted":0}])",
          "t.json: row 0: unknown moment 'soon'");

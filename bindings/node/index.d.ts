@@ -303,10 +303,19 @@ export interface RunResult {
   memoryBytes: number;
   seconds: number;
 }
-/** Exactly the object `kvevict compare --format json` prints. */
-export interface CompareResult {
+/**
+ * The first three members of every command's JSON (the envelope): the command
+ * as typed, the model as given (null on a trace or no model), the rows.
+ */
+export interface Envelope<Command extends string, Row> {
+  command: Command;
+  model: string | null;
+  rows: Row[];
+}
+/** Exactly the object `kvevict compare --format json` prints: the envelope, then the trace. */
+export interface CompareResult extends Envelope<'compare', RunResult> {
+  model: null;
   trace: string;
-  rows: RunResult[];
 }
 
 /**
@@ -383,22 +392,31 @@ export function compare(options?: CompareOptions): CompareResult;
 /** One field of a result row; `fields` lists an object's members or each array element's. */
 export interface SchemaField {
   name: string;
-  type: 'string' | 'integer' | 'number' | 'object' | 'array';
+  type: 'string' | 'integer' | 'number' | 'boolean' | 'object' | 'array';
   unit?: string;
   description: string;
   /** Absent when the field is always present. */
   presentWhen?: string;
   fields?: SchemaField[];
 }
-export interface RowSchema {
-  run: SchemaField[];
-  compare: SchemaField[];
-  /** The rows of perplexity() and compareModel(). */
-  perplexity: SchemaField[];
-  /** The rows of serveBench(). */
-  serve: SchemaField[];
+/** One command's JSON described (a variant where a flag changes its rows: compare with '--model'). */
+export interface CommandSchema {
+  command: string;
+  /** '' or the flag whose rows these are ('--model', '--sinks'). */
+  variant: string;
+  /** What the envelope's model holds: 'path' (the model as given) or 'null'. */
+  model: 'path' | 'null';
+  /** A row's fields, in output order. */
+  rows: SchemaField[];
+  /** The members after rows, in order. */
+  extra: SchemaField[];
 }
-/** The row schema as `kvevict schema` prints it; a fresh copy on each call. */
+/** `kvevict schema`: itself an envelope, a row per command, then the envelope's own fields. */
+export interface RowSchema extends Envelope<'schema', CommandSchema> {
+  model: null;
+  envelope: SchemaField[];
+}
+/** The schema as `kvevict schema` prints it; a fresh copy on each call. */
 export function rowSchema(): RowSchema;
 
 export interface VectorFailure {
@@ -1005,8 +1023,9 @@ export interface StreamRow {
   seconds: number;
   segments: StreamSegment[];
 }
-export interface StreamResult {
-  rows: StreamRow[];
+/** Exactly the object `kvevict stream --format json` prints (model: the path the model was opened with). */
+export interface StreamResult extends Envelope<'stream', StreamRow> {
+  model: string;
 }
 /**
  * `kvevict stream`: the full cache first (it stops at the context), then each policy x budget at each
@@ -1078,11 +1097,12 @@ export interface ChooseRow {
   kvBytes: number;
 }
 /** What `kvevict choose --format json` prints. */
-export interface ChooseResult {
-  command: 'choose';
-  plan: ChoosePlan;
+export interface ChooseResult extends Envelope<'choose', ChooseRow> {
+  /** The path the model was opened with. */
+  model: string;
   /** Ranked by extra bits per byte. */
   rows: ChooseRow[];
+  plan: ChoosePlan;
   /** kvBytes: a window's worth, at the context. */
   fullCache: { passkeyAccuracy: number; tokensPerSecond: number; kvBytes: number };
   /** One line: rank 1, and why (naming the policies its interval does not set it apart from). */

@@ -183,9 +183,11 @@ function compare(options) {
 }
 
 /**
- * The fields of a result row as `kvevict schema` prints them: {run, compare},
- * each a list of {name, type, unit?, description, presentWhen?, fields?} in
- * the order run() and compare() return them. A fresh copy on each call.
+ * Every command's JSON described, as `kvevict schema` prints it: the envelope
+ * {command: 'schema', model: null, rows, envelope}, a row per command (and
+ * variant) {command, variant, model, rows: [field], extra: [field]}, each
+ * field {name, type, unit?, description, presentWhen?, fields?} in output
+ * order. A fresh copy on each call.
  */
 function rowSchema() {
   return JSON.parse(native.rowSchemaJson);

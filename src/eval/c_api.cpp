@@ -130,7 +130,7 @@ kvevict_status kvevict_compare_json(const char* policies, const int64_t* budgets
     kvevict::EvaluateOptions options;
     if (trace != nullptr) options.trace = trace;
     if (max_steps != 0) options.steps = max_steps;
-    *json = copy_string(kvevict::rows_json(kvevict::compare(request, options)));
+    *json = copy_string(kvevict::rows_json(kvevict::compare(request, options), "compare"));
   });
 }
 

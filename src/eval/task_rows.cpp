@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/core/errors.h"
+#include "eval/envelope.h"
 #include "kvevict/core/registry.h"
+#include "kvevict/eval/row_schema.h"
 
 namespace kvevict {
 
@@ -52,7 +54,33 @@ std::string label(const TaskRow& r) { return r.policy.empty() ? std::string("ful
 
 }  // namespace
 
-std::string tasks_json(const std::vector<TaskRow>& rows) {
+namespace {
+
+constexpr FieldInfo kTaskInfos[] = {
+    {"task", FieldType::kString, "", "the task: passkey, multikey, multivalue, vartrack or copy", "", {}},
+    {"policy", FieldType::kString, "", "registry name of the policy, or full for the full cache", "", {}},
+    {"budget", FieldType::kInteger, "positions", "positions each cache keeps (0: the full cache)", "", {}},
+    {"moment", FieldType::kString, "", "when the policy evicts: decode, prefill, prefill-query, or full", "", {}},
+    {"length", FieldType::kInteger, "tokens", "the prompt's length", "", {}},
+    {"depth", FieldType::kNumber, "share (0..1)", "where in the prompt the needle lies", "", {}},
+    {"samples", FieldType::kInteger, "samples", "prompts asked", "", {}},
+    {"correct", FieldType::kInteger, "samples", "answered exactly", "", {}},
+    {"accuracy", FieldType::kNumber, "share (0..1)", "correct / samples", "", {}},
+    {"accuracy_low", FieldType::kNumber, "share (0..1)", "low end of the Wilson 95 % interval", "", {}},
+    {"accuracy_high", FieldType::kNumber, "share (0..1)", "high end of the Wilson 95 % interval", "", {}},
+    {"evicted", FieldType::kInteger, "positions", "positions removed over the cell's samples, every cache", "", {}},
+    {"kvPrecision", FieldType::kString, "", "the precision keys and values were stored at", "", {}},
+    {"kvResidual", FieldType::kInteger, "positions", "the residual window kept at fp32", "", {}},
+    {"bytesPerPosition", FieldType::kNumber, "bytes", "bytes one stored position costs, key and value", "", {}},
+    {"granularity", FieldType::kString, "", "which caches shared a budget: layer or sequence",
+     "--granularity layer or sequence given", {}},
+};
+
+}  // namespace
+
+std::span<const FieldInfo> task_row_schema() { return kTaskInfos; }
+
+std::string tasks_json(const std::vector<TaskRow>& rows, const JsonSource& source) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const TaskRow& r : rows) {
     out.push_back({{"task", r.task},
@@ -72,7 +100,7 @@ std::string tasks_json(const std::vector<TaskRow>& rows) {
                    {"bytesPerPosition", r.bytes_per_position}});
     if (!r.granularity.empty()) out.back()["granularity"] = r.granularity;
   }
-  return out.dump(2) + "\n";
+  return detail::envelope(source, std::move(out)).dump(2) + "\n";
 }
 
 namespace {
@@ -256,7 +284,18 @@ std::vector<TaskRow> read_task_rows(std::string_view json, const std::string& so
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not JSON ({})", source, e.what()));
   }
-  if (!doc.is_array()) throw InputError(fmt::format("{}: expected an array of task rows (kvevict tasks --format json)", source));
+  // The tool's document, {"command": "tasks", "model", "rows": [...]}; or the
+  // bare array of rows tasks wrote before every command printed that shape,
+  // so files written then still chart.
+  if (doc.is_object() && doc.contains("rows") && doc.contains("command") && doc.at("command") == "tasks") {
+    nlohmann::json rows = std::move(doc.at("rows"));
+    doc = std::move(rows);
+  }
+  if (!doc.is_array()) {
+    throw InputError(fmt::format("{}: expected the rows of kvevict tasks --format json ({{\"command\": \"tasks\", "
+                                 "\"rows\": [...]}})",
+                                 source));
+  }
   std::vector<TaskRow> rows;
   for (std::size_t i = 0; i < doc.size(); ++i) {
     TaskRow row;

@@ -177,7 +177,7 @@ kvevict_status kvevict_model_stream(const kvevict_model* model, const uint8_t* t
     options.kv.residual = kv_residual;
     const auto rows =
         kvevict::stream_perplexity(*model->impl, std::span<const std::uint8_t>(text, length), request, options);
-    *json = copy_string(kvevict::stream_json(rows));
+    *json = copy_string(kvevict::stream_json(rows, {"stream", model->impl->path()}));
   });
 }
 
@@ -190,7 +190,7 @@ kvevict_status kvevict_model_sink_shares(const kvevict_model* model, const uint8
     check_live(model, who);
     if (length > 0) need(text, who, "text");
     const auto shares = kvevict::sink_shares(*model->impl, std::span<const std::uint8_t>(text, length), tokens);
-    *json = copy_string(kvevict::stream_json({}, shares));
+    *json = copy_string(kvevict::sinks_json(shares, {"stream", model->impl->path()}));
   });
 }
 

@@ -118,6 +118,9 @@ static void bad_input(void) {
   CHECK(kvevict_policy_destroy(NULL) == KVEVICT_OK);
 }
 
+/* Whether `s` begins with `prefix`. */
+static int starts_with(const char* s, const char* prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
 static void trace_and_harness(void) {
   uint32_t hash = 0;
   kvevict_trace* trace = NULL;
@@ -147,6 +150,9 @@ static void trace_and_harness(void) {
 
   CHECK(kvevict_compare_json("h2o,tova", budgets, 1, NULL, 0, NULL, 0, &json) == KVEVICT_OK);
   CHECK(json != NULL && strstr(json, "\"retainedAttentionMass\": 0.778128") != NULL);
+  /* The envelope the tool prints: command, model (none: a trace), rows, then the trace. */
+  CHECK(json != NULL && starts_with(json, "{\n  \"command\": \"compare\",\n  \"model\": null,\n  \"rows\": ["));
+  CHECK(json != NULL && strstr(json, "\n  ],\n  \"trace\": \"decode-4096\"\n}") != NULL);
   kvevict_string_free(json);
   CHECK(kvevict_compare_json("h2o,nope", NULL, 0, NULL, 0, NULL, 0, &json) == KVEVICT_ERROR_PARAMETER);
 }
@@ -295,6 +301,9 @@ static void stream(const kvevict_model* model, uint64_t caches, uint32_t layers,
                              NULL, 1200, 500, 1, 0, 0, NULL, -1, &json) == KVEVICT_OK);
   CHECK(json != NULL);
   if (json != NULL) {
+    /* The envelope: the command, the model's path as opened, the rows. */
+    snprintf(path, sizeof path, "{\n  \"command\": \"stream\",\n  \"model\": \"%s\",\n  \"rows\": [", model_path);
+    CHECK(starts_with(json, path));
     CHECK(count_of(json, "\"label\": ") == 5); /* the full cache, then 2 policies x 2 position modes */
     CHECK(count_of(json, "\"label\": \"full cache\"") == 1 && count_of(json, "\"policy\": null") == 1);
     CHECK(count_of(json, "\"label\": \"streaming-llm sinks=4\"") == 2 && count_of(json, "\"sinks\": 4") == 2);
@@ -362,7 +371,8 @@ static void stream(const kvevict_model* model, uint64_t caches, uint32_t layers,
 
   /* The sink: one entry a layer, each share a fraction, the first four drawing at least the first. */
   CHECK(kvevict_model_sink_shares(model, bytes, length, 64, &json) == KVEVICT_OK);
-  CHECK(json != NULL && count_of(json, "\"layer\": ") == layers && count_of(json, "\"rows\"") == 0);
+  CHECK(json != NULL && count_of(json, "\"layer\": ") == layers && count_of(json, "\"rows\": [") == 1);
+  CHECK(json != NULL && starts_with(json, "{\n  \"command\": \"stream\",\n  \"model\": \""));
   kvevict_string_free(json);
   json = NULL;
   CHECK(kvevict_model_sink_shares(model, bytes, 10, 0, &json) == KVEVICT_ERROR_INPUT && json == NULL);

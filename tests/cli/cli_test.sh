@@ -58,7 +58,7 @@ bad() {
 # without FILE COL,...: the header and lines without them (csv_check.py).
 cols() { python3 "$src/tests/cli/csv_check.py" cols "$@"; }
 without() { python3 "$src/tests/cli/csv_check.py" without "$@"; }
-# csv_ok NAME [--rows KEY] [--expand KEY] [--vary COLS] [--want COLS] -- ARGS...:
+# csv_ok NAME [--expand KEY] [--vary COLS] [--want COLS] -- ARGS...:
 # ARGS' --format csv has the header's cells on every line, no ellipsis, no
 # "-" for none, no signed number, unit or separator, intervals as two numeric
 # columns, and equals ARGS' --format json field for field (--vary: timings,
@@ -77,7 +77,9 @@ ok  "hash"             "3136039440" -- trace --hash
 ok  "simd"             "compiled:  baseline, sse4" -- simd
 ok  "simd json"        '"active":' -- simd --format json
 simd_active=$(KVEVICT_SIMD=baseline "$tool" simd --format json 2>&1)
-if [[ "$simd_active" == *'"active": "baseline"'* ]]; then pass; else fail "KVEVICT_SIMD=baseline: $simd_active"; fi
+# A row per target; the one KVEVICT_SIMD names is the one active row.
+active=$(printf '%s' "$simd_active" | python3 -c 'import json, sys; print(",".join(r["target"] for r in json.load(sys.stdin)["rows"] if r["active"]))' 2>&1)
+if [[ "$active" == "baseline" ]]; then pass; else fail "KVEVICT_SIMD=baseline: $simd_active"; fi
 simd_same=$(KVEVICT_SIMD=baseline "$tool" compare --format csv 2>&1 | without - seconds)
 if [[ -n "$simd_same" && "$simd_same" == "$("$tool" compare --format csv | without - seconds)" ]]; then pass; else fail "baseline compare differs"; fi
 KVEVICT_SIMD=avx1024 "$tool" list >"$tmp/out" 2>"$tmp/err"
@@ -96,8 +98,8 @@ ok  "run json"         '"heavyHitterRecall": 0.882339' -- run --policy scissorha
 ok  "run json params"  '"recentWindow": 64' -- run --policy h2o --set recentWindow=64 --steps 100 --format json
 ok  "run csv"          "policy,trace,budget,params.budget,steps,metrics.retainedAttentionMass" -- run --policy tova --steps 50 --format csv
 csv_ok "run" --vary seconds -- run --policy scissorhands --budget 256 --steps 400
-csv_ok "compare" --rows rows --vary seconds --want params.recentWindow,params.historyWindow -- compare --steps 300 --budgets 64,128
-csv_ok "sweep" --rows rows --vary seconds --want params.recentWindow -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
+csv_ok "compare" --vary seconds --want params.recentWindow,params.historyWindow -- compare --steps 300 --budgets 64,128
+csv_ok "sweep" --vary seconds --want params.recentWindow -- sweep --policy h2o --param recentWindow=16,32 --budgets 64 --steps 300
 csv_ok "persistence" -- persistence --lags 1,4,16
 ok  "compare subset"   "h2o" -- compare --policies h2o,scissorhands --budgets 64,128 --steps 400
 ok  "compare markdown" "| rank | policy |" -- compare --policies h2o --budgets 64 --steps 300 --format markdown
@@ -485,7 +487,7 @@ ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout
   --threads 1,2 --together --format json >"$tmp/bench-model.json" 2>/dev/null
 rows=$(/usr/bin/python3 - "$tmp/bench-model.json" 2>&1 <<'PY'
 import json, sys
-print(" ".join(f"{r['mode']}/{r['threads']}/{r['runs']}/{r['prompt']}" for r in json.load(open(sys.argv[1]))))
+print(" ".join(f"{r['mode']}/{r['threads']}/{r['runs']}/{r['prompt']}" for r in json.load(open(sys.argv[1]))["rows"]))
 PY
 )
 if [[ $rows == "prefill/1/1/48 decode/1/1/48 decode/1/1/48 together/1/2/48 prefill/2/1/48 decode/2/1/48 decode/2/1/48 together/2/2/48" ]]; then
@@ -510,7 +512,7 @@ bad "bench model file" "cannot be opened" -- bench --model /nonexistent.kvm
 timings=tokensPerSecond,tokensPerSecondSpread.min,tokensPerSecondSpread.median,tokensPerSecondSpread.max,readBandwidthGBps,floorTokensPerSecond,ofFloor,speedup,shares.projections,shares.activation,shares.attention,shares.policies,shares.other
 csv_ok "bench model" --vary "$timings" -- bench --model "$model" --text "$heldout" --prompt 16 --tokens 8 --rounds 1 --policies h2o --budgets 40 --threads 1
 bad "bench csv"        "bench: --format csv needs --model" -- bench --policies h2o --budgets 64 --no-compare --bank-instances 0 --format csv
-csv_ok "choose" --rows rows --vary tokensPerSecond --want extraLow,extraHigh -- choose --model "$model" --text "$heldout" --budget 64 --windows 2 --samples 1 --policies h2o,tova
+csv_ok "choose" --vary tokensPerSecond --want extraLow,extraHigh -- choose --model "$model" --text "$heldout" --budget 64 --windows 2 --samples 1 --policies h2o,tova
 
 # serve-bench: the table and JSON rows, each bad request one line before any work.
 ok  "serve table"      "| full cache | full | on |" -- serve-bench --model "$model" --text "$heldout" --sequences 2 --shared-prefix 32 --tokens 96 --policy none,tova --budget 32 --format markdown
@@ -616,8 +618,8 @@ ok  "stream json"      '"pastTrainedContext": true' -- stream --model "$model" -
 stream_csv=$("$tool" stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova --positions cache --no-full-cache --format csv 2>/dev/null \
   | cols - label,budget,positions,segments.begin,segments.end,segments.predictions,segments.bytes)
 if [[ $(tr '\n' ' ' <<<"$stream_csv") == "tova,64,cache,0,1024,1023,1023 tova,64,cache,1024,2048,476,476 " ]]; then pass; else fail "stream csv: $stream_csv"; fi
-csv_ok "stream" --rows rows --expand segments --vary seconds --want segments.bitsPerByte,params.sinks -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova,streaming-llm:sinks=4
-csv_ok "stream sinks" --rows sinks -- stream --model "$model" --text "$heldout" --sinks --tokens 256
+csv_ok "stream" --expand segments --vary seconds --want segments.bitsPerByte,params.sinks -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy tova,streaming-llm:sinks=4
+csv_ok "stream sinks" -- stream --model "$model" --text "$heldout" --sinks --tokens 256
 ok  "stream recompute" "recompute" -- stream --model "$model" --text "$heldout" --tokens 1500 --policy none --no-full-cache --recompute 32 --recompute-tokens 64
 ok  "stream sinks"     "first position" -- stream --model "$model" --text "$heldout" --sinks --tokens 256
 ok  "stream svg"       "" -- stream --model "$model" --text "$heldout" --tokens 1500 --budget 64 --policy h2o --svg "$tmp/stream.svg"

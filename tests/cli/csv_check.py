@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CSV for a machine (issue 54): checks of kvevict's --format csv, and columns by name.
 
-  csv_check.py agree TOOL [--rows KEY] [--expand KEY] [--vary COL,...] [--want COL,...] -- ARGS...
+  csv_check.py agree TOOL [--expand KEY] [--vary COL,...] [--want COL,...] -- ARGS...
       Runs TOOL ARGS --format csv and TOOL ARGS --format json and checks the CSV:
       the header's names are key paths (KEY or KEY.MEMBER, no spaces);
       every line has the header's number of cells; no cell holds an ellipsis,
@@ -10,8 +10,9 @@
       and its cells are the JSON's values: a column per scalar field (an
       object's members as KEY.MEMBER, arrays left out but --expand's, a line
       per element, EXPAND.MEMBER), an empty cell where the JSON has null or
-      leaves the field out. --rows: the key of the JSON's row array (else the
-      document is the array, or one row). --vary: columns that are timings,
+      leaves the field out. The JSON is the envelope every command prints,
+      {"command", "model", "rows": [...], ...}: its rows are the CSV's lines,
+      the members after them are per result and not in the CSV. --vary: columns that are timings,
       which differ run to run (only checked to be numbers). --want: columns
       that must be there.
   csv_check.py cols FILE COL,...
@@ -43,8 +44,12 @@ def flatten(obj, prefix, out):
             out[name] = value
 
 
-def json_lines(doc, rows_key, expand):
-    rows = doc.get(rows_key, []) if rows_key else doc if isinstance(doc, list) else [doc]
+def json_lines(doc, expand):
+    """The CSV lines the envelope's rows make ({"command", "model", "rows", ...}:
+    every command's JSON; the members after rows stay in the JSON)."""
+    if not isinstance(doc, dict) or list(doc)[:3] != ["command", "model", "rows"]:
+        raise ValueError(f"the JSON is not the envelope: {str(doc)[:200]}")
+    rows = doc["rows"]
     lines = []
     for row in rows:
         base = {}
@@ -124,14 +129,12 @@ def same(value, cell):
 
 
 def agree(argv):
-    rows_key = expand = None
+    expand = None
     vary, want = set(), []
     while argv and argv[0] != "--":
         flag, value = argv[0], argv[1]
         argv = argv[2:]
-        if flag == "--rows":
-            rows_key = value
-        elif flag == "--expand":
+        if flag == "--expand":
             expand = value
         elif flag == "--vary":
             vary = set(value.split(","))
@@ -153,7 +156,10 @@ def agree(argv):
     for name in want:
         if name not in header:
             errors.append(f"no column {name} (header: {','.join(header)})")
-    expected = json_lines(json.loads(got_json.stdout), rows_key, expand)
+    try:
+        expected = json_lines(json.loads(got_json.stdout), expand)
+    except ValueError as e:
+        return [str(e)]
     if len(expected) != len(lines):
         errors.append(f"{len(lines)} CSV lines, {len(expected)} JSON rows")
     fields = set().union(*expected) if expected else set()

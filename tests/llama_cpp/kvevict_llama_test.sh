@@ -60,11 +60,14 @@ if [[ $? -ne 0 ]]; then
   fail "kvevict llama perplexity: $(cat "$tmp/err")"
 elif ! /usr/bin/python3 -c '
 import json, sys
-rows = json.loads(sys.argv[1])
+doc = json.loads(sys.argv[1])
+assert list(doc) == ["command", "model", "rows"] and doc["command"] == "llama perplexity", doc
+assert doc["model"] == sys.argv[2], doc
+rows = doc["rows"]
 assert [r["policy"] for r in rows] == [None, "tova"], rows
 assert rows[0]["evicted"] == 0 and rows[1]["evicted"] > 0, rows
 assert rows[1]["granularity"] == "sequence" and rows[1]["budget"] == 64, rows
-' "$out"; then
+' "$out" "$small"; then
   fail "kvevict llama perplexity: rows not as expected: $out"
 else
   passed=$((passed + 1))
@@ -77,7 +80,9 @@ if [[ $? -ne 0 ]]; then
   fail "kvevict llama stream: $(cat "$tmp/err")"
 elif ! /usr/bin/python3 -c '
 import json, sys
-rows = json.loads(sys.argv[1])["rows"]
+doc = json.loads(sys.argv[1])
+assert list(doc) == ["command", "model", "rows"] and doc["command"] == "llama stream", doc
+rows = doc["rows"]
 assert [(r["label"], r["positions"]) for r in rows] == [("full cache", "original"), ("sliding-window", "original"),
     ("sliding-window", "cache"), ("context-shift keep=4", "cache")], rows
 assert rows[0]["tokens"] == 256 and all(r["tokens"] == 300 for r in rows[1:]), rows

@@ -98,7 +98,8 @@ with tempfile.TemporaryDirectory() as tmp:
     mask = np.tril(np.ones((n, n), dtype=bool))
     weights = np.where(mask, np.exp(logits), 0.0)
     np.save(path, np.ascontiguousarray(weights / weights.sum(axis=2, keepdims=True), dtype=np.float32))
-    run_tool = tool_json("run", "--policy", "tova", "--budget", "64", "--trace", path, "--format", "json")
+    run_doc = tool_json("run", "--policy", "tova", "--budget", "64", "--trace", path, "--format", "json")
+    run_tool = run_doc["rows"][0]  # run() returns the row alone
     agree("run two heads", run_tool, kvevict.run("tova", 64, trace=path),
           node_json(f"kv.run({{policy: 'tova', budget: 64, trace: {json.dumps(path)}}})"))
     if run_tool.get("heads") != 2 or len(run_tool.get("perHead", [])) != 2:
@@ -107,8 +108,12 @@ with tempfile.TemporaryDirectory() as tmp:
 # 3. the schema, and the rows' keys are its names
 schema = tool_json("schema")
 agree("schema", schema, kvevict.row_schema(), node_json("kv.rowSchema()"))
-names = [f["name"] for f in schema["run"]]
-always = [f["name"] for f in schema["run"] if "presentWhen" not in f]
+entries = {(e["command"], e["variant"]): e for e in schema["rows"]}
+names = [f["name"] for f in entries[("run", "")]["rows"]]
+always = [f["name"] for f in entries[("run", "")]["rows"] if "presentWhen" not in f]
+if list(cmp_tool) != ["command", "model", "rows", "trace"] or cmp_tool["command"] != "compare" \
+        or cmp_tool["model"] is not None:
+    failures.append(f"compare: not the envelope: {list(cmp_tool)}, {cmp_tool.get('command')!r}")
 for row in cmp_tool["rows"]:
     if list(row) != always:
         failures.append(f"compare row keys {list(row)} != the schema's {always}")
@@ -124,12 +129,15 @@ model = kvevict.Model(model_path)
 with open(text_path, "rb") as f:
     text = f.read()
 node_model = f"new kv.Model({json.dumps(model_path)}), require('fs').readFileSync({json.dumps(text_path)})"
-ppl_names = [f["name"] for f in schema["perplexity"]]
+ppl_names = [f["name"] for f in entries[("perplexity", "")]["rows"]]
 
 
 def model_case(name, tool_args, from_python, node_call, expect_keys):
-    from_tool = tool_json(*tool_args, "--model", model_path, "--text", text_path, "--max-windows", "1",
-                          "--format", "json")
+    doc = tool_json(*tool_args, "--model", model_path, "--text", text_path, "--max-windows", "1",
+                    "--format", "json")
+    if list(doc) != ["command", "model", "rows"] or doc["command"] != tool_args[0] or doc["model"] != model_path:
+        failures.append(f"{name}: not the envelope of {tool_args[0]} on {model_path}: {list(doc)}")
+    from_tool = doc["rows"]  # perplexity() and compare_model() return the rows
     agree(name, from_tool, from_python, node_json(node_call))
     for i, row in enumerate(from_tool):
         keys = list(row)
@@ -180,18 +188,38 @@ model_case("compare --model --prefill",
 # 5. serve-bench rows (docs/serving.md), from the serve row's one description.
 serve_tool = tool_json("serve-bench", "--model", model_path, "--text", text_path, "--sequences", "2",
                        "--policy", "none,h2o", "--budget", "64", "--modes", "token,block", "--shared-prefix", "64",
-                       "--tokens", "128", "--format", "json")
+                       "--tokens", "128", "--format", "json")["rows"]
 agree("serve-bench", serve_tool,
       kvevict.serve_bench(model, text, sequences=[2], policies="none,h2o", budget=64, modes=["token", "block"],
                           shared_prefix=64, tokens=128),
       node_json(f"kv.serveBench({node_model}, {{sequences: [2], policies: 'none,h2o', budget: 64, "
                 "modes: ['token', 'block'], sharedPrefix: 64, tokens: 128})"))
-serve_names = [f["name"] for f in schema["serve"]]
+serve_names = [f["name"] for f in entries[("serve-bench", "")]["rows"]]
 for i, row in enumerate(serve_tool):
     if list(row) != [n for n in serve_names if n not in ("granularity", "chunk", "prompt")]:
         failures.append(f"serve-bench[{i}]: keys {list(row)} are not the schema's {serve_names}")
 if [r["mode"] for r in serve_tool] != ["full", "token", "block"]:
     failures.append(f"serve-bench: expected the full cache, token and block modes, got {serve_tool!r}")
+
+# 6. the documents the bindings return whole (stream(), choose()) are the
+# tool's envelope; a model's path is the one it was opened with.
+stream_args = ["--tokens", "300", "--budget", "64", "--policy", "tova", "--positions", "original"]
+stream_tool = tool_json("stream", "--model", model_path, "--text", text_path, *stream_args, "--format", "json")
+agree("stream", stream_tool,
+      kvevict.stream(model, text, policies="tova", budgets=[64], positions="original", tokens=300),
+      node_json(f"kv.stream({node_model}, {{policies: 'tova', budgets: [64], positions: 'original', tokens: 300}})"))
+if list(stream_tool)[:3] != ["command", "model", "rows"] or stream_tool["model"] != model_path:
+    failures.append(f"stream: not the envelope: {list(stream_tool)}, model {stream_tool.get('model')!r}")
+sinks_tool = tool_json("stream", "--model", model_path, "--text", text_path, "--sinks", "--tokens", "64",
+                       "--format", "json")
+agree("sinks", sinks_tool["rows"], kvevict.sink_shares(model, text, tokens=64),
+      node_json(f"kv.sinkShares({node_model}, {{tokens: 64}})"))
+tasks_args = ["--lengths", "300", "--depths", "1", "--samples", "1", "--policies", "tova", "--budgets", "32"]
+tasks_tool = tool_json("tasks", "--model", model_path, "--text", text_path, *tasks_args, "--format", "json")
+agree("tasks", tasks_tool["rows"],
+      kvevict.tasks(model, text, lengths=[300], depths=1, samples=1, policies=["tova"], budgets=[32]),
+      node_json(f"kv.tasks({node_model}, {{lengths: [300], depths: 1, samples: 1, policies: ['tova'], "
+                "budgets: [32]})"))
 
 for f in failures:
     print("FAIL:", f)

@@ -87,7 +87,7 @@ int run_serve_bench(const ServeBenchArgs& f, const CLI::App* cmd, const ModelLoa
   request.overrides = parse_sets(f.sets);
   request.granularity = granularity_of(f.granularity).granularity();
   request.progress = progress.fn("ticks");
-  cli::print_serve(std::cout, serve_bench(model, text, request), f.format);
+  cli::print_serve(std::cout, serve_bench(model, text, request), f.format, {"serve-bench", f.model});
   return 0;
 }
 
@@ -147,7 +147,7 @@ int run_bench_model(const BenchArgs& f, const CLI::App* cmd, const ModelLoad& co
                              request.runs.size() + 1, request.threads.size(), f.rounds,
                              f.together ? "; and all together" : "", tokens, f.prompt);
   };
-  cli::print_decode_bench(std::cout, bench_decoder(model, text, request), f.format);
+  cli::print_decode_bench(std::cout, bench_decoder(model, text, request), f.format, {"bench", f.model});
   return 0;
 }
 

@@ -69,12 +69,13 @@ int run_choose(const ChooseArgs& f, const ModelLoad& context) {
     std::cout.flush();
   };
   const ChooseResult result = choose(model, text, request, on_plan, f.model, f.text);
+  const JsonSource source{"choose", f.model};
   if (f.format == "json") {
-    std::cout << choose_json(result);
+    std::cout << choose_json(result, source);
     return 0;
   }
-  if (f.format == "csv") {  // the ranked rows; the plan and the answer are the JSON's other fields
-    print_csv(std::cout, choose_json(result), "rows");
+  if (f.format == "csv") {  // the ranked rows; the plan and the answer are the JSON's other members
+    print_csv(std::cout, choose_json(result, source));
     return 0;
   }
   if (f.format == "markdown") {

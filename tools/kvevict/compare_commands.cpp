@@ -60,7 +60,7 @@ int run_compare_model(const CompareArgs& f, const CLI::App* cmd, const ModelLoad
   options.kv = kv_of(f.on.kv);
   options.progress = progress.fn("tokens");
   const std::vector<PerplexityRow> rows = compare_model(*model, text, request, options);
-  cli::print_perplexity(std::cout, rows, f.format);
+  cli::print_perplexity(std::cout, rows, f.format, {"compare", f.on.model});
   if (f.format == "table") {
     std::cout << fmt::format(
         "\nranked by perplexity at budget {}; {} predictions over {} of {}. {}\n",
@@ -88,11 +88,7 @@ int run_compare_trace(const CompareArgs& f) {
   options.paged = paged_of(f.paged);
   options.signals = f.signals;
   const std::vector<RunRow> rows = compare(request, options);
-  if (f.format == "json") {
-    std::cout << rows_json(rows) << '\n';
-    return 0;
-  }
-  cli::print_rows(std::cout, rows, f.format, true);
+  cli::print_rows(std::cout, rows, f.format, "compare", true);
   if (f.format == "table") {
     std::cout << fmt::format(
         "\nranked by retained mass at budget {}; {} steps of {}. Both metrics are proxies: "
@@ -144,18 +140,14 @@ int run_sweep(const SweepArgs& f, const CLI::App* cmd, const ModelLoad& context)
     options.max_windows = f.on.windows;
     options.kv = kv_of(f.on.kv);
     options.progress = progress.fn("tokens");
-    cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), f.format, extra);
+    cli::print_perplexity(std::cout, perplexity(*model, text, specs, options), f.format, {"sweep", f.on.model},
+                          extra);
     return 0;
   }
   use_threads(f.run.threads);
   EvaluateOptions options = options_of(f.trace, f.steps, "sweep");
   options.signals = f.signals;
-  const std::vector<RunRow> rows = evaluate(specs, options);
-  if (f.format == "json") {
-    std::cout << rows_json(rows) << '\n';
-    return 0;
-  }
-  cli::print_rows(std::cout, rows, f.format, false, extra);
+  cli::print_rows(std::cout, evaluate(specs, options), f.format, "sweep", false, extra);
   return 0;
 }
 

@@ -90,12 +90,13 @@ int run_perplexity(const PerplexityArgs& f, const ModelLoad& context) {
       request.memories.push_back(m);
     }
     request.formats = kv_list_of(f.kv);
-    cli::print_perplexity(std::cout, perplexity_at_memory(*model, text, request, options), f.format);
+    cli::print_perplexity(std::cout, perplexity_at_memory(*model, text, request, options), f.format,
+                          {"perplexity", f.model});
     return 0;
   }
   options.kv = kv_of(f.kv);
   const std::vector<PerplexityRow> rows = perplexity(*model, text, specs, options);
-  cli::print_perplexity(std::cout, rows, f.format);
+  cli::print_perplexity(std::cout, rows, f.format, {"perplexity", f.model});
   return 0;
 }
 
@@ -125,7 +126,7 @@ int run_stream(const StreamArgs& f, const ModelLoad& context) {
   const auto model = open_model(f.model, context);
   const std::vector<std::uint8_t> text = read_model_text(f.text);
   if (f.sinks) {
-    cli::print_sinks(std::cout, sink_shares(*model, text, f.tokens), f.format);
+    cli::print_sinks(std::cout, sink_shares(*model, text, f.tokens), f.format, {"stream", f.model});
     return 0;
   }
   StreamRequest request;
@@ -157,7 +158,7 @@ int run_stream(const StreamArgs& f, const ModelLoad& context) {
                  "on, to rotary angles it never saw\n",
                  model->config().trained_context);
   }
-  cli::print_stream(std::cout, rows, f.format);
+  cli::print_stream(std::cout, rows, f.format, {"stream", f.model});
   if (!f.svg.empty()) {
     write_file_atomically(f.svg, cli::stream_chart_svg(rows, model->config().context, f.model), f.force);
   }
@@ -219,10 +220,11 @@ int run_tasks_command(const TasksArgs& f, const ModelLoad& context) {
   options.paged = granularity_of(f.granularity);
   options.progress = progress.fn("tokens");
   const std::vector<TaskRow> rows = run_tasks(model, text, request, options);
+  const JsonSource source{"tasks", f.model};
   if (f.format == "json") {
-    std::cout << tasks_json(rows);
+    std::cout << tasks_json(rows, source);
   } else if (f.format == "csv") {
-    cli::print_csv(std::cout, tasks_json(rows));  // the JSON's keys and values, as every command's CSV
+    cli::print_csv(std::cout, tasks_json(rows, source));  // the JSON's keys and values, as every command's CSV
   } else {
     std::cout << tasks_markdown(rows);
   }

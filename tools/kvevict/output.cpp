@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/eval/json.h"
+#include "kvevict/model/evaluation/command_schema.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 
 namespace kvevict::cli {
@@ -180,23 +181,17 @@ void print_csv_rows(std::ostream& out, const nlohmann::ordered_json& rows, std::
   }
 }
 
-void print_csv_json(std::ostream& out, const nlohmann::ordered_json& doc, std::string_view rows_key,
-                    std::string_view expand) {
-  if (!rows_key.empty()) {
-    const auto it = doc.find(std::string(rows_key));
-    if (it != doc.end()) print_csv_rows(out, *it, expand);
-    return;
-  }
-  if (doc.is_array()) {
-    print_csv_rows(out, doc, expand);
-  } else {
-    print_csv_rows(out, nlohmann::ordered_json::array({doc}), expand);  // one row (run)
-  }
+// Every command's JSON is the envelope (kvevict/eval/json.h): its rows are
+// the CSV's lines; the members after them (compare's trace, choose's plan) are
+// per result, not per row, and stay in the JSON.
+void print_csv_json(std::ostream& out, const nlohmann::ordered_json& doc, std::string_view expand) {
+  const auto it = doc.find("rows");
+  if (it != doc.end()) print_csv_rows(out, *it, expand);
 }
 }  // namespace
 
-void print_csv(std::ostream& out, std::string_view json, std::string_view rows_key, std::string_view expand) {
-  print_csv_json(out, nlohmann::ordered_json::parse(json), rows_key, expand);
+void print_csv(std::ostream& out, std::string_view json, std::string_view expand) {
+  print_csv_json(out, nlohmann::ordered_json::parse(json), expand);
 }
 
 void print_aligned(std::ostream& out, const std::vector<std::vector<std::string>>& cells) {
@@ -231,7 +226,7 @@ void print_run_table(std::ostream& out, const RunRow& row) {
 }
 
 void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::string& format,
-                bool ranked, const std::vector<std::string>& extra_param_columns) {
+                const std::string& command, bool ranked, const std::vector<std::string>& extra_param_columns) {
   std::vector<std::string> header;
   if (ranked) header.push_back("rank");
   header.push_back("policy");
@@ -241,8 +236,13 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
     header.push_back(h);
   }
 
-  if (format == "csv") {
-    print_csv(out, rows_json(rows, -1), "rows");
+  if (format == "json" || format == "csv") {
+    const std::string json = rows_json(rows, command, format == "json" ? 2 : -1);
+    if (format == "json") {
+      out << json << '\n';
+    } else {
+      print_csv(out, json);
+    }
     return;
   }
 
@@ -265,7 +265,7 @@ void print_rows(std::ostream& out, const std::vector<RunRow>& rows, const std::s
 void print_simd(std::ostream& out, const std::vector<std::string>& compiled, const std::vector<std::string>& supported,
                 const std::string& active, const std::string& format) {
   if (format == "json") {
-    out << nlohmann::ordered_json{{"compiled", compiled}, {"supported", supported}, {"active", active}}.dump(2) << '\n';
+    out << simd_json(compiled, supported, active) << '\n';
     return;
   }
   const auto join = [](const std::vector<std::string>& v) {
@@ -277,36 +277,9 @@ void print_simd(std::ostream& out, const std::vector<std::string>& compiled, con
       << "active:    " << active << '\n';
 }
 
-static nlohmann::ordered_json spread_json(const Spread& s) {
-  return {{"min", s.min}, {"median", s.median}, {"max", s.max}};
-}
-
 void print_bench(std::ostream& out, const BenchReport& r, const std::string& format) {
   if (format == "json") {
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    for (const BenchRow& b : r.rows) {
-      rows.push_back({{"policy", b.policy}, {"budget", b.budget}, {"nsPerStep", b.ns_per_step},
-                      {"attentionBytes", b.attention_bytes}, {"gbPerSecond", b.gb_per_s},
-                      {"floorNs", b.floor_ns}, {"ratioToFloor", b.ratio_to_floor},
-                      {"nsPerStepSpread", spread_json(b.step_ns)}, {"ratioSpread", spread_json(b.ratio)}});
-    }
-    nlohmann::ordered_json bank = nlohmann::ordered_json::array();
-    for (const BankBenchRow& b : r.bank) {
-      bank.push_back({{"policy", b.policy}, {"instances", b.instances}, {"budget", b.budget}, {"threads", b.threads},
-                      {"msPerStep", b.ms_per_step}, {"attentionGBps", b.attention_gb_s},
-                      {"touchedGBps", b.touched_gb_s}, {"sameSizeReadGBps", b.same_size_bandwidth_gb_s},
-                      {"shareOfBandwidth", b.share_of_bandwidth}, {"shareSpread", spread_json(b.share)},
-                      {"separateMsPerStep", b.separate_ms_per_step}});
-    }
-    nlohmann::ordered_json doc = {{"simdTarget", r.simd_target},
-                                  {"readBandwidthGBps", r.read_bandwidth_gb_s},
-                                  {"parallelReadBandwidthGBps", r.parallel_bandwidth_gb_s},
-                                  {"rows", rows}, {"bank", bank},
-                                  {"compareSharedSeconds", r.compare_shared_seconds},
-                                  {"compareSharedCpuSeconds", r.compare_shared_cpu_seconds},
-                                  {"compareThreads", r.compare_threads},
-                                  {"compareSeparateSeconds", r.compare_separate_seconds}};
-    out << doc.dump(2) << '\n';
+    out << bench_json(r) << '\n';
     return;
   }
   out << fmt::format("SIMD target: {}\n\n", r.simd_target);
@@ -354,13 +327,14 @@ void print_bench(std::ostream& out, const BenchReport& r, const std::string& for
 }
 
 
-void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format) {
+void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& rows, const std::string& format,
+                        const JsonSource& source) {
   if (format == "json") {
-    out << decode_bench_json(rows) << '\n';
+    out << decode_bench_document(rows, source) << '\n';
     return;
   }
   if (format == "csv") {
-    print_csv(out, decode_bench_json(rows));
+    print_csv(out, decode_bench_document(rows, source, -1));
     return;
   }
   const auto pct = [](double x) { return fmt::format("{:.1f}%", 100.0 * x); };
@@ -390,13 +364,13 @@ void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& ro
 }
 
 void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows, const std::string& format,
-                      const std::vector<std::string>& extra) {
+                      const JsonSource& source, const std::vector<std::string>& extra) {
   if (format == "json") {
-    out << perplexity_json(rows) << '\n';
+    out << perplexity_json(rows, source) << '\n';
     return;
   }
   if (format == "csv") {  // a sweep's parameter is its params.KEY column
-    print_csv(out, perplexity_json(rows, -1));
+    print_csv(out, perplexity_json(rows, source, -1));
     return;
   }
   const bool ranked = !rows.empty() && rows.front().ranked;
@@ -465,13 +439,14 @@ void print_perplexity(std::ostream& out, const std::vector<PerplexityRow>& rows,
   print_cells(out, cells, format, (ranked ? 2 : 1) + (memory ? 1 : 0));
 }
 
-void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const std::string& format) {
+void print_stream(std::ostream& out, const std::vector<StreamRow>& rows, const std::string& format,
+                  const JsonSource& source) {
   if (format == "json") {
-    out << stream_json(rows) << '\n';
+    out << stream_json(rows, source) << '\n';
     return;
   }
   if (format == "csv") {  // a line per row and segment
-    print_csv(out, stream_json(rows), "rows", "segments");
+    print_csv(out, stream_json(rows, source), "segments");
     return;
   }
   std::vector<std::vector<std::string>> cells;
@@ -537,13 +512,14 @@ std::string stream_chart_svg(const std::vector<StreamRow>& rows, std::uint32_t c
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + render_line_chart(chart, true).svg;
 }
 
-void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const std::string& format) {
+void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const std::string& format,
+                 const JsonSource& source) {
   if (format == "json") {
-    out << stream_json({}, shares) << '\n';
+    out << sinks_json(shares, source) << '\n';
     return;
   }
   if (format == "csv") {
-    print_csv(out, stream_json({}, shares), "sinks");
+    print_csv(out, sinks_json(shares, source));
     return;
   }
   std::vector<std::vector<std::string>> cells{{"layer", "first position", "spread evenly", "first four",
@@ -555,13 +531,14 @@ void print_sinks(std::ostream& out, const std::vector<SinkShare>& shares, const 
   print_cells(out, cells, format, 1);
 }
 
-void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format) {
+void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std::string& format,
+                 const JsonSource& source) {
   if (format == "json") {
-    out << serve_json(rows) << '\n';
+    out << serve_json(rows, source) << '\n';
     return;
   }
   if (format == "csv") {
-    print_csv(out, serve_json(rows, -1));
+    print_csv(out, serve_json(rows, source, -1));
     return;
   }
   const bool chunked = std::any_of(rows.begin(), rows.end(), [](const ServeRow& r) { return r.run.chunk != 0; });
@@ -592,19 +569,14 @@ void print_serve(std::ostream& out, const std::vector<ServeRow>& rows, const std
   print_cells(out, cells, format, 3);
 }
 
-void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows,
-                       const std::string& format) {
-  if (format == "json" || format == "csv") {
-    nlohmann::ordered_json doc = nlohmann::ordered_json::array();
-    for (const PersistenceRow& r : rows) {
-      doc.push_back({{"lag", r.lag}, {"important", r.important}, {"persisted", r.persisted},
-                     {"share", r.share}, {"baseRate", r.base_rate}});
-    }
-    if (format == "csv") {
-      print_csv_json(out, doc, "", "");
-    } else {
-      out << doc.dump(2) << '\n';
-    }
+void print_persistence(std::ostream& out, const std::vector<PersistenceRow>& rows, const std::string& format,
+                       const JsonSource& source) {
+  if (format == "json") {
+    out << persistence_json(rows, source) << '\n';
+    return;
+  }
+  if (format == "csv") {
+    print_csv(out, persistence_json(rows, source, -1));
     return;
   }
   std::vector<std::vector<std::string>> cells{

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli_options.h"
 #include "commands.h"
@@ -24,6 +23,7 @@
 #include "kvevict/eval/trace.h"
 #include "kvevict/eval/vectors.h"
 #include "kvevict/model/evaluation/perplexity.h"
+#include "kvevict/model/evaluation/command_schema.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "output.h"
 
@@ -33,15 +33,7 @@ namespace {
 
 int run_list(const std::string& format) {
   if (format == "json") {
-    nlohmann::json out = nlohmann::json::array();
-    for (const PolicyInfo* info : policies()) {
-      nlohmann::json params = nlohmann::json::array();
-      for (const auto& p : info->params) {
-        params.push_back({{"name", p.name}, {"default", p.default_value}, {"help", p.help}});
-      }
-      out.push_back({{"name", info->name}, {"summary", info->summary}, {"params", params}});
-    }
-    std::cout << out.dump(2) << '\n';
+    std::cout << policies_json() << '\n';
     return 0;
   }
   std::vector<std::vector<std::string>> cells{{"policy", "parameters (defaults)", "summary"}};
@@ -78,10 +70,8 @@ int run_run(const RunArgs& f) {
   options.paged = paged_of(f.paged);
   options.signals = f.signals;
   const std::vector<RunRow> rows = evaluate({{f.policy, params, budget}}, options);
-  if (f.format == "json") {
-    std::cout << run_json(rows.front()) << '\n';
-  } else if (f.format == "csv") {
-    cli::print_rows(std::cout, rows, "csv", false);
+  if (f.format == "json" || f.format == "csv") {
+    cli::print_rows(std::cout, rows, f.format, "run", false);
   } else {
     cli::print_run_table(std::cout, rows.front());
   }
@@ -126,7 +116,8 @@ int run_persistence(const PersistenceArgs& f, const CLI::App* cmd, const ModelLo
     }
     lags.push_back(static_cast<std::uint32_t>(k));
   }
-  cli::print_persistence(std::cout, persistence(views, lags), f.format);
+  cli::print_persistence(std::cout, persistence(views, lags), f.format,
+                         {"persistence", f.model.empty() ? std::nullopt : std::optional<std::string>(f.model)});
   return 0;
 }
 
@@ -233,8 +224,9 @@ Command add_simd_command(CLI::App& app) {
 
 Command add_schema_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "schema", "Print the fields of a result row (run, compare and sweep; perplexity and compare --model; --format json) as JSON: "
-                "name, type, unit, description, in output order");
+      "schema", "Print, as JSON, the one shape every command's JSON has ({\"command\", \"model\", \"rows\": [...]}, "
+                "then a few per-result members) and, for each command, its rows' fields and those members: name, "
+                "type, unit, description, in output order");
   return {cmd, [] {
             std::cout << result_schema_json() << '\n';
             return 0;

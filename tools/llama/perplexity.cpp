@@ -22,6 +22,7 @@
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/eval/intervals.h"
+#include "kvevict/eval/json.h"
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/model/decoder/model_text.h"
 
@@ -165,7 +166,8 @@ int perplexity(const PerplexityArgs& a) {
       j["callbackCopySeconds"] = r.copy_seconds;
       out.push_back(j);
     }
-    std::cout << out.dump(2) << "\n";
+    // The envelope every command prints (its rows: `kvevict schema`, "llama perplexity").
+    std::cout << envelope_json({"llama perplexity", a.engine.model}, out.dump()) << "\n";
     return 0;
   }
   const auto interval = [&](const Row& r) {

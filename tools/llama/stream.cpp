@@ -206,7 +206,7 @@ int stream(const StreamArgs& a) {
                  "to rotary angles it never saw\n",
                  at.trained_context);
   }
-  cli::print_stream(std::cout, rows, a.format);
+  cli::print_stream(std::cout, rows, a.format, {"llama stream", a.engine.model});
   return 0;
 }
 

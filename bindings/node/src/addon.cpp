@@ -39,6 +39,7 @@
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/evaluation/choose.h"
+#include "kvevict/model/evaluation/command_schema.h"
 #include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "kvevict/model/decoder/rope.h"
@@ -992,10 +993,17 @@ class ObjectBuilder final : public kvevict::RowVisitor {
   std::vector<Napi::Value> stack_;
 };
 
-template <class Rows>
-Napi::Object row_schema_object(Napi::Env env, const Rows& rows) {
+Napi::Object row_schema_object(Napi::Env env, const kvevict::RunRow& row) {
   ObjectBuilder builder(env);
-  kvevict::for_each_field(rows, builder);
+  kvevict::for_each_field(row, builder);
+  return builder.take();
+}
+
+// A trace command's whole document, the envelope the tool prints:
+// {command, model: null, rows: [...], trace}.
+Napi::Object row_schema_object(Napi::Env env, const std::vector<kvevict::RunRow>& rows, std::string_view command) {
+  ObjectBuilder builder(env);
+  kvevict::for_each_field(rows, command, builder);
   return builder.take();
 }
 
@@ -1120,7 +1128,7 @@ Napi::Value Compare(const Napi::CallbackInfo& info) {
     const kvevict::EvaluateOptions evaluate = evaluate_options(options, "compare: options");
     const kvevict::CompareRequest request = compare_request(options, "compare", call, &evaluate.signals);
     const std::vector<kvevict::RunRow> rows = kvevict::compare(request, evaluate);
-    return row_schema_object(env, rows);
+    return row_schema_object(env, rows, "compare");
   });
 }
 
@@ -1654,8 +1662,8 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
     request.overrides = overrides_of(o, "tasks");
     const kvevict::ModelRunOptions run = model_options(o, "tasks");
     const std::vector<kvevict::TaskRow> rows = kvevict::run_tasks(model, text, request, run);
-    const Napi::Object json = env.Global().Get("JSON").As<Napi::Object>();
-    return json.Get("parse").As<Napi::Function>().Call(json, {Napi::String::New(env, kvevict::tasks_json(rows))});
+    // The rows of the tool's envelope ({command, model, rows}).
+    return parse_json(env, kvevict::tasks_json(rows, {"tasks", model->path()})).As<Napi::Object>().Get("rows");
   });
 }
 
@@ -1773,7 +1781,8 @@ Napi::Value Stream(const Napi::CallbackInfo& info) {
       request.full_cache = full.As<Napi::Boolean>().Value();
     }
     const kvevict::ModelRunOptions run = model_options(o, "stream");
-    return parse_json(env, kvevict::stream_json(kvevict::stream_perplexity(*model, text, request, run)));
+    return parse_json(env, kvevict::stream_json(kvevict::stream_perplexity(*model, text, request, run),
+                                                {"stream", model->path()}));
   });
 }
 
@@ -1812,7 +1821,7 @@ Napi::Value Choose(const Napi::CallbackInfo& info) {
     // The narrowing commands name the model's path as given; the text came as
     // bytes, so it is the library's placeholder there.
     const kvevict::ChooseResult result = kvevict::choose(model, text, request, {}, model->path(), "TEXT");
-    return parse_json(env, kvevict::choose_json(result));
+    return parse_json(env, kvevict::choose_json(result, {"choose", model->path()}));
   });
 }
 
@@ -1828,8 +1837,9 @@ Napi::Value SinkShares(const Napi::CallbackInfo& info) {
         o.Get("tokens").IsUndefined()
             ? 0
             : to_u32(o.Get("tokens"), "sinkShares: options.tokens", "must be at least 0 (0 = the model's context)");
-    const Napi::Value parsed = parse_json(env, kvevict::stream_json({}, kvevict::sink_shares(*model, text, tokens)));
-    return parsed.As<Napi::Object>().Get("sinks");
+    const Napi::Value parsed =
+        parse_json(env, kvevict::sinks_json(kvevict::sink_shares(*model, text, tokens), {"stream", model->path()}));
+    return parsed.As<Napi::Object>().Get("rows");
   });
 }
 

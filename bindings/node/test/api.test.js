@@ -312,7 +312,8 @@ describe('run and compare', () => {
       overrides: { recentWindow: 64, 'h2o.recentWindow': 16, 'streaming-llm': { sinks: 8 } },
       steps: 400,
     });
-    assert.deepEqual(Object.keys(c), ['trace', 'rows']);
+    assert.deepEqual(Object.keys(c), ['command', 'model', 'rows', 'trace']);
+    assert.deepEqual([c.command, c.model], ['compare', null]);
     assert.equal(c.rows.length, 6);
     for (const row of c.rows) assert.deepEqual(Object.keys(row), KEYS);
     const params = (name) => c.rows.find((r) => r.policy === name).params;

@@ -125,7 +125,7 @@ describe('canonical comparison through compare()', () => {
   before(() => { result = kv.compare(); });
 
   it('has 21 rows on decode-4096, shaped like `kvevict compare --format json`', () => {
-    assert.deepEqual(Object.keys(result), ['trace', 'rows']);
+    assert.deepEqual(Object.keys(result), ['command', 'model', 'rows', 'trace']);
     assert.equal(result.trace, 'decode-4096');
     assert.equal(result.rows.length, 21);
     for (const row of result.rows) {

@@ -66,8 +66,9 @@ test('choose() equals the tool\'s JSON', { skip: noTool }, () => {
   const want = tool('choose', '--model', kvm, '--text', sampleFile, ...flags(request));
   assert.deepEqual(Object.keys(got), Object.keys(want));
   assert.deepEqual(Object.keys(got),
-    ['command', 'plan', 'rows', 'fullCache', 'recommendation', 'narrow', 'windows', 'samples', 'seconds']);
+    ['command', 'model', 'rows', 'plan', 'fullCache', 'recommendation', 'narrow', 'windows', 'samples', 'seconds']);
   assert.equal(got.command, 'choose');
+  assert.deepEqual([got.model, want.model], [kvm, kvm]);
   // What ran: the fixed plan, all of it.
   assert.deepEqual([got.windows, got.samples, want.windows, want.samples], [2, 1, 2, 1]);
   // The plan: every count exactly; the probes did not run, so their timings a window and a sample are 0.

@@ -13,7 +13,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { kv, repoRoot, noTool: toolMissing, toolJson: tool } = require('./support');
+const { kv, repoRoot, noTool: toolMissing, toolRows: tool } = require('./support');
 
 const modelDir = process.env.KVEVICT_MODEL_DIR ? path.resolve(process.env.KVEVICT_MODEL_DIR) : path.join(repoRoot, 'model');
 const kvm = path.join(modelDir, 'kvevict-tiny.kvm');

@@ -12,7 +12,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFileSync } = require('node:child_process');
-const { kv, repoRoot, toolFile, noTool, toolJson: tool, withoutSeconds } = require('./support');
+const { kv, repoRoot, toolFile, noTool, toolJson: tool, toolRows, withoutSeconds } = require('./support');
 
 const kvm = path.join(repoRoot, 'model', 'kvevict-tiny.kvm');
 const sampleFile = path.join(repoRoot, 'model', 'heldout-sample.txt');
@@ -77,7 +77,7 @@ test('tasks() equals the tool\'s JSON', { skip: noTool }, () => {
     moments: ['decode', 'prefill'] });
   assert.deepEqual(got.map((r) => [r.policy, r.moment]),
     [['full', 'full'], ['h2o', 'decode'], ['h2o', 'prefill'], ['knorm', 'decode'], ['knorm', 'prefill']]);
-  const want = tool('tasks', '--model', kvm, '--text', sampleFile, '--lengths', 256, '--depths', 1, '--samples', 2,
+  const want = toolRows('tasks', '--model', kvm, '--text', sampleFile, '--lengths', 256, '--depths', 1, '--samples', 2,
     '--policies', 'h2o,knorm', '--budgets', 64, '--moments', 'decode,prefill');
   assert.deepEqual(got, want);
   assert.deepEqual(got.map(Object.keys), want.map(Object.keys));
@@ -118,7 +118,7 @@ test('benchModel() is shaped like the tool\'s JSON', { skip: noTool }, () => {
     assert.ok(r.tokensPerSecondSpread.min <= r.tokensPerSecond && r.tokensPerSecond <= r.tokensPerSecondSpread.max);
     assert.ok(Math.abs(Object.values(r.shares).reduce((a, b) => a + b) - 1) < 1e-9);
   }
-  const want = tool('bench', '--model', kvm, '--text', sampleFile, '--tokens', 80, '--rounds', 1,
+  const want = toolRows('bench', '--model', kvm, '--text', sampleFile, '--tokens', 80, '--rounds', 1,
     '--policies', 'h2o,knorm', '--budgets', '48,64');
   // Timings differ run to run; every key, in its order, and the run columns are the tool's.
   const shape = (rows) => rows.map((r) => Object.entries(r).map(([k, v]) =>
@@ -161,7 +161,7 @@ test('run() replays recorded keys as the tool does', { skip: noTool }, () => {
   const f = record();
   const got = kv.run({ policy: 'knorm', budget: 32, trace: f.attention, keys: f.keys });
   assert.equal(got.params.headDim, 32);
-  const want = tool('run', '--policy', 'knorm', '--budget', 32, '--trace', f.attention, '--keys', f.keys);
+  const [want] = toolRows('run', '--policy', 'knorm', '--budget', 32, '--trace', f.attention, '--keys', f.keys);
   assert.deepEqual(Object.keys(got), Object.keys(want));
   assert.deepEqual(withoutSeconds([got]), withoutSeconds([want]));
 });
@@ -173,7 +173,9 @@ test('compare() replays every policy the files feed', { skip: noTool }, () => {
   assert.equal(new Set(got.rows.map((r) => r.policy)).size, kv.policies().length);
   const want = tool('compare', '--policies', 'all', '--budgets', '64,80', '--trace', f.attention, '--keys', f.keys,
     '--values', f.values, '--queries', f.queries);
-  assert.equal(got.trace, want.trace);
+  // The same envelope: {command, model: null, rows, trace}.
+  assert.deepEqual(Object.keys(got), Object.keys(want));
+  assert.deepEqual([got.command, got.model, got.trace], ['compare', null, want.trace]);
   assert.deepEqual(withoutSeconds(got.rows), withoutSeconds(want.rows));
   const nine = kv.compare({ budgets: [64], trace: f.attention, keys: f.keys, policies: 'all' });
   assert.equal(nine.rows.length, 9);
@@ -200,7 +202,7 @@ test('sweepModel({skipRefused}) leaves out what the tool leaves out', { skip: no
   const out = execFileSync(toolFile, ['sweep', '--model', kvm, '--text', sampleFile, '--policy', 'h2o', '--param',
     'recentWindow=8,96', '--budgets', '64,128', '--max-windows', '1', '--skip-refused', '--format', 'json'],
   { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  assert.deepEqual(withoutSeconds(got), withoutSeconds(JSON.parse(out)));
+  assert.deepEqual(withoutSeconds(got), withoutSeconds(JSON.parse(out).rows));
   assert.deepEqual(kv.sweepModel(model, sample, { policy: 'h2o', param: 'recentWindow', values: [8], budgets: [64],
     maxWindows: 1 }).skipped, []);
   assert.throws(() => kv.sweepModel(model, sample, { policy: 'h2o', param: 'recentWindow', values: [96], budgets: [64],

@@ -38,7 +38,8 @@ test('stream() equals the tool\'s JSON', { skip: noTool }, () => {
     segment: 500 });
   const want = tool('stream', '--model', kvm, '--text', sampleFile, '--policy', 'sliding-window,streaming-llm:sinks=4',
     '--budget', 64, '--tokens', 1500, '--segment', 500);
-  assert.deepEqual(Object.keys(got), ['rows']);
+  assert.deepEqual(Object.keys(got), ['command', 'model', 'rows']);
+  assert.deepEqual([got.command, got.model, want.model], ['stream', kvm, kvm]);
   assert.deepEqual(withoutSeconds(got.rows), withoutSeconds(want.rows));
   // Worked by hand: the full cache stops at the context (tokens 1 ... 1023 predicted); each policy row
   // predicts tokens 1 ... 1499 and evicts one position a cache a step from its 65th token fed.
@@ -93,7 +94,7 @@ test('stream() refuses bad arguments before any work', { skip }, () => {
 test('sinkShares() equals the tool\'s', { skip: noTool }, () => {
   setup();
   const got = kv.sinkShares(model, sample, { tokens: 128 });
-  assert.deepEqual(got, tool('stream', '--model', kvm, '--text', sampleFile, '--sinks', '--tokens', 128).sinks);
+  assert.deepEqual(got, tool('stream', '--model', kvm, '--text', sampleFile, '--sinks', '--tokens', 128).rows);
   assert.deepEqual(got.map((s) => s.layer), [...Array(model.config.layers).keys()]);
   for (const s of got) assert.ok(s.first >= 0 && s.first <= s.firstFour && s.firstFour <= 1);
   assert.deepEqual(kv.sinkShares({ model, text: sample, tokens: 128 }), got);

@@ -177,7 +177,20 @@ function toolJson(...args) {
     { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   return JSON.parse(out);
 }
+// The rows of the tool's JSON, after checking it is the envelope every command
+// prints: {command, model, rows, ...}, command the first argument, model the
+// --model given (null without one).
+function toolRows(...args) {
+  const doc = toolJson(...args);
+  const keys = Object.keys(doc).slice(0, 3);
+  const i = args.indexOf('--model');
+  const model = i < 0 ? null : String(args[i + 1]);
+  if (keys.join() !== 'command,model,rows' || doc.command !== args[0] || doc.model !== model) {
+    throw new Error(`kvevict ${args[0]}: not the envelope: ${JSON.stringify(doc).slice(0, 200)}`);
+  }
+  return doc.rows;
+}
 // Rows without their wall-clock seconds, which no two runs share.
 const withoutSeconds = (rows) => rows.map(({ seconds, ...rest }) => rest);
 
-module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile, toolFile, noTool, toolJson, withoutSeconds };
+module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile, toolFile, noTool, toolJson, toolRows, withoutSeconds };

@@ -37,6 +37,10 @@ const c: kv.CompareResult = kv.compare({
   steps: 300,
 });
 const rows: number = c.rows.length + kv.compare().rows.length + kv.compare({ policies: 'all' }).rows.length;
+// The envelope every command prints: {command, model, rows, ...}.
+const envelope: ['compare', null, string] = [c.command, c.model, c.trace];
+const described: kv.CommandSchema[] = kv.rowSchema().rows;
+const described2: string = kv.rowSchema().envelope[0]!.name + described[0]!.variant;
 const report: kv.VectorReport = kv.runVectors(['vectors']);
 const firstFailure: string | undefined = report.failures[0]?.description;
 const infos: kv.PolicyInfo[] = kv.policies();
@@ -173,9 +177,11 @@ const chosen: kv.ChooseResult = kv.choose(model, bytes, { budget: 128, policies:
 const chosenRank: number = chosen.rows[0]!.rank + chosen.rows[0]!.extraBitsPerByte + chosen.plan.windows;
 const chosenLow: number | null = chosen.rows[0]!.extraLow;
 const chosenLine: string = chosen.recommendation + chosen.narrow.join('\n');
+const chosenModel: string = chosen.model + streamed.model;
 const chosenToo: kv.ChooseResult = kv.choose({ model, text: bytes, policies: null, minutes: 1, windows: null });
 // @ts-expect-error -- a shared layer budget is no choose granularity
 kv.choose(model, bytes, { granularity: 'layer' });
 // @ts-expect-error -- minutes is a number
 kv.choose(model, bytes, { minutes: '15' });
-export const chooseUsed = [chosenRank, chosenLow, chosenLine, chosenToo];
+export const chooseUsed = [chosenRank, chosenLow, chosenLine, chosenToo, chosenModel];
+export const envelopeUsed = [envelope, described2];

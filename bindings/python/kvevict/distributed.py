@@ -357,7 +357,8 @@ def compare(policies: Union[str, Sequence[str]] = "all", budgets: Sequence[int] 
             steps: Optional[int] = None, *, client: Optional[Client] = None, workers: Optional[int] = None,
             progress: Optional[Progress] = None) -> Dict[str, Any]:
     """kvevict.compare() with one cell per (policy, budget): the same
-    {"trace", "rows"}, ranked the same way. Raises CellsFailed (with
+    document, {"command": "compare", "model": None, "rows", "trace"} (the
+    tool's envelope), ranked the same way. Raises CellsFailed (with
     ``.result``) when cells fail."""
     names = _policy_names(policies)
     budget_list = _budget_list(budgets)
@@ -366,8 +367,9 @@ def compare(policies: Union[str, Sequence[str]] = "all", budgets: Sequence[int] 
     cells = [Cell("run", n, (b,), tuple(per_policy[n].items()), trace=trace_id, steps=steps)
              for n in names for b in budget_list]
     rows, failures = _collect(cells, _submit_all(cells, client, workers, progress))
-    result = {"trace": rows[0]["trace"] if rows else trace_id,
-              "rows": _rank(rows, budget_list, lambda r: r["metrics"]["retainedAttentionMass"], False)}
+    result = {"command": "compare", "model": None,
+              "rows": _rank(rows, budget_list, lambda r: r["metrics"]["retainedAttentionMass"], False),
+              "trace": rows[0]["trace"] if rows else trace_id}
     if failures:
         raise CellsFailed(failures, len(cells), result)
     return result
@@ -379,7 +381,8 @@ def sweep(policy: str, param: str, values: Sequence[int], budgets: Sequence[int]
           progress: Optional[Progress] = None) -> Dict[str, Any]:
     """The tool's `sweep`: `policy` with `param` at each of `values`, at each
     budget (param "budget": the values are the budgets), one cell per run.
-    Returns {"trace", "rows"} in the tool's order (values, then budgets); each
+    Returns the tool's document, {"command": "sweep", "model": None, "rows",
+    "trace"}, the rows in the tool's order (values, then budgets); each
     row is kvevict.run(policy, budget, trace, steps, **params, param=value)."""
     if not values:
         raise ValueError("sweep: no values to sweep")
@@ -396,7 +399,7 @@ def sweep(policy: str, param: str, values: Sequence[int], budgets: Sequence[int]
             cells.append(Cell("run", policy, (int(b),), tuple({**base, param: int(v)}.items()),
                               trace=trace_id, steps=steps))
     rows, failures = _collect(cells, _submit_all(cells, client, workers, progress))
-    result = {"trace": rows[0]["trace"] if rows else trace_id, "rows": rows}
+    result = {"command": "sweep", "model": None, "rows": rows, "trace": rows[0]["trace"] if rows else trace_id}
     if failures:
         raise CellsFailed(failures, len(cells), result)
     return result

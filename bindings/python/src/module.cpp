@@ -46,6 +46,7 @@
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/core/params.h"
 #include "kvevict/model/evaluation/choose.h"
+#include "kvevict/model/evaluation/command_schema.h"
 #include "kvevict/model/evaluation/perplexity.h"
 #include "kvevict/model/evaluation/perplexity_rows.h"
 #include "kvevict/model/serving/batch.h"
@@ -936,10 +937,17 @@ class DictBuilder final : public kvevict::RowVisitor {
   std::vector<py::object> stack_{py::dict()};
 };
 
-template <class Rows>
-py::dict row_schema_dict(const Rows& rows) {
+py::dict row_schema_dict(const kvevict::RunRow& row) {
   DictBuilder builder;
-  kvevict::for_each_field(rows, builder);
+  kvevict::for_each_field(row, builder);
+  return builder.take();
+}
+
+// A trace command's whole document, the envelope the tool prints:
+// {"command", "model": None, "rows": [...], "trace"}.
+py::dict row_schema_dict(const std::vector<kvevict::RunRow>& rows, std::string_view command) {
+  DictBuilder builder;
+  kvevict::for_each_field(rows, command, builder);
   return builder.take();
 }
 
@@ -1135,7 +1143,7 @@ py::object compare(const PolicyList& policies, const IntList& budgets, const Ove
   request.overrides = overrides_of(overrides.obj);
   options.paged = paged_of(paged, "compare");
   const std::vector<kvevict::RunRow> rows = without_gil([&] { return kvevict::compare(request, options); });
-  return row_schema_dict(rows);
+  return row_schema_dict(rows, "compare");
 }
 
 py::list policy_descriptions() {
@@ -1482,7 +1490,7 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
   options.paged.set_granularity(granularity_of(granularity, "tasks: granularity"));
   const std::vector<kvevict::TaskRow> rows =
       without_gil([&] { return kvevict::run_tasks(model, text, request, options); });
-  return json_loads(kvevict::tasks_json(rows));
+  return py::list(json_loads(kvevict::tasks_json(rows, {"tasks", model->path()}))["rows"]);
 }
 
 // `kvevict bench --model`: decode speed and where a step's time goes
@@ -1710,7 +1718,7 @@ py::object model_stream(const ModelArg& model_arg, const Text& text_arg, const p
   options.paged.set_granularity(granularity_of(granularity, "stream: granularity"));
   const std::vector<kvevict::StreamRow> rows =
       without_gil([&] { return kvevict::stream_perplexity(*model, text, request, options); });
-  return json_loads(kvevict::stream_json(rows));
+  return json_loads(kvevict::stream_json(rows, {"stream", model->path()}));
 }
 
 py::object model_sink_shares(const ModelArg& model_arg, const Text& text_arg, const Int& tokens_arg) {
@@ -1719,7 +1727,7 @@ py::object model_sink_shares(const ModelArg& model_arg, const Text& text_arg, co
   const std::uint32_t tokens = to_u32(tokens_arg.obj, "tokens", "must be at least 0 (0 = the model's context)");
   const std::vector<kvevict::SinkShare> shares =
       without_gil([&] { return kvevict::sink_shares(*model, text, tokens); });
-  return json_loads(kvevict::stream_json({}, shares))["sinks"];
+  return json_loads(kvevict::sinks_json(shares, {"stream", model->path()}))["rows"];
 }
 
 // `kvevict choose` (kvevict/model/evaluation/choose.h): which policy at this
@@ -1747,7 +1755,7 @@ py::object model_choose(const ModelArg& model_arg, const Text& text_arg, const I
   const std::string text_label = py::hasattr(text_arg.obj, "__fspath__") ? path_of(text_arg.obj, "text") : "TEXT";
   const kvevict::ChooseResult result =
       without_gil([&] { return kvevict::choose(model, text, request, {}, model->path(), text_label); });
-  return json_loads(kvevict::choose_json(result));
+  return json_loads(kvevict::choose_json(result, {"choose", model->path()}));
 }
 
 // Sequences on one block pool (kvevict/model/serving/batch.h).
@@ -2560,12 +2568,17 @@ keys, values, queries: as for run(); "all" is then every policy the files
 )doc");
 
   m.def("row_schema", [] { return json_loads(kvevict::result_schema_json(-1)); }, R"doc(
-The fields of a result row as `kvevict schema` prints them: {"run": [...],
-"compare": [...], "perplexity": [...], "serve": [...]}, each field a dict {"name", "type" ("string", "integer",
-"number", "object" or "array"), "unit" (when it has one), "description",
-"presentWhen" (when not always present), "fields" (members of an object or
-of each array element)}, in the order run(), compare(), perplexity() and
-serve_bench() return them.
+Every command's JSON described, as `kvevict schema` prints it: the envelope
+{"command": "schema", "model": None, "rows": [...], "envelope": [...]}, a row
+per command (and per variant: "compare" with variant "--model") {"command",
+"variant", "model", "rows": [field...], "extra": [field...]}, each field a
+dict {"name", "type" ("string", "integer", "number", "boolean", "object" or
+"array"), "unit" (when it has one), "description", "presentWhen" (when not
+always present), "fields" (members of an object or of each array element)}, in
+output order: run() returns a "run" row, compare() the "compare" document,
+perplexity() and compare_model() "perplexity" rows, serve_bench() "serve-bench"
+rows, tasks() "tasks" rows, stream() the "stream" document, choose() the
+"choose" document.
 )doc");
 
   m.def("run_vectors", &run_vectors, py::arg("paths"), R"doc(

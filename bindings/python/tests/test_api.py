@@ -61,7 +61,8 @@ def test_policies_agree_with_the_tool():
     out = json.loads(subprocess.run([tool, "list", "--format", "json"], check=True,
                                     capture_output=True, text=True).stdout)
     mine = [{k: p[k] for k in ("name", "summary", "params")} for p in kvevict.policies()]
-    assert mine == out
+    assert list(out) == ["command", "model", "rows"] and out["command"] == "list" and out["model"] is None
+    assert mine == out["rows"]
 
 
 @pytest.mark.parametrize("name", [p["name"] for p in kvevict.policies()])
@@ -174,6 +175,9 @@ def test_run_result_is_shaped_like_the_tool():
             [tool, "run", "--policy", "scissorhands", "--budget", "256", "--steps", "700",
              "--set", "recentWindow=64", "--format", "json"],
             check=True, capture_output=True, text=True).stdout)
+        # The envelope; run() returns its one row.
+        assert list(out) == ["command", "model", "rows", "trace"] and out["command"] == "run"
+        out = out["rows"][0]
         assert list(out) == list(r)
         assert {k: v for k, v in out.items() if k != "seconds"} == {k: v for k, v in r.items() if k != "seconds"}
 
@@ -191,7 +195,9 @@ def test_run_takes_a_policy_object():
 
 def test_compare_shape_and_overrides():
     c = kvevict.compare(["h2o", "scissorhands"], [128, 256], steps=500)
-    assert list(c) == ["trace", "rows"] and len(c["rows"]) == 4
+    # The tool's envelope: {"command", "model", "rows"}, then compare's trace.
+    assert list(c) == ["command", "model", "rows", "trace"] and len(c["rows"]) == 4
+    assert c["command"] == "compare" and c["model"] is None and c["trace"] == "decode-4096"
     assert all(list(r) == RUN_KEYS for r in c["rows"])
     same = [
         {"h2o.recent_window": 64, "scissorhands.recentWindow": 64},
@@ -209,7 +215,8 @@ def test_compare_shape_and_overrides():
              "--set", "recentWindow=64", "--format", "json"],
             check=True, capture_output=True, text=True).stdout)
         strip = lambda d: [{k: v for k, v in r.items() if k != "seconds"} for r in d["rows"]]
-        assert out["trace"] == results[0]["trace"] and strip(out) == strip(results[0])
+        assert list(out) == list(results[0]) and out["trace"] == results[0]["trace"]
+        assert strip(out) == strip(results[0])
 
 
 def test_trace_ids_and_other_traces():

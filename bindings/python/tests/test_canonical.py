@@ -47,6 +47,7 @@ def canonical():
 
 
 def test_compare_reproduces_all_21_rows_exactly(canonical):
+    assert list(canonical) == ["command", "model", "rows", "trace"] and canonical["command"] == "compare"
     assert canonical["trace"] == "decode-4096"
     rows = {(r["policy"], r["budget"]): r for r in canonical["rows"]}
     assert len(canonical["rows"]) == 21 and len(rows) == 21

@@ -80,9 +80,9 @@ def test_choose_equals_the_tool(chosen):
     want = tool("choose", "--model", KVM, "--text", SAMPLE, "--budget", BUDGET, "--policies", POLICIES,
                 "--windows", WINDOWS, "--samples", SAMPLES)
     got = chosen
-    assert list(got) == list(want) == ["command", "plan", "rows", "fullCache", "recommendation", "narrow", "windows",
-                                       "samples", "seconds"]
-    assert got["command"] == "choose"
+    assert list(got) == list(want) == ["command", "model", "rows", "plan", "fullCache", "recommendation", "narrow",
+                                       "windows", "samples", "seconds"]
+    assert got["command"] == "choose" and got["model"] == want["model"] == str(KVM)
     # What ran: the fixed plan, all of it.
     assert (got["windows"], got["samples"]) == (want["windows"], want["samples"]) == (WINDOWS, SAMPLES)
     # The plan: every count exactly; the probes did not run (fixed plan), so

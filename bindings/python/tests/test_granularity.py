@@ -45,13 +45,16 @@ def caches(model) -> int:
 
 
 def tool(*args):
-    """The tool's JSON for the same arguments (BUILD/python/kvevict -> BUILD/kvevict)."""
+    """The rows of the tool's JSON for the same arguments (BUILD/python/kvevict ->
+    BUILD/kvevict), after checking it is the envelope {"command", "model", "rows"}."""
     exe = Path(kvevict.__file__).resolve().parents[2] / "kvevict"
     if not exe.is_file():
         pytest.skip(f"the kvevict tool is not in this build folder ({exe})")
     out = subprocess.run([str(exe), *map(str, args), "--format", "json"], check=True, capture_output=True,
                          text=True, cwd=SOURCE_ROOT)
-    return json.loads(out.stdout)
+    doc = json.loads(out.stdout)
+    assert list(doc)[:3] == ["command", "model", "rows"] and doc["command"] == args[0], doc
+    return doc["rows"]
 
 
 def without_seconds(rows):

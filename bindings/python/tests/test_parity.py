@@ -48,6 +48,15 @@ def tool_json(*args):
     return json.loads(out.stdout), out.stderr
 
 
+def tool_rows(*args):
+    """The rows of the tool's JSON, after checking it is the envelope every
+    command prints: {"command", "model", "rows", ...}, the model the --model given."""
+    doc, stderr = tool_json(*args)
+    model = str(args[args.index("--model") + 1]) if "--model" in args else None
+    assert list(doc)[:3] == ["command", "model", "rows"] and doc["command"] == args[0] and doc["model"] == model, doc
+    return doc["rows"], stderr
+
+
 def without_seconds(rows):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
 
@@ -147,7 +156,7 @@ def test_tasks_equal_the_tools_json(model, text):
     assert [(r["policy"], r["moment"]) for r in got] == \
         [("full", "full"), ("h2o", "decode"), ("h2o", "prefill"), ("knorm", "decode"), ("knorm", "prefill")]
     assert got[0]["samples"] == 2 and got[0]["length"] == 256 and got[0]["depth"] == 0.5
-    want, _ = tool_json("tasks", "--model", MODEL_PATH, "--text", TEXT_PATH, "--lengths", "256", "--depths", "1",
+    want, _ = tool_rows("tasks", "--model", MODEL_PATH, "--text", TEXT_PATH, "--lengths", "256", "--depths", "1",
                         "--samples", "2", "--policies", "h2o,knorm", "--budgets", "64", "--moments",
                         "decode,prefill")
     assert got == want
@@ -194,7 +203,7 @@ def test_bench_model_is_shaped_like_the_tool(model, text, monkeypatch):
         assert r["tokensPerSecondSpread"]["median"] == r["tokensPerSecond"] > 0
         assert r["tokensPerSecondSpread"]["min"] <= r["tokensPerSecond"] <= r["tokensPerSecondSpread"]["max"]
         assert sum(r["shares"].values()) == pytest.approx(1.0, abs=1e-9)
-    want, _ = tool_json("bench", "--model", MODEL_PATH, "--text", TEXT_PATH, "--tokens", "80", "--rounds", "1",
+    want, _ = tool_rows("bench", "--model", MODEL_PATH, "--text", TEXT_PATH, "--tokens", "80", "--rounds", "1",
                         "--policies", "h2o,knorm", "--budgets", "48,64")
     # Timings differ run to run; everything else, and every key in its order, is the tool's.
     shape = lambda rows: [[(k, list(v) if isinstance(v, dict) else v if k in ("policy", "budget", "tokens") else None)
@@ -241,7 +250,7 @@ def test_run_replays_recorded_keys_as_the_tool_does(recorded):
     f = recorded
     got = kvevict.run("knorm", 32, trace=f["attention"], keys=f["keys"])
     assert got["policy"] == "knorm" and got["params"]["headDim"] == 32
-    want, _ = tool_json("run", "--policy", "knorm", "--budget", "32", "--trace", f["attention"], "--keys", f["keys"])
+    (want,), _ = tool_rows("run", "--policy", "knorm", "--budget", "32", "--trace", f["attention"], "--keys", f["keys"])
     assert list(got) == list(want)
     assert without_seconds([got]) == without_seconds([want])
     # str paths work as well as pathlib.Path
@@ -256,6 +265,7 @@ def test_compare_replays_every_policy_the_files_feed(recorded):
     assert {r["policy"] for r in got["rows"]} == {p["name"] for p in kvevict.policies()}  # all ten
     want, _ = tool_json("compare", "--policies", "all", "--budgets", "64,80", "--trace", f["attention"], "--keys",
                         f["keys"], "--values", f["values"], "--queries", f["queries"])
+    assert list(got) == list(want) == ["command", "model", "rows", "trace"]
     assert got["trace"] == want["trace"] and without_seconds(got["rows"]) == without_seconds(want["rows"])
     nine = kvevict.compare("all", [64], trace=f["attention"], keys=f["keys"])
     assert len(nine["rows"]) == 9 and "expected-attention" not in {r["policy"] for r in nine["rows"]}
@@ -286,7 +296,7 @@ def test_sweep_model_skip_refused_as_the_tool(model, text):
     assert isinstance(got, list) and isinstance(got, kvevict.SweepRows)
     assert [(r["params"] or {}).get("recentWindow") if r["policy"] else None for r in got] == [None, 8, 8, 96]
     assert len(got.skipped) == 1 and got.skipped[0].startswith("recentWindow=96 at budget 64: ")
-    want, stderr = tool_json("sweep", "--model", MODEL_PATH, "--text", TEXT_PATH, "--policy", "h2o", "--param",
+    want, stderr = tool_rows("sweep", "--model", MODEL_PATH, "--text", TEXT_PATH, "--policy", "h2o", "--param",
                              "recentWindow=8,96", "--budgets", "64,128", "--max-windows", "1", "--skip-refused")
     assert without_seconds(got) == without_seconds(want)
     assert ["sweep: skipped " + line for line in got.skipped] == \

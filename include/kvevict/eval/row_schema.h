@@ -24,10 +24,12 @@ enum class FieldType {
   kInteger,
   kNumber,
   kObject,  // with `fields`: fixed members; without: keys are data (params: name -> integer)
-  kArray,   // of objects whose members are `fields`
+  kArray,   // of objects whose members are `fields` (without: elements described in words)
+  kBoolean,
 };
 
-// "string", "integer", "number", "object", "array": JSON Schema's words.
+// "string", "integer", "number", "object", "array", "boolean": JSON Schema's
+// words.
 std::string_view field_type_name(FieldType type) noexcept;
 
 struct FieldInfo {
@@ -61,8 +63,9 @@ constexpr std::array<FieldInfo, N> field_infos(const RowField<T> (&fields)[N]) {
 // The run row's top-level fields, in output order.
 std::span<const FieldInfo> run_row_schema();
 
-// The compare document: {"trace", "rows": [run rows]}.
-std::span<const FieldInfo> compare_schema();
+// The member run, compare and sweep (on a trace) add after their rows:
+// "trace".
+std::span<const FieldInfo> compare_extra_schema();
 
 // Receives one row's values in schema order. Containers come as begin/end
 // pairs: an object with fixed members (metrics), an array (perHead) whose
@@ -91,21 +94,38 @@ class RowVisitor {
 // trace has more than one head).
 void for_each_field(const RunRow& row, RowVisitor& visitor);
 
-// Walks the compare document in compare_schema() order: "trace" (the first
-// row's, "" when there are none), then "rows" as an array whose elements are
-// walked as above.
-void for_each_field(const std::vector<RunRow>& rows, RowVisitor& visitor);
+// Walks a trace command's whole document (run, compare, sweep), the envelope
+// (envelope_schema()) in order: "command", "model" (null: a trace), "rows" as
+// an array whose elements are walked as above, then "trace" (the first row's,
+// "" when there are none).
+void for_each_field(const std::vector<RunRow>& rows, std::string_view command, RowVisitor& visitor);
 
-// One named document of the exported schema.
-struct SchemaEntry {
-  std::string_view name;
-  std::span<const FieldInfo> fields;
+
+// One command's JSON as `kvevict schema` describes it. Every command prints
+// one envelope, {"command", "model", "rows": [...]} and then `extra` in order
+// (envelope_schema(), kvevict/eval/json.h); a command whose rows differ with a
+// flag (compare on a trace and with --model) has an entry per variant.
+struct CommandSchema {
+  std::string_view command;  // the envelope's "command" value
+  std::string_view variant;  // "" or the flag that gives these rows ("--model", "--sinks")
+  // What the envelope's "model" holds: "path" (the model as given) or "null".
+  std::string_view model;
+  std::span<const FieldInfo> rows;   // one row's fields, in output order
+  std::span<const FieldInfo> extra;  // the members after "rows", in order
 };
 
-// The schema as JSON text: {"run": [field...], "compare": [field...]}, then
-// `more` in order (the model layer adds its perplexity row, see
-// kvevict/model/evaluation/perplexity_rows.h), each field {"name", "type", "unit"?,
+// The envelope's three members: command, model, rows.
+std::span<const FieldInfo> envelope_schema();
+
+// The commands of the evaluation layer: run, compare, sweep (on a trace),
+// list, simd, persistence (on a trace) and bench (the policies' steps).
+std::span<const CommandSchema> eval_command_schemas();
+
+// The schema as JSON text, itself an envelope (`kvevict schema`):
+// {"command": "schema", "model": null, "rows": [{"command", "variant",
+// "model", "rows": [field...], "extra": [field...]} per entry of `commands`],
+// "envelope": [field...]}, each field {"name", "type", "unit"?,
 // "description", "presentWhen"?, "fields"?}.
-std::string schema_json(int indent = 2, std::span<const SchemaEntry> more = {});
+std::string schema_json(std::span<const CommandSchema> commands, int indent = 2);
 
 }  // namespace kvevict

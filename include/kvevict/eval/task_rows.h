@@ -7,12 +7,15 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kvevict/eval/intervals.h"  // wilson_interval
+#include "kvevict/eval/json.h"
+#include "kvevict/eval/row_schema.h"
 
 namespace kvevict {
 
@@ -44,10 +47,16 @@ struct TaskRow {
   std::string granularity;
 };
 
-// The rows as JSON (an array of objects; the tool's CSV is made from it, one
-// value a cell) and a markdown table of accuracy by depth, one line per
-// task x length x policy x budget x moment.
-std::string tasks_json(const std::vector<TaskRow>& rows);
+// The command's document (kvevict/eval/json.h): {"command", "model", "rows":
+// [{"task", "policy", "budget", "moment", "length", "depth", "samples",
+// "correct", "accuracy", "accuracy_low", "accuracy_high", "evicted",
+// "kvPrecision", "kvResidual", "bytesPerPosition", "granularity"?}]} (the
+// tool's CSV is made from its rows, one value a cell); and a markdown table
+// of accuracy by depth, one line per task x length x policy x budget x
+// moment.
+std::string tasks_json(const std::vector<TaskRow>& rows, const JsonSource& source);
+// The fields of a row, in output order (`kvevict schema`).
+std::span<const FieldInfo> task_row_schema();
 std::string tasks_markdown(const std::vector<TaskRow>& rows);
 
 // The retrieval tasks kvevict tasks builds (model/tasks.h): passkey,
@@ -57,7 +66,8 @@ const std::vector<std::string>& task_names();
 // ...)" for any other name.
 std::size_t task_index(std::string_view task);
 
-// The rows back from tasks_json's output; `source` names the input in the
+// The rows back from tasks_json's output (or from the bare array of rows
+// tasks printed before the envelope); `source` names the input in the
 // InputError a malformed document gets (one line, naming the row and field).
 // Every field is checked: a known task, "full" or a registered policy, a
 // moment, whole numbers in range (samples 1 ... 2^32 - 1, correct <= samples,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eval/envelope.h"
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
 #include "kvevict/model/decoder/model_text.h"
@@ -312,16 +313,58 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
   return result;
 }
 
-std::string choose_json(const ChooseResult& r) {
-  nlohmann::ordered_json out;
-  out["command"] = "choose";
-  const ChoosePlan& p = r.plan;
-  out["plan"] = {{"windows", p.windows},           {"windowsAvailable", p.windows_available},
-                 {"context", p.context},           {"passkeyLength", p.length},
-                 {"depths", p.depths},             {"samples", p.samples},
-                 {"decodeTokens", p.decode_tokens}, {"probeSeconds", p.probe_seconds},
-                 {"windowSeconds", p.window_seconds}, {"sampleSeconds", p.sample_seconds},
-                 {"plannedSeconds", p.planned_seconds}};
+namespace {
+
+constexpr FieldInfo kChooseInfos[] = {
+    {"rank", FieldType::kInteger, "", "1: fewest extra bits per byte", "", {}},
+    {"policy", FieldType::kString, "", "registry name of the policy", "", {}},
+    {"budget", FieldType::kInteger, "positions", "positions each cache keeps", "", {}},
+    {"extraBitsPerByte", FieldType::kNumber, "bits per byte", "bits per byte over the full cache's, same windows", "",
+     {}},
+    {"extraLow", FieldType::kNumber, "bits per byte", "low end of its 95 % interval, paired by window; null from one "
+     "window", "", {}},
+    {"extraHigh", FieldType::kNumber, "bits per byte", "high end of the same interval; null from one window", "", {}},
+    {"passkeyCorrect", FieldType::kInteger, "samples", "passkeys answered exactly, every depth", "", {}},
+    {"passkeySamples", FieldType::kInteger, "samples", "passkeys asked, every depth", "", {}},
+    {"passkeyAccuracy", FieldType::kNumber, "share (0..1)", "passkeyCorrect / passkeySamples", "", {}},
+    {"tokensPerSecond", FieldType::kNumber, "tokens per second", "decode at a cache of the budget (0: not timed)", "",
+     {}},
+    {"kvBytes", FieldType::kInteger, "bytes", "one sequence's KV at the budget: every cache, keys and values", "", {}},
+};
+constexpr FieldInfo kPlanInfos[] = {
+    {"windows", FieldType::kInteger, "windows", "perplexity windows planned", "", {}},
+    {"windowsAvailable", FieldType::kInteger, "windows", "windows the text holds", "", {}},
+    {"context", FieldType::kInteger, "positions", "positions a window", "", {}},
+    {"passkeyLength", FieldType::kInteger, "tokens", "the passkey prompt's length", "", {}},
+    {"depths", FieldType::kInteger, "depths", "needle depths", "", {}},
+    {"samples", FieldType::kInteger, "samples", "passkey samples planned at each depth", "", {}},
+    {"decodeTokens", FieldType::kInteger, "tokens", "tokens the decode speed is timed over", "", {}},
+    {"probeSeconds", FieldType::kNumber, "seconds", "the probe the plan came from (0: fixed by flags)", "", {}},
+    {"windowSeconds", FieldType::kNumber, "seconds", "a window with every run, estimated", "", {}},
+    {"sampleSeconds", FieldType::kNumber, "seconds", "a sample, estimated", "", {}},
+    {"plannedSeconds", FieldType::kNumber, "seconds", "the estimate, probes included", "", {}},
+};
+constexpr FieldInfo kFullCacheInfos[] = {
+    {"passkeyAccuracy", FieldType::kNumber, "share (0..1)", "passkey with the full cache", "", {}},
+    {"tokensPerSecond", FieldType::kNumber, "tokens per second", "decode with the full cache", "", {}},
+    {"kvBytes", FieldType::kInteger, "bytes", "a window's KV at the context", "", {}},
+};
+constexpr FieldInfo kChooseExtraInfos[] = {
+    {"plan", FieldType::kObject, "", "what the time budget bought, planned before the runs", "", kPlanInfos},
+    {"fullCache", FieldType::kObject, "", "the full cache's figures, the reference", "", kFullCacheInfos},
+    {"recommendation", FieldType::kString, "", "one line: which policy, and why", "", {}},
+    {"narrow", FieldType::kArray, "", "commands (strings) that would narrow the intervals", "", {}},
+    {"windows", FieldType::kInteger, "windows", "perplexity windows read", "", {}},
+    {"samples", FieldType::kInteger, "samples", "passkey samples a depth answered", "", {}},
+    {"seconds", FieldType::kNumber, "seconds", "the whole run, probes included", "", {}},
+};
+
+}  // namespace
+
+std::span<const FieldInfo> choose_row_schema() { return kChooseInfos; }
+std::span<const FieldInfo> choose_extra_schema() { return kChooseExtraInfos; }
+
+std::string choose_json(const ChooseResult& r, const JsonSource& source) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const ChooseRow& row : r.rows) {
     nlohmann::ordered_json j;
@@ -338,7 +381,14 @@ std::string choose_json(const ChooseResult& r) {
     j["kvBytes"] = row.kv_bytes;
     rows.push_back(j);
   }
-  out["rows"] = rows;
+  nlohmann::ordered_json out = detail::envelope(source, std::move(rows));
+  const ChoosePlan& p = r.plan;
+  out["plan"] = {{"windows", p.windows},           {"windowsAvailable", p.windows_available},
+                 {"context", p.context},           {"passkeyLength", p.length},
+                 {"depths", p.depths},             {"samples", p.samples},
+                 {"decodeTokens", p.decode_tokens}, {"probeSeconds", p.probe_seconds},
+                 {"windowSeconds", p.window_seconds}, {"sampleSeconds", p.sample_seconds},
+                 {"plannedSeconds", p.planned_seconds}};
   out["fullCache"] = {{"passkeyAccuracy", r.full_cache_accuracy},
                       {"tokensPerSecond", r.full_cache_tokens_per_second},
                       {"kvBytes", r.full_cache_kv_bytes}};

@@ -3,7 +3,6 @@
 #include <cstdint>
 
 #include "kvevict/eval/json.h"
-#include "kvevict/model/serving/serve_bench.h"
 
 namespace kvevict {
 
@@ -177,14 +176,12 @@ void for_each_field(const PerplexityRow& row, RowVisitor& visitor) {
   for (std::size_t i = 0; i < kInfos.size(); ++i) kFields[i].emit(row, kInfos[i], visitor);
 }
 
-std::string perplexity_json(const std::vector<PerplexityRow>& rows, int indent) {
-  return objects_json(
-      rows.size(), [&](std::size_t i, RowVisitor& visitor) { for_each_field(rows[i], visitor); }, indent);
-}
-
-std::string result_schema_json(int indent) {
-  const SchemaEntry more[] = {{"perplexity", perplexity_row_schema()}, {"serve", serve_row_schema()}};
-  return schema_json(indent, more);
+std::string perplexity_json(const std::vector<PerplexityRow>& rows, const JsonSource& source, int indent) {
+  return envelope_json(source,
+                       objects_json(
+                           rows.size(), [&](std::size_t i, RowVisitor& visitor) { for_each_field(rows[i], visitor); },
+                           -1),
+                       {}, indent);
 }
 
 }  // namespace kvevict

@@ -15,6 +15,7 @@
 #include "kvevict/core/registry.h"
 #include "kvevict/model/eviction/decoder_policies.h"
 #include "kvevict/model/kv/kv_precision.h"
+#include "eval/envelope.h"
 #include "eval/parallel_jobs.h"
 #include "model/evaluation/scoring.h"
 
@@ -434,56 +435,102 @@ std::vector<SinkShare> sink_shares(const Model& model, std::span<const std::uint
   return shares;
 }
 
-std::string stream_json(const std::vector<StreamRow>& rows, const std::vector<SinkShare>& sinks) {
-  nlohmann::ordered_json out;
-  if (!rows.empty()) {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const StreamRow& r : rows) {
-      nlohmann::ordered_json row;
-      row["policy"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.policy);
-      row["label"] = stream_label(r);
-      row["budget"] = r.budget;
-      nlohmann::ordered_json params = nlohmann::ordered_json::object();
-      for (const auto& [key, value] : r.params) params[key] = value;
-      row["params"] = params;
-      row["positions"] = std::string(position_mode_name(r.positions));
-      row["tokens"] = r.tokens;
-      row["predictions"] = r.predictions;
-      row["bytes"] = r.bytes;
-      row["bitsPerByte"] = r.bits_per_byte;
-      row["pastTrainedContext"] = r.past_trained_context;
-      row["peakPositions"] = r.peak_positions;
-      row["evicted"] = r.evicted;
-      row["kvPrecision"] = r.kv_precision;
-      if (!r.granularity.empty()) row["granularity"] = r.granularity;
-      row["tokenizer"] = r.tokenizer;
-      row["seconds"] = r.seconds;
-      nlohmann::ordered_json segments = nlohmann::ordered_json::array();
-      for (const StreamSegment& s : r.segments) {
-        segments.push_back({{"begin", s.begin},
-                            {"end", s.end},
-                            {"predictions", s.predictions},
-                            {"bytes", s.bytes},
-                            {"bitsPerByte", s.bits_per_byte()},
-                            {"perplexity", s.perplexity()}});
-      }
-      row["segments"] = segments;
-      list.push_back(std::move(row));
+namespace {
+
+constexpr FieldInfo kSegmentInfos[] = {
+    {"begin", FieldType::kInteger, "tokens", "the segment's first position in the stream", "", {}},
+    {"end", FieldType::kInteger, "tokens", "one past its last", "", {}},
+    {"predictions", FieldType::kInteger, "tokens", "tokens predicted in it", "", {}},
+    {"bytes", FieldType::kInteger, "bytes", "the bytes those tokens stand for", "", {}},
+    {"bitsPerByte", FieldType::kNumber, "bits per byte", "the segment's negative log-likelihood over its bytes", "",
+     {}},
+    {"perplexity", FieldType::kNumber, "", "exp of its mean negative log-likelihood per token", "", {}},
+};
+constexpr FieldInfo kStreamInfos[] = {
+    {"policy", FieldType::kString, "", "registry name of the policy, \"recompute\" for the recomputed window; null "
+     "for the full cache", "", {}},
+    {"label", FieldType::kString, "", "the policy with the parameters its item set (\"streaming-llm sinks=4\")", "",
+     {}},
+    {"budget", FieldType::kInteger, "positions", "positions a cache holds (the window for recompute; 0: full cache)",
+     "", {}},
+    {"params", FieldType::kObject, "", "every effective parameter of the policy, name -> integer", "", {}},
+    {"positions", FieldType::kString, "", "original (each token's place in the stream) or cache (its slot)", "", {}},
+    {"tokens", FieldType::kInteger, "tokens", "tokens fed", "", {}},
+    {"predictions", FieldType::kInteger, "tokens", "tokens predicted", "", {}},
+    {"bytes", FieldType::kInteger, "bytes", "the bytes the predicted tokens stand for", "", {}},
+    {"bitsPerByte", FieldType::kNumber, "bits per byte", "over every prediction the run made", "", {}},
+    {"pastTrainedContext", FieldType::kBoolean, "", "original positions went past the trained context", "", {}},
+    {"peakPositions", FieldType::kInteger, "positions", "the most positions any one cache held", "", {}},
+    {"evicted", FieldType::kInteger, "positions", "positions removed, all caches", "", {}},
+    {"kvPrecision", FieldType::kString, "", "the precision keys and values were stored at", "", {}},
+    {"granularity", FieldType::kString, "", "which caches shared the budget (sequence or layer)",
+     "--granularity given", {}},
+    {"tokenizer", FieldType::kString, "", "the model's tokenizer", "", {}},
+    {"seconds", FieldType::kNumber, "seconds", "wall time of the run (varies run to run)", "", {}},
+    {"segments", FieldType::kArray, "", "the stream in segments, in order, up to where the run stopped",
+     "", kSegmentInfos},
+};
+constexpr FieldInfo kSinkInfos[] = {
+    {"layer", FieldType::kInteger, "", "the layer", "", {}},
+    {"first", FieldType::kNumber, "share of attention (0..1)", "the share the first position draws", "", {}},
+    {"firstFour", FieldType::kNumber, "share of attention (0..1)", "the share the first four draw", "", {}},
+    {"evenFirst", FieldType::kNumber, "share of attention (0..1)", "what the first would draw spread evenly", "", {}},
+    {"evenFirstFour", FieldType::kNumber, "share of attention (0..1)", "what the first four would draw spread evenly",
+     "", {}},
+};
+
+}  // namespace
+
+std::span<const FieldInfo> stream_row_schema() { return kStreamInfos; }
+std::span<const FieldInfo> sink_row_schema() { return kSinkInfos; }
+
+std::string stream_json(const std::vector<StreamRow>& rows, const JsonSource& source) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const StreamRow& r : rows) {
+    nlohmann::ordered_json row;
+    row["policy"] = r.policy.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.policy);
+    row["label"] = stream_label(r);
+    row["budget"] = r.budget;
+    nlohmann::ordered_json params = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : r.params) params[key] = value;
+    row["params"] = params;
+    row["positions"] = std::string(position_mode_name(r.positions));
+    row["tokens"] = r.tokens;
+    row["predictions"] = r.predictions;
+    row["bytes"] = r.bytes;
+    row["bitsPerByte"] = r.bits_per_byte;
+    row["pastTrainedContext"] = r.past_trained_context;
+    row["peakPositions"] = r.peak_positions;
+    row["evicted"] = r.evicted;
+    row["kvPrecision"] = r.kv_precision;
+    if (!r.granularity.empty()) row["granularity"] = r.granularity;
+    row["tokenizer"] = r.tokenizer;
+    row["seconds"] = r.seconds;
+    nlohmann::ordered_json segments = nlohmann::ordered_json::array();
+    for (const StreamSegment& seg : r.segments) {
+      segments.push_back({{"begin", seg.begin},
+                          {"end", seg.end},
+                          {"predictions", seg.predictions},
+                          {"bytes", seg.bytes},
+                          {"bitsPerByte", seg.bits_per_byte()},
+                          {"perplexity", seg.perplexity()}});
     }
-    out["rows"] = std::move(list);
+    row["segments"] = segments;
+    list.push_back(std::move(row));
   }
-  if (!sinks.empty()) {
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const SinkShare& s : sinks) {
-      list.push_back({{"layer", s.layer},
-                      {"first", s.first},
-                      {"firstFour", s.first_four},
-                      {"evenFirst", s.even_first},
-                      {"evenFirstFour", s.even_first_four}});
-    }
-    out["sinks"] = std::move(list);
+  return detail::envelope(source, std::move(list)).dump(2);
+}
+
+std::string sinks_json(const std::vector<SinkShare>& sinks, const JsonSource& source) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const SinkShare& s : sinks) {
+    list.push_back({{"layer", s.layer},
+                    {"first", s.first},
+                    {"firstFour", s.first_four},
+                    {"evenFirst", s.even_first},
+                    {"evenFirstFour", s.even_first_four}});
   }
-  return out.dump(2);
+  return detail::envelope(source, std::move(list)).dump(2);
 }
 
 }  // namespace kvevict

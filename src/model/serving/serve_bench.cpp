@@ -355,9 +355,12 @@ void for_each_field(const ServeRow& row, RowVisitor& visitor) {
   for (std::size_t i = 0; i < kInfos.size(); ++i) kFields[i].emit(row, kInfos[i], visitor);
 }
 
-std::string serve_json(const std::vector<ServeRow>& rows, int indent) {
-  return objects_json(
-      rows.size(), [&](std::size_t i, RowVisitor& visitor) { for_each_field(rows[i], visitor); }, indent);
+std::string serve_json(const std::vector<ServeRow>& rows, const JsonSource& source, int indent) {
+  return envelope_json(source,
+                       objects_json(
+                           rows.size(), [&](std::size_t i, RowVisitor& visitor) { for_each_field(rows[i], visitor); },
+                           -1),
+                       {}, indent);
 }
 
 }  // namespace kvevict

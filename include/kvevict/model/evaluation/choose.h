@@ -28,7 +28,9 @@
 #include <vector>
 
 #include "kvevict/eval/harness.h"
+#include "kvevict/eval/json.h"
 #include "kvevict/eval/paged.h"
+#include "kvevict/eval/row_schema.h"
 #include "kvevict/model/decoder/model.h"
 
 namespace kvevict {
@@ -95,9 +97,14 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
                     const ChooseRequest& request, const std::function<void(const ChoosePlan&)>& on_plan = {},
                     const std::string& model_label = "MODEL", const std::string& text_label = "TEXT");
 
-// The result as JSON ({"command": "choose", "plan": {...}, "rows": [...],
-// "recommendation", "narrow": [...]}) and as a markdown table.
-std::string choose_json(const ChooseResult& result);
+// The result as the command's document (kvevict/eval/json.h): {"command":
+// "choose", "model", "rows": [ranked rows], "plan": {...}, "fullCache":
+// {...}, "recommendation", "narrow": [...], "windows", "samples",
+// "seconds"}; and the rows as a markdown table.
+std::string choose_json(const ChooseResult& result, const JsonSource& source);
+// The fields of a row and the members after them (`kvevict schema`).
+std::span<const FieldInfo> choose_row_schema();
+std::span<const FieldInfo> choose_extra_schema();
 std::string choose_markdown(const ChooseResult& result);
 
 }  // namespace kvevict

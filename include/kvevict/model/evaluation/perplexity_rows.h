@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/model/evaluation/perplexity.h"
 
@@ -24,11 +25,9 @@ std::span<const FieldInfo> perplexity_row_schema();
 // and proxies are present as nulls.
 void for_each_field(const PerplexityRow& row, RowVisitor& visitor);
 
-// The rows as a JSON array of row objects (indent < 0: one line).
-std::string perplexity_json(const std::vector<PerplexityRow>& rows, int indent = 2);
-
-// schema_json() with the model's rows added: {"run", "compare", "perplexity",
-// "serve"} (the serve-bench row: kvevict/model/serving/serve_bench.h).
-std::string result_schema_json(int indent = 2);
+// The command's document (kvevict/eval/json.h): {"command", "model", "rows":
+// [row objects]} -- perplexity, compare --model and sweep --model print it
+// (indent < 0: one line).
+std::string perplexity_json(const std::vector<PerplexityRow>& rows, const JsonSource& source, int indent = 2);
 
 }  // namespace kvevict

@@ -15,6 +15,8 @@
 
 #include "kvevict/core/params.h"
 #include "kvevict/eval/evaluate.h"
+#include "kvevict/eval/json.h"
+#include "kvevict/eval/row_schema.h"
 #include "kvevict/model/decoder/decoder.h"
 #include "kvevict/model/decoder/model.h"
 #include "kvevict/model/evaluation/perplexity.h"
@@ -139,13 +141,20 @@ struct SinkShare {
 };
 std::vector<SinkShare> sink_shares(const Model& model, std::span<const std::uint8_t> text, std::uint32_t tokens = 0);
 
-// The rows as JSON, every segment with them: {"rows": [{"policy", "label",
-// "budget", "params", "positions", "tokens", "predictions", "bytes",
-// "bitsPerByte", "pastTrainedContext", "peakPositions", "evicted",
-// "kvPrecision", "tokenizer", "seconds", "segments": [{"begin", "end",
-// "predictions", "bytes", "bitsPerByte", "perplexity"}]}]}, and the sink
-// shares when given ({"sinks": [{"layer", "first", "firstFour", "evenFirst",
-// "evenFirstFour"}]}). The tool and the bindings print this one form.
-std::string stream_json(const std::vector<StreamRow>& rows, const std::vector<SinkShare>& sinks = {});
+// The command's document (kvevict/eval/json.h), every segment with its row:
+// {"command", "model", "rows": [{"policy", "label", "budget", "params",
+// "positions", "tokens", "predictions", "bytes", "bitsPerByte",
+// "pastTrainedContext", "peakPositions", "evicted", "kvPrecision",
+// "granularity"?, "tokenizer", "seconds", "segments": [{"begin", "end",
+// "predictions", "bytes", "bitsPerByte", "perplexity"}]}]}: kvevict stream,
+// kvevict llama stream, the C API and the bindings print this one form.
+std::string stream_json(const std::vector<StreamRow>& rows, const JsonSource& source);
+// The sink shares the same way (kvevict stream --sinks): "rows": [{"layer",
+// "first", "firstFour", "evenFirst", "evenFirstFour"}].
+std::string sinks_json(const std::vector<SinkShare>& sinks, const JsonSource& source);
+
+// The fields of those rows, in output order (`kvevict schema`).
+std::span<const FieldInfo> stream_row_schema();
+std::span<const FieldInfo> sink_row_schema();
 
 }  // namespace kvevict

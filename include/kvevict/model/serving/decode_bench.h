@@ -76,8 +76,10 @@ struct DecodeBenchRow {
 std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, std::span<const std::uint8_t> text,
                                           const DecodeBenchRequest& request);
 
-// The rows as JSON, the one description `kvevict bench --model --format json`
-// and the bindings print: an array (indented by 2, no trailing newline) of
+// The rows as JSON, the one description of a row: the bindings return this
+// array, and `kvevict bench --model --format json` prints it as the rows of
+// its envelope (decode_bench_document, kvevict/model/evaluation/command_schema.h).
+// An array (indented by 2, no trailing newline) of
 // {"mode", "policy", "budget", "threads", "runs", "prompt", "tokens",
 // "tokensPerSecond", "tokensPerSecondSpread": {"min", "median", "max"},
 // "weightBytesPerToken", "readBandwidthGBps", "floorTokensPerSecond",

@@ -22,6 +22,7 @@
 #include "kvevict/eval/evaluate.h"
 #include "kvevict/eval/harness.h"
 #include "kvevict/eval/paged.h"
+#include "kvevict/eval/json.h"
 #include "kvevict/eval/row_schema.h"
 #include "kvevict/model/decoder/model.h"
 
@@ -102,6 +103,8 @@ std::vector<ServeRow> serve_bench(const std::shared_ptr<const Model>& model, std
 // The row's fields in output order (the tool's JSON and CSV, the bindings).
 std::span<const FieldInfo> serve_row_schema();
 void for_each_field(const ServeRow& row, RowVisitor& visitor);
-std::string serve_json(const std::vector<ServeRow>& rows, int indent = 2);
+// The command's document (kvevict/eval/json.h): {"command": "serve-bench",
+// "model", "rows": [row objects]}.
+std::string serve_json(const std::vector<ServeRow>& rows, const JsonSource& source, int indent = 2);
 
 }  // namespace kvevict
