@@ -563,6 +563,24 @@ ok  "tokenize st"      "0 " -- tokenize --model "$tmp/tiny-hf" --string "hello w
 ok  "tokenize kvm"     "104 105" -- tokenize --model "$model" --string "hi"
 bad "tokenize none"    "give --text FILE or --string TEXT" -- tokenize --model "$tmp/tiny.gguf"
 ok  "ppl gguf"         "gpt2 BPE" -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy h2o,streaming-llm --budget 64 --format json
+# --matmul int8 (issue 54): the products against 8-bit vectors reach the
+# model -- a Q8_0 file's perplexity moves, a little -- and a model the kernels
+# do not multiply is refused, as is a mode that does not exist.
+"$tool" random-model --arch llama --type q8_0 --out "$tmp/q8.gguf" --tokenizer-text "$heldout" >/dev/null
+for mode in exact int8; do
+  "$tool" perplexity --model "$tmp/q8.gguf" --text "$tmp/text.txt" --policy h2o --budget 64 --matmul $mode --format json >"$tmp/ppl-$mode.json" 2>/dev/null
+done
+if python3 - "$tmp/ppl-exact.json" "$tmp/ppl-int8.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["rows"] for f in sys.argv[1:3])
+for x, y in zip(a, b):
+    assert x["predictions"] == y["predictions"], (x, y)
+    assert x["bitsPerByte"] != y["bitsPerByte"], ("int8 did not change the products", x["bitsPerByte"])
+    assert abs(x["bitsPerByte"] - y["bitsPerByte"]) < 0.01 * x["bitsPerByte"], (x["bitsPerByte"], y["bitsPerByte"])
+PY
+then pass; else fail "perplexity --matmul int8 against exact: $(head -c 300 "$tmp/ppl-int8.json")"; fi
+bad   "matmul tiny"      "--matmul int8: $model (kvevict-tiny) multiplies float32 matrices one vector at a time" -- perplexity --model "$model" --text "$tmp/text.txt" --matmul int8
+usage "matmul mode"      "--matmul: int4 not in {exact,int8}" -- perplexity --model "$tmp/q8.gguf" --text "$tmp/text.txt" --matmul int4
 ok  "ppl gguf paged"   '"peakBlocks"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --block-size 16 --format json
 ok  "ppl gguf layer"   '"peakPositions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --layer-budget --format json
 ok  "ppl gguf int8"    '"kvPrecision": "int8"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy snapkv --budget 64 --kv-precision int8 --format json

@@ -25,6 +25,9 @@ the test checks
     on llama.cpp's own F32 dequantization of it (llama_logits --dequantize),
     within the F32 tolerance: the weights are read alike, and what the type's
     tolerance allows is llama.cpp's rounding of the activations alone;
+  * for a Q8_0 file, `kvevict logits --matmul int8` (the activations rounded
+    to Q8_0 blocks as llama.cpp rounds them) within the same tolerance and
+    nearer llama.cpp's logits than the exact products (max |d logit|);
   * tokens: `kvevict tokenize` and llama.cpp's llama_tokenize give the same ids
     (BOS included) for the whole of model/heldout-sample.txt and a few strings.
 
@@ -165,6 +168,19 @@ def compare(label, typ, kv, ll, tol):
                           f"kvevict {kv[bad[0]].argmax()}, llama.cpp {ll[bad[0]].argmax()}")
 
 
+def int8_nearer(label, model, ids, exact, ll, tol):
+    """--matmul int8 rounds the activations to Q8_0 blocks as llama.cpp does
+    before its integer dot products: its logits must come nearer llama.cpp's
+    than the exact products' (measured: table), and hold the same tolerance."""
+    out = os.path.join(WORK.name, label.replace(" ", "-") + "-int8.npy")
+    tool("logits", "--model", model, "--matmul", "int8", "--tokens", ",".join(map(str, ids)), "--out", out, "--force")
+    kv8 = np.load(out)
+    compare(f"{label}, --matmul int8", "q8_0", kv8, ll, tol)
+    d_exact = float(np.abs(exact.astype(np.float64) - ll).max())
+    d_int8 = float(np.abs(kv8.astype(np.float64) - ll).max())
+    assert d_int8 < d_exact, f"max |d logit| int8 {d_int8:.3g} is not below exact {d_exact:.3g}"
+
+
 def same_tokens(model, text=None, path=None):
     got_k = kvevict_tokens(model, text, path)
     got_l = llama_tokens(model, text, path)
@@ -193,6 +209,9 @@ def check_file(label, model, typ, n_text, n_random, seed, tol=None):
         return
     kv, ll = pair
     R.check(f"{label}: probabilities within {tol:g}, argmax agrees", compare, label, typ, kv, ll, tol)
+    if typ == "q8_0":
+        R.check(f"{label}: --matmul int8 (llama.cpp's rounding of the activations) is nearer llama.cpp's logits",
+                int8_nearer, label, model, ids, kv, ll, tol)
     if typ != "f32":
         def dequantized():
             f32 = os.path.join(WORK.name, label.replace(" ", "-") + "-dequantized.gguf")
