@@ -283,7 +283,7 @@ TEST(WeightKernelsInt8, EachOutputIsTheSameWhateverTheVectorsAndThreads) {
   for (const WeightType type : {WeightType::kQ8_0, WeightType::kQ4_K}) {
     const std::uint32_t cols = 512;
     const Matrix m = random_matrix(type, 301, cols, 6);
-    const std::size_t vectors = 11;
+    const std::size_t vectors = 37;  // shares of 16, 16 and 5; tiles of 4, 2 and 1
     const std::vector<float> x = random_vectors(vectors * cols, 12);
     std::vector<float> together(vectors * m.w.rows);
     matmul(m.w, x.data(), cols, together.data(), m.w.rows, vectors, 1, MatmulMode::kInt8);

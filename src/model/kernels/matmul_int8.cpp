@@ -22,6 +22,7 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -327,8 +328,8 @@ HWY_INLINE void RowGroup(const kvevict::WeightMatrix& w, std::size_t r0, const k
       [&](std::size_t v) { TileQ8_0<R, 1>(w, r0, qx, v, y, ys); });
 }
 
-void MatMulRowsInt8(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end,
-                    const kvevict::Int8Vectors& qx, float* y, std::size_t ys) {
+void RowsOf(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end, const kvevict::Int8Vectors& qx,
+            float* y, std::size_t ys) {
   std::size_t r = begin;
   if (qx.vectors >= 4) {
     for (; r + 2 <= end; r += 2) RowGroup<2>(w, r, qx, y, ys);
@@ -336,6 +337,24 @@ void MatMulRowsInt8(const kvevict::WeightMatrix& w, std::size_t begin, std::size
     for (; r + 4 <= end; r += 4) RowGroup<4>(w, r, qx, y, ys);
   }
   for (; r < end; ++r) RowGroup<1>(w, r, qx, y, ys);
+}
+
+// The vectors 16 at a time, each such share through every row: a prompt's
+// 256 rounded vectors of an FF-wide product are 4 MiB, read again for every
+// pair of rows, where 16 of them (64 KiB at most) stay in L2 across the
+// rows. Which vectors share a tile does not change an output's bits.
+void MatMulRowsInt8(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end,
+                    const kvevict::Int8Vectors& qx, float* y, std::size_t ys) {
+  constexpr std::size_t kShare = 16;
+  const std::size_t block = w.type == kvevict::WeightType::kQ4_K ? 256 : 32;
+  for (std::size_t v = 0; v < qx.vectors; v += kShare) {
+    kvevict::Int8Vectors share = qx;
+    share.values = qx.values + v * qx.stride;
+    share.scales = qx.scales + v * (qx.stride / block);
+    share.sums = qx.sums == nullptr ? nullptr : qx.sums + v * (qx.stride / 32);
+    share.vectors = std::min(kShare, qx.vectors - v);
+    RowsOf(w, begin, end, share, y + v * ys, ys);
+  }
 }
 
 }  // namespace kvevict::kernels::HWY_NAMESPACE
