@@ -179,6 +179,7 @@ def decode_section(tmp):
     torch_rows = {r["threads"]: r for r in torch["rows"]}
     print("kvevict bench --model --together ...", file=sys.stderr)
     batch = bench_json(models["f16"], BATCH)
+    batch_q8 = bench_json(models["q8_0"], BATCH)
     tiny_batch = bench_json("model/kvevict-tiny.kvm", TINY_BATCH)
     print("kvevict bench --model, every policy at 256 and 1024 ...", file=sys.stderr)
     shares = bench_json(models["f16"], SHARES)
@@ -227,8 +228,7 @@ def decode_section(tmp):
                          f"{p['speedup']:.1f}x | {pt:.1f} | {d['tokensPerSecond'] / pt:.2f}x |")
     lines += ["", "Many runs, one weight read a token (`Decoder::step_together`: each run its own caches and",
               "policies, the same token): every run's tokens a second stepped together, against the same",
-              "runs one at a time. `perplexity`, `compare --model`, `sweep --model`, `tasks` and `stream`",
-              "step their runs this way on a model on the weight kernels, with the rows of one at a time.", "",
+              "runs one at a time. A decoded token needs the one before it, so serving steps this way.", "",
               f"`build/kvevict bench --model M-f16.gguf {' '.join(BATCH)}` and "
               f"`build/kvevict bench --model model/kvevict-tiny.kvm {' '.join(TINY_BATCH)}`:", "",
               "| model | runs | threads | one at a time, tokens/s | together, run-tokens/s | speed-up |",
@@ -238,6 +238,21 @@ def decode_section(tmp):
         alone = tog["tokensPerSecond"] / tog["speedup"]
         lines.append(f"| {name} | {tog['runs']} | {tog['threads']} | {alone:.1f} | {tog['tokensPerSecond']:.1f} | "
                      f"{tog['speedup']:.2f}x |")
+    lines += ["", "An evaluation knows every token in advance: `perplexity`, `compare --model`, `sweep --model`,",
+              "`choose`, the prompts of `tasks` and `stream` feed their runs several tokens a pass",
+              "(`Decoder::prefill_together`: about 64 vectors a weight read, `Decoder::together_pass_tokens`;",
+              "attention and each run's policies still token by token, in order), with the rows of one at a",
+              "time to the bit (`tests/decoder_kernels_test.cpp`). The `prefill together` rows of the same",
+              "commands (with the Q8_0 file too): the runs' prompts fed that way, against the same prompts",
+              "stepped together a token a pass, as the evaluations did before:", "",
+              "| model | runs | threads | a token a pass, run-tokens/s | several a pass, run-tokens/s | speed-up |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, rows in (("SmolLM2-135M shape, F16", batch), ("SmolLM2-135M shape, Q8_0", batch_q8),
+                       ("kvevict-tiny (Eigen, one thread)", tiny_batch)):
+        fed = next(r for r in rows if r["mode"] == "prefill together")
+        stepped = fed["tokensPerSecond"] / fed["speedup"]
+        lines.append(f"| {name} | {fed['runs']} | {fed['threads']} | {stepped:.1f} | {fed['tokensPerSecond']:.1f} | "
+                     f"{fed['speedup']:.2f}x |")
     lines += ["", "Every policy's share of a decode step on the F16 model, at budgets 256 and 1,024 (the",
               "prompt of 1,100 tokens prefilled first, so every cache is at its budget and evicting):", "",
               f"`build/kvevict bench --model M-f16.gguf {' '.join(SHARES)}`:", "",

@@ -4,7 +4,9 @@
 // it, with clear errors for requests it cannot serve.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "kvevict/core/errors.h"
 #include "kvevict/core/registry.h"
@@ -36,6 +38,61 @@ TEST(PrefillCompression, ASlidingWindowKeepsTheLastBudgetPositionsOfThePrefillIn
     }
   }
   EXPECT_EQ(decoder.evicted(), std::uint64_t{model->config().head_count()} * (150 - 48));
+}
+
+// next_read names the bytes whose after_step reads the decoder, worked out
+// by hand: a chunk's last `window` bytes record their rows, its last byte
+// compresses; a policy that reads queries keeps every byte's.
+TEST(PrefillCompression, NextReadIsTheFirstByteWhoseStepTheCompressionReads) {
+  const auto model = committed_model();
+  const RunSpec snapkv{"snapkv", {}, 48};
+  const PrefillCompressor once(model->config(), snapkv, 150, 32);  // one chunk: rows from byte 118
+  EXPECT_EQ(once.next_read(0), 118U);
+  EXPECT_EQ(once.next_read(117), 118U);
+  EXPECT_EQ(once.next_read(118), 118U);
+  EXPECT_EQ(once.next_read(149), 149U);
+  EXPECT_EQ(once.next_read(150), PrefillCompressor::kNone);
+  const PrefillCompressor chunked(model->config(), snapkv, 150, 8, 64);  // chunks end at 64, 128, 150
+  EXPECT_EQ(chunked.next_read(0), 56U);
+  EXPECT_EQ(chunked.next_read(63), 63U);
+  EXPECT_EQ(chunked.next_read(64), 120U);
+  EXPECT_EQ(chunked.next_read(128), 142U);
+  const PrefillCompressor queries(model->config(), RunSpec{"expected-attention", {}, 48}, 150, 32);
+  EXPECT_EQ(queries.next_read(0), 0U);
+  EXPECT_EQ(queries.next_read(77), 77U);
+  EXPECT_EQ(queries.next_read(150), PrefillCompressor::kNone);
+}
+
+// Passes of several bytes (Decoder::prefill) that end where next_read says,
+// with after_step called at each pass's end only, compress exactly as a step
+// and an after_step a byte do.
+TEST(PrefillCompression, PassesEndingWhereItReadsCompressAsStepsDo) {
+  const auto model = committed_model();
+  const std::vector<std::uint8_t> text = heldout_prefix(200);
+  const RunSpec snapkv{"snapkv", {{"obsWindow", 8}, {"recentWindow", 4}}, 40};
+  Decoder stepped(model, 200);
+  Decoder passed(model, DecoderOptions{.capacity = 200, .prefill_chunk = 64});
+  PrefillCompressor a(model->config(), snapkv, 150, 8, 64);
+  PrefillCompressor b(model->config(), snapkv, 150, 8, 64);
+  for (std::uint32_t i = 0; i < 180; ++i) {
+    stepped.step(text[i]);
+    a.after_step(stepped, i);
+  }
+  std::size_t passes = 0;
+  for (std::uint32_t i = 0; i < 180; ++passes) {
+    std::uint32_t end = std::min(180U, i + 64);
+    if (const std::uint32_t read = b.next_read(i); read != PrefillCompressor::kNone) end = std::min(end, read + 1);
+    std::vector<Token> tokens(text.begin() + i, text.begin() + end);
+    passed.prefill(tokens);
+    b.after_step(passed, end - 1);
+    i = end;
+  }
+  EXPECT_LT(passes, 60U) << "most bytes must go several a pass";
+  EXPECT_GT(stepped.evicted(), 0U);
+  EXPECT_EQ(passed.evicted(), stepped.evicted());
+  for (std::uint32_t h = 0; h < model->config().head_count(); ++h) {
+    EXPECT_TRUE(std::ranges::equal(passed.held(h), stepped.held(h))) << h;
+  }
 }
 
 TEST(PrefillCompression, ABudgetThatHoldsThePrefillGivesTheFullCachesPerplexityExactly) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -216,6 +217,79 @@ TEST(WeightKernelsDecoder, StepTogetherIsEachDecoderStepAlone) {
   }
 }
 
+// prefill_together: the same tokens to every decoder, several a pass --
+// each decoder's logits after each token, its caches and signals, as it
+// steps alone. Policies of every kind evict within the passes (budgets
+// below the text), a paged store and keys by index among them, plus a
+// decoder whose caches share one sequence budget (a pass a token); the
+// passes' lengths vary (7, then 1, 5, ...).
+TEST(WeightKernelsDecoder, PrefillTogetherIsEachDecoderStepAlone) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  for (const auto& model : {random_model("llama", WeightType::kQ8_0, 64, dir), tiny()}) {
+    const std::vector<Token> tokens = tokens_for(*model, 60);
+    std::vector<PolicySetup> runs = setups();
+    std::vector<DecodeRun> alone;
+    std::vector<DecodeRun> together;
+    for (const PolicySetup& s : runs) {
+      alone.push_back(make_run(model, s, 1));
+      together.push_back(make_run(model, s, 7));
+    }
+    // The sequence budget's decoder, last (its own policies object).
+    PagedOptions sequence;
+    sequence.set_granularity(Granularity::kSequence);
+    const RunSpec h2o{"h2o", {{"recentWindow", 4}}, 12};
+    for (auto* group : {&alone, &together}) {
+      DecodeRun r;
+      r.decoder = std::make_unique<Decoder>(model, DecoderOptions{.threads = 2});
+      r.policies = DecoderPolicies(h2o, model->config(), sequence);
+      r.policies.attach(*r.decoder);
+      group->push_back(std::move(r));
+    }
+    const std::string arch = model->config().architecture;
+    for (const bool with_sequence : {false, true}) {
+      std::vector<Decoder*> group;
+      for (std::size_t i = 0; i < together.size(); ++i) {
+        if (i + 1 < together.size() || with_sequence) group.push_back(together[i].decoder.get());
+      }
+      // The first half without the sequence decoder, the rest with it.
+      const std::size_t from = with_sequence ? 30 : 0;
+      const std::size_t to = with_sequence ? tokens.size() : 30;
+      if (!with_sequence) {  // the sequence decoder and its twin step alone, to be level for the second half
+        for (std::size_t at = 0; at < 30; ++at) {
+          together.back().decoder->step(tokens[at]);
+          alone.back().decoder->step(tokens[at]);
+        }
+      }
+      const std::size_t vocab = model->config().vocab;
+      for (std::size_t at = from, pass = 0; at < to; ++pass) {
+        const std::size_t n = std::min<std::size_t>(pass % 3 == 1 ? 1U : 7U - pass % 4, to - at);
+        const std::span<const Token> some = std::span<const Token>(tokens).subspan(at, n);
+        const std::span<const float> rows = Decoder::prefill_together(group, some);
+        ASSERT_EQ(rows.size(), group.size() * n * vocab) << arch;
+        for (std::size_t k = 0; k < group.size(); ++k) {
+          for (std::size_t j = 0; j < n; ++j) {
+            const auto a = alone[k].decoder->step(some[j]);
+            const std::vector<float> want(a.begin(), a.end());
+            const auto row = rows.subspan((k * n + j) * vocab, vocab);
+            ASSERT_EQ(want, std::vector<float>(row.begin(), row.end()))
+                << arch << ", run " << k << ", token " << at + j;
+            if (j + 1 == n) {
+              const auto last = group[k]->last_logits();
+              ASSERT_EQ(want, std::vector<float>(last.begin(), last.end())) << arch << ", run " << k;
+            }
+          }
+        }
+        at += n;
+      }
+    }
+    for (std::size_t k = 0; k < together.size(); ++k) {
+      expect_same_caches(*alone[k].decoder, *together[k].decoder, arch + ", run " + std::to_string(k));
+    }
+    EXPECT_GT(together[1].decoder->evicted(), 0U) << "the policies must evict for the test to mean anything";
+    EXPECT_GT(together.back().decoder->evicted(), 0U);
+  }
+}
+
 // Each decoder of a step_together owns its logits: the lead stepping again
 // (alone, or leading another group) leaves the others' as they were, until
 // they step themselves (they pointed into the lead's scratch).
@@ -283,6 +357,33 @@ TEST(WeightKernelsDecoder, StepTogetherRefusesWhatCannotBeOnePass) {
       [&] { Decoder::step_together(pair, bad); },
       "decoder 1: token 999 at position 0 is outside the model's vocabulary of 256");
   EXPECT_EQ(a.position(), 0U);  // checked before anything moved
+  std::vector<Decoder*> null_first = {nullptr, &b};
+  testing::expect_error<ContractError>([&] { Decoder::step_together(null_first, two); },
+                                       "step_together: decoder 0 is null");
+  // prefill_together: the same checks, the lead's chunk (64 by default),
+  // and every decoder ready for all the tokens.
+  testing::expect_error<ContractError>([&] { Decoder::prefill_together(null_first, two); },
+                                       "prefill_together: decoder 0 is null");
+  testing::expect_error<ContractError>([&] { Decoder::prefill_together(same, two); },
+                                       "prefill_together: decoders 0 and 1 are one");
+  testing::expect_error<ContractError>([&] { Decoder::prefill_together(mixed, two); },
+                                       "prefill_together: decoder 1 runs another model than decoder 0");
+  testing::expect_error<InputError>([&] { Decoder::prefill_together(pair, bad); },
+                                    "decoder 0: token 999 at position 1 is outside the model's vocabulary of 256");
+  const std::vector<Token> long_pass(65, 7);
+  testing::expect_error<InputError>(
+      [&] { Decoder::prefill_together(pair, long_pass); },
+      "prefill_together: 65 tokens are over decoder 0's chunk of 64 (DecoderOptions::prefill_chunk)");
+  Decoder small(model, DecoderOptions{.capacity = 4});
+  std::vector<Decoder*> with_small = {&a, &small};
+  const std::vector<Token> five(5, 7);
+  testing::expect_error<InputError>(
+      [&] { Decoder::prefill_together(with_small, five); },
+      "decoder 1: position 4 is past the capacity of 4 positions (cache 0 is full: a cache without a policy, or "
+      "with a budget of the capacity or more, ends there)");
+  EXPECT_EQ(a.position(), 0U);
+  EXPECT_EQ(small.position(), 0U);
+  EXPECT_TRUE(Decoder::prefill_together(pair, std::span<const Token>()).empty());
 }
 
 // Perplexity on a model on the weight kernels steps each window's runs
@@ -305,23 +406,30 @@ TEST(WeightKernelsDecoder, PerplexityRowsAreTheRunsOneAtATime) {
   ModelRunOptions prefill = decode;
   prefill.prefill = 40;
   prefill.prefill_window = 8;
-  for (const auto& [label, options] : {std::pair<const char*, ModelRunOptions>{"decode", decode},
-                                       {"paged", paged},
-                                       {"prefill", prefill}}) {
+  // Without Expected Attention (whose compression reads every byte's
+  // queries) the runs' passes before the prefill's end are several bytes long.
+  std::vector<RunSpec> rows_only = specs;
+  std::erase_if(rows_only, [](const RunSpec& r) { return r.policy == "expected-attention"; });
+  for (const auto& [label, options, runs] :
+       {std::tuple<const char*, ModelRunOptions, const std::vector<RunSpec>*>{"decode", decode, &specs},
+        {"paged", paged, &specs},
+        {"prefill", prefill, &specs},
+        {"prefill, attention rows only", prefill, &rows_only}}) {
+    const std::vector<RunSpec>& these = *runs;
     ModelRunOptions alone = options;
     alone.together = false;
-    const std::vector<PerplexityRow> a = perplexity(*model, text, specs, alone);
+    const std::vector<PerplexityRow> a = perplexity(*model, text, these, alone);
     ProgressSeen seen;
     ModelRunOptions together = options;
     together.progress = seen.callback();
-    const std::vector<PerplexityRow> b = perplexity(*model, text, specs, together);
+    const std::vector<PerplexityRow> b = perplexity(*model, text, these, together);
     EXPECT_TRUE(seen.rising) << label;
     EXPECT_EQ(seen.last, seen.total) << label << ": progress ends at its total";
     // In tokens: every run steps each window's positions but its last; with a
     // prefill, the 40 tokens a window reads before its first prediction too.
     const std::uint64_t stepped = a[0].predictions + (options.prefill > 0 ? 3U * 40U : 0U);
-    EXPECT_EQ(seen.total, (specs.size() + 1) * stepped) << label << ": each run's tokens";
-    ASSERT_EQ(a.size(), specs.size() + 1) << label;
+    EXPECT_EQ(seen.total, (these.size() + 1) * stepped) << label << ": each run's tokens";
+    ASSERT_EQ(a.size(), these.size() + 1) << label;
     ASSERT_EQ(b.size(), a.size()) << label;
     for (std::size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].bits_per_byte, b[i].bits_per_byte) << label << " row " << i;

@@ -19,36 +19,19 @@
 #include "kvevict/core/simd.h"
 #include "kvevict/model/kernels/matmul.h"
 #include "kvevict/model/kernels/weight_types.h"
+#include "weight_matrix.h"
 
 namespace kvevict {
 namespace {
 
 std::vector<float> random_vectors(std::size_t n, std::uint32_t seed, float spread = 1.0F) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-spread, spread);
-  std::vector<float> x(n);
-  for (float& v : x) v = u(rng);
-  return x;
+  return testing::uniform_floats(n, seed, spread);
 }
 
-struct Matrix {
-  WeightMatrix w;
-  std::vector<std::uint8_t> blocks;
-  std::vector<float> values;  // dequantized
-};
+using Matrix = testing::QuantizedMatrix;
 
 Matrix random_matrix(WeightType type, std::uint32_t rows, std::uint32_t cols, std::uint32_t seed) {
-  const std::vector<float> source = random_vectors(std::size_t{rows} * cols, seed, 0.8F);
-  Matrix m;
-  const std::size_t row_bytes = weight_bytes(type, cols);
-  m.blocks.resize(row_bytes * rows);
-  m.values.resize(source.size());
-  for (std::uint32_t r = 0; r < rows; ++r) {
-    quantize(type, source.data() + std::size_t{r} * cols, m.blocks.data() + r * row_bytes, cols);
-    dequantize(type, m.blocks.data() + r * row_bytes, m.values.data() + std::size_t{r} * cols, cols);
-  }
-  m.w = WeightMatrix{type, rows, cols, m.blocks.data()};
-  return m;
+  return testing::quantized_matrix(type, rows, cols, random_vectors(std::size_t{rows} * cols, seed, 0.8F));
 }
 
 // llama.cpp's rounding, written out from its rules (ggml's

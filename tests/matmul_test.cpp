@@ -13,42 +13,24 @@
 #include "kvevict/core/simd.h"
 #include "kvevict/model/kernels/matmul.h"
 #include "kvevict/model/kernels/weight_types.h"
+#include "weight_matrix.h"
 
 namespace kvevict {
 namespace {
 
-struct Matrix {
-  WeightMatrix w;
-  std::vector<std::uint8_t> blocks;
-  std::vector<float> values;  // dequantized: what the kernel must read
-};
+using Matrix = testing::QuantizedMatrix;
 
-// rows x cols random weights in `type`'s blocks (the reference quantizer's),
-// and what they decode to.
+// rows x cols random weights (normal, sd 0.5) in `type`'s blocks (the
+// reference quantizer's), and what they decode to.
 Matrix random_matrix(WeightType type, std::uint32_t rows, std::uint32_t cols, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0F, 0.5F);
   std::vector<float> source(std::size_t{rows} * cols);
   for (float& v : source) v = normal(rng);
-  Matrix m;
-  const std::size_t row_bytes = weight_bytes(type, cols);
-  m.blocks.resize(row_bytes * rows);
-  m.values.resize(source.size());
-  for (std::uint32_t r = 0; r < rows; ++r) {
-    quantize(type, source.data() + std::size_t{r} * cols, m.blocks.data() + r * row_bytes, cols);
-    dequantize(type, m.blocks.data() + r * row_bytes, m.values.data() + std::size_t{r} * cols, cols);
-  }
-  m.w = WeightMatrix{type, rows, cols, m.blocks.data()};
-  return m;
+  return testing::quantized_matrix(type, rows, cols, source);
 }
 
-std::vector<float> random_vectors(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-  std::vector<float> x(n);
-  for (float& v : x) v = u(rng);
-  return x;
-}
+std::vector<float> random_vectors(std::size_t n, std::uint32_t seed) { return testing::uniform_floats(n, seed); }
 
 struct Case {
   WeightType type;

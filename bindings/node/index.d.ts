@@ -920,12 +920,12 @@ export interface BenchModelOptions {
   prompt?: number;
   /** Thread counts, each timed (default [0]: every core). */
   threads?: readonly number[];
-  /** And a row stepping every run together as one batch (default false). */
+  /** And a row stepping every run together as one batch, and with a prompt a "prefill together" row feeding every run's prompt as one batch (default false). */
   together?: boolean;
 }
 /** A row of `kvevict bench --model --format json` (kvevict/model/serving/decode_bench.h). */
 export interface DecodeBenchRow {
-  mode: 'decode' | 'prefill' | 'together';
+  mode: 'decode' | 'prefill' | 'together' | 'prefill together';
   /** "full cache" first; "all runs" for together. */
   policy: string;
   /** 0 for the full cache. */

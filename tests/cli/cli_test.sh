@@ -482,7 +482,8 @@ alone "tasks grid"       "is more than the 100000 samples one run may make" -- t
 # bad request before any work.
 ok  "bench model"      "| decode | h2o | 40 | 1 | 1 | 0 | 48 |" -- bench --model "$model" --text "$heldout" --tokens 48 --rounds 1 --policies h2o --budgets 40 --threads 1 --format markdown
 ok  "bench model json" '"attention":' -- bench --model "$model" --text "$heldout" --tokens 8 --rounds 1 --policies tova --budgets 4 --format json
-# A prompt prefilled in chunks (a prefill row), two thread counts, every run together.
+# A prompt prefilled in chunks (a prefill row), two thread counts, every run
+# together (a together row, and a prefill together row: the prompts fed together).
 "$tool" bench --model "$model" --text "$heldout" --prompt 48 --prefill-chunk 16 --tokens 8 --rounds 1 --policies h2o --budgets 40 \
   --threads 1,2 --together --format json >"$tmp/bench-model.json" 2>/dev/null
 rows=$(/usr/bin/python3 - "$tmp/bench-model.json" 2>&1 <<'PY'
@@ -490,7 +491,7 @@ import json, sys
 print(" ".join(f"{r['mode']}/{r['threads']}/{r['runs']}/{r['prompt']}" for r in json.load(open(sys.argv[1]))["rows"]))
 PY
 )
-if [[ $rows == "prefill/1/1/48 decode/1/1/48 decode/1/1/48 together/1/2/48 prefill/2/1/48 decode/2/1/48 decode/2/1/48 together/2/2/48" ]]; then
+if [[ $rows == "prefill/1/1/48 decode/1/1/48 decode/1/1/48 together/1/2/48 prefill together/1/2/48 prefill/2/1/48 decode/2/1/48 decode/2/1/48 together/2/2/48 prefill together/2/2/48" ]]; then
   pass
 else
   fail "bench --model --prompt --threads --together: rows $rows"

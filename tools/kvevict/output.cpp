@@ -357,7 +357,8 @@ void print_decode_bench(std::ostream& out, const std::vector<DecodeBenchRow>& ro
   if (format == "table") {
     out << "\n(wall time; tokens/s is the median of the timed passes (a together row counts every run's tokens); "
            "floor = the weights' bytes a token over the read bandwidth of as many threads; speed-up: a prefill over "
-           "the full cache's decode, a batch over its runs one at a time; the shares come from profiled passes: "
+           "the full cache's decode, a batch over its runs one at a time, the prompts fed together several tokens a "
+           "pass over the same stepped together a token a pass; the shares come from profiled passes: "
            "matrices = the weight products and norms, attention = RoPE, storing the key and value, scores, softmax "
            "and the values' weighted sum, policies = their steps, evictions and the store's removals)\n";
   }

@@ -3000,7 +3000,7 @@ Runs on every core without the GIL.
 each policy x budget, where a step's time goes (the decode profile), against
 the floor of reading the weights once a token. Returns the rows `kvevict bench
 --model --format json` prints (kvevict/model/serving/decode_bench.h): {"mode"
-("decode", "prefill", "together"), "policy" ("full cache" first), "budget" (0
+("decode", "prefill", "together", "prefill together"), "policy" ("full cache" first), "budget" (0
 for it), "threads", "runs", "prompt", "tokens", "tokensPerSecond" (the median
 round, wall time), "tokensPerSecondSpread": {"min", "median", "max"},
 "weightBytesPerToken", "readBandwidthGBps", "floorTokensPerSecond",
@@ -3014,7 +3014,8 @@ tokens: decoded a pass after the prompt (at most the text and the context).
 policies: "all", "a,b" or a list of names. budgets: a sequence of integers.
 prompt: tokens prefilled before the timed ones (and a prefill row timing them).
 threads: thread counts, each timed (0: every core). together: and a row
-    stepping every run as one batch.
+    stepping every run as one batch (with a prompt, and a "prefill together"
+    row feeding every run's prompt as one batch, several tokens a pass).
 )doc");
 }
 

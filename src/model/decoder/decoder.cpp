@@ -129,6 +129,11 @@ struct Decoder::Impl {
   // copy, so they stay valid until this decoder steps again (the leader's
   // scratch is overwritten whenever the leader steps).
   std::vector<float> led_logits;
+  // prefill_together()'s lanes (decoder and token each) when this decoder
+  // leads one, and its logits when a sequence budget takes a pass a token.
+  std::vector<Decoder*> together_decoders;
+  std::vector<Token> together_tokens;
+  std::vector<float> together_rows;
   int threads = 1;
   std::uint32_t chunk = 1;
 
@@ -765,24 +770,31 @@ std::span<const float> Decoder::prefill(std::span<const Token> tokens) {
   return {m.own.logits.data(), tokens.size() * vocab};
 }
 
+void Decoder::check_together(const char* who, std::span<Decoder* const> decoders, std::span<const Token> tokens,
+                             bool same_tokens) {
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    if (decoders[i] == nullptr) throw ContractError(fmt::format("{}: decoder {} is null", who, i));
+  }
+  const Model* model = decoders[0]->impl_->model.get();
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    if (decoders[i]->impl_->model.get() != model) {
+      throw ContractError(fmt::format("{}: decoder {} runs another model than decoder 0", who, i));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (decoders[j] == decoders[i]) throw ContractError(fmt::format("{}: decoders {} and {} are one", who, j, i));
+    }
+  }
+  for (std::size_t i = 0; i < decoders.size(); ++i) {
+    decoders[i]->check_ready(same_tokens ? tokens : tokens.subspan(i, 1), fmt::format(" {}", i));
+  }
+}
+
 void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const Token> tokens) {
   if (decoders.size() != tokens.size()) {
     throw ContractError(fmt::format("step_together: {} decoders and {} tokens", decoders.size(), tokens.size()));
   }
   if (decoders.empty()) return;
-  const Model* model = decoders[0]->impl_->model.get();
-  for (std::size_t i = 0; i < decoders.size(); ++i) {
-    if (decoders[i] == nullptr) throw ContractError(fmt::format("step_together: decoder {} is null", i));
-    if (decoders[i]->impl_->model.get() != model) {
-      throw ContractError(fmt::format("step_together: decoder {} runs another model than decoder 0", i));
-    }
-    for (std::size_t j = 0; j < i; ++j) {
-      if (decoders[j] == decoders[i]) throw ContractError(fmt::format("step_together: decoders {} and {} are one", j, i));
-    }
-  }
-  for (std::size_t i = 0; i < decoders.size(); ++i) {
-    decoders[i]->check_ready(tokens.subspan(i, 1), fmt::format(" {}", i));
-  }
+  check_together("step_together", decoders, tokens, false);
   Impl& lead = *decoders[0]->impl_;
   // Grown only when this decoder leads a larger group than before.
   if (lead.together.lanes < decoders.size()) lead.together.size(lead.cfg, static_cast<std::uint32_t>(decoders.size()));
@@ -796,6 +808,59 @@ void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const 
     std::copy_n(m.last, m.cfg.vocab, m.led_logits.data());
     m.last = m.led_logits.data();
   }
+}
+
+std::span<const float> Decoder::prefill_together(std::span<Decoder* const> decoders, std::span<const Token> tokens) {
+  if (decoders.empty() || tokens.empty()) return {};
+  check_together("prefill_together", decoders, tokens, true);
+  Impl& lead = *decoders[0]->impl_;
+  if (tokens.size() > lead.chunk) {
+    throw InputError(fmt::format("prefill_together: {} tokens are over decoder 0's chunk of {} "
+                                 "(DecoderOptions::prefill_chunk)",
+                                 tokens.size(), lead.chunk));
+  }
+  const std::size_t runs = decoders.size();
+  const std::size_t n = tokens.size();
+  const std::size_t vocab = lead.cfg.vocab;
+  bool sequence = false;
+  for (Decoder* d : decoders) sequence = sequence || d->impl_->sequence != nullptr;
+  // Grown only when this decoder leads a larger pass than before.
+  const std::size_t widest = sequence ? runs : runs * n;
+  if (lead.together.lanes < widest) lead.together.size(lead.cfg, static_cast<std::uint32_t>(widest));
+  const float* rows = lead.together.logits.data();
+  if (sequence && n > 1) {
+    // A sequence budget evicts after a token's last layer, before the next
+    // token's first: a pass a token, each decoder's rows gathered.
+    lead.together_rows.resize(runs * n * vocab);
+    lead.together_tokens.assign(runs, 0);
+    for (std::size_t j = 0; j < n; ++j) {
+      std::fill(lead.together_tokens.begin(), lead.together_tokens.end(), tokens[j]);
+      Lanes pass{decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_};
+      forward(pass);
+      for (std::size_t i = 0; i < runs; ++i) {
+        std::copy_n(lead.together.logits.data() + i * vocab, vocab, lead.together_rows.data() + (i * n + j) * vocab);
+      }
+    }
+    rows = lead.together_rows.data();
+  } else {
+    // Decoder-major lanes: each decoder's tokens follow each other, as a
+    // prefill's do.
+    lead.together_decoders.resize(runs * n);
+    lead.together_tokens.resize(runs * n);
+    for (std::size_t i = 0; i < runs; ++i) {
+      std::fill_n(lead.together_decoders.begin() + static_cast<std::ptrdiff_t>(i * n), n, decoders[i]);
+      std::copy(tokens.begin(), tokens.end(), lead.together_tokens.begin() + static_cast<std::ptrdiff_t>(i * n));
+    }
+    Lanes pass{lead.together_decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_};
+    forward(pass);
+  }
+  // Each decoder owns its last logits (the rows are the lead's scratch).
+  for (std::size_t i = 0; i < runs; ++i) {
+    Impl& m = *decoders[i]->impl_;
+    std::copy_n(rows + (i * n + n - 1) * vocab, vocab, m.led_logits.data());
+    m.last = m.led_logits.data();
+  }
+  return {rows, runs * n * vocab};
 }
 
 std::span<const float> Decoder::last_logits() const noexcept {

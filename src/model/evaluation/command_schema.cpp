@@ -29,7 +29,7 @@ constexpr FieldInfo kShareInfos[] = {
 };
 // decode_bench_json's row (kvevict/model/serving/decode_bench.h).
 constexpr FieldInfo kDecodeBenchInfos[] = {
-    {"mode", FieldType::kString, "", "decode, prefill or together", "", {}},
+    {"mode", FieldType::kString, "", "decode, prefill, together or prefill together", "", {}},
     {"policy", FieldType::kString, "", "the policy (\"full cache\" for the full cache)", "", {}},
     {"budget", FieldType::kInteger, "positions", "cache budget (0: the full cache and the batch)", "", {}},
     {"threads", FieldType::kInteger, "threads", "the products' threads", "", {}},

@@ -90,14 +90,14 @@ WindowResult run_window(const std::shared_ptr<const Model>& model, const Tokeniz
   return r;
 }
 
-// The same for several runs over one window, stepped together
-// (Decoder::step_together): one read of each weight a token for all of them,
-// the same bits as each run alone. threads: the products' (1 inside a job
-// that shares the cores with others).
+// The same for several runs over one window, fed together
+// (Decoder::prefill_together): one read of each weight for `pass` tokens of
+// all of them, the same bits as each run alone. The products run on the
+// calling thread (a job that shares the cores with others).
 std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>& model, const TokenizedText& text,
                                               const Window& w, std::span<const RunSpec* const> specs,
                                               std::span<const KvFormat* const> kvs, const ModelRunOptions& options,
-                                              detail::ProgressCounter& count) {
+                                              std::uint32_t pass, detail::ProgressCounter& count) {
   const PagedOptions& paged = options.paged;
   const ModelConfig& cfg = model->config();
   struct One {
@@ -113,6 +113,7 @@ std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>
     store.block_size = static_cast<std::uint32_t>(paged.block_size);
     store.kv = *kvs[k];
     store.threads = 1;
+    store.prefill_chunk = k == 0 ? pass : 1;  // the lead's passes; the others never lead one
     One& one = runs[k];
     one.decoder = std::make_unique<Decoder>(model, store);
     if (specs[k] != nullptr && options.prefill > 0) {
@@ -124,15 +125,30 @@ std::vector<WindowResult> run_window_together(const std::shared_ptr<const Model>
     batch.push_back(one.decoder.get());
   }
   std::vector<WindowResult> r(specs.size());
-  std::vector<Token> same(specs.size());
-  for (std::uint32_t i = 0; i + 1 < w.length; ++i) {
-    std::fill(same.begin(), same.end(), w.token_at(text, i));
-    Decoder::step_together(batch, same);
-    for (std::size_t k = 0; k < runs.size(); ++k) {
-      if (runs[k].compressor) runs[k].compressor->after_step(*runs[k].decoder, i);
-      if (i + 1 > options.prefill) r[k].nll += negative_log_likelihood(runs[k].decoder->last_logits(), w.token_at(text, i + 1));
+  std::vector<Token> tokens;
+  const std::size_t vocab = cfg.vocab;
+  for (std::uint32_t i = 0; i + 1 < w.length;) {
+    // Up to `pass` tokens a pass, ending where a compressor reads the
+    // decoders (after_step on the tokens before does nothing).
+    std::uint32_t end = std::min(w.length - 1, i + pass);
+    for (const One& one : runs) {
+      const std::uint32_t read = one.compressor ? one.compressor->next_read(i) : PrefillCompressor::kNone;
+      if (read != PrefillCompressor::kNone) end = std::min(end, read + 1);
     }
-    count.add(runs.size());
+    tokens.clear();
+    for (std::uint32_t j = i; j < end; ++j) tokens.push_back(w.token_at(text, j));
+    const std::span<const float> logits = Decoder::prefill_together(batch, tokens);
+    const std::size_t n = tokens.size();
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+      if (runs[k].compressor) runs[k].compressor->after_step(*runs[k].decoder, end - 1);
+      for (std::uint32_t j = i; j < end; ++j) {
+        // With a prefill, token j + 1 is scored once tokens 0 ... prefill-1 are read.
+        if (j + 1 <= options.prefill) continue;
+        r[k].nll += negative_log_likelihood(logits.subspan((k * n + (j - i)) * vocab, vocab), w.token_at(text, j + 1));
+      }
+    }
+    count.add(runs.size() * n);
+    i = end;
   }
   for (std::size_t k = 0; k < runs.size(); ++k) {
     r[k].evicted = runs[k].decoder->evicted();
@@ -341,7 +357,8 @@ std::size_t run_all_windows(const Model& model, const TokenizedText& text, const
         kvs.push_back(&runs_in[r].kv);
       }
       const auto began = std::chrono::steady_clock::now();
-      std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options, count);
+      std::vector<WindowResult> got = run_window_together(shared, text, windows[wi], specs, kvs, options,
+                                                          Decoder::together_pass_tokens(specs.size()), count);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
       for (std::size_t r = spans[g].first; r < spans[g].second; ++r) {
         results[r * windows.size() + wi] = got[r - spans[g].first];

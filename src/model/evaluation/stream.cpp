@@ -91,11 +91,12 @@ struct StreamState {
   }
   // Whether token t is still to be fed.
   bool feeds(std::uint64_t t, std::uint64_t n) const noexcept { return t + 1 < n && t < fed; }
-  // After token t is fed: its prediction of token t + 1, when within what it reads.
-  void scored(const StreamTokens& s, std::uint64_t t, std::uint32_t segment) {
+  // After token t is fed, its logits: its prediction of token t + 1, when
+  // within what it reads.
+  void scored(const StreamTokens& s, std::uint64_t t, std::uint32_t segment, std::span<const float> logits) {
     if (t + 1 < fed) {
-      add_stream_prediction(row, t + 1, segment, detail::negative_log_likelihood(decoder.last_logits(), s.tokens[t + 1]),
-            s.bytes[t + 1]);
+      add_stream_prediction(row, t + 1, segment, detail::negative_log_likelihood(logits, s.tokens[t + 1]),
+                            s.bytes[t + 1]);
     }
   }
   StreamRow finish(const StreamRun& run, std::uint64_t n, std::uint32_t trained_context) {
@@ -120,39 +121,52 @@ StreamRow run_stream(const std::shared_ptr<const Model>& model, const StreamToke
   const auto n = static_cast<std::uint64_t>(s.tokens.size());
   std::uint64_t t = 0;
   for (; state.feeds(t, n); ++t) {
-    state.decoder.step(s.tokens[t]);
-    state.scored(s, t, segment);
+    state.scored(s, t, segment, state.decoder.step(s.tokens[t]));
     count.add(1);
   }
   count.add(n - t);
   return state.finish(run, n, model->config().trained_context);
 }
 
-// The same for several runs, stepped together (Decoder::step_together): one
-// read of each weight a token for all of them, the rows of each run alone to
-// the bit; a run leaves the batch where it stops reading (the full cache at
-// the context). On the calling thread (one core a group).
+// The same for several runs, fed together (Decoder::prefill_together): one
+// read of each weight for a pass of tokens of them all, the rows of each run
+// alone to the bit; a run leaves the batch where it stops reading (the full
+// cache at the context), where a pass ends. On the calling thread (one core
+// a group).
 std::vector<StreamRow> run_streams_together(const std::shared_ptr<const Model>& model, const StreamTokens& s,
                                             std::span<const StreamRun* const> runs, std::uint32_t segment,
                                             const KvFormat& kv, detail::ProgressCounter& count) {
   std::vector<std::unique_ptr<StreamState>> states;
   for (const StreamRun* run : runs) states.push_back(std::make_unique<StreamState>(model, s, *run, kv, 1));
   const auto n = static_cast<std::uint64_t>(s.tokens.size());
+  const std::size_t vocab = model->config().vocab;
   std::vector<Decoder*> batch;
+  std::vector<StreamState*> feeding;
   std::vector<Token> tokens;
   std::uint64_t t = 0;
-  for (;; ++t) {
+  while (true) {
     batch.clear();
+    feeding.clear();
+    // The pass: up to Decoder::together_pass_tokens, ending where the first
+    // of its runs stops reading.
+    std::uint64_t end = n - 1;
     for (const auto& state : states) {
-      if (state->feeds(t, n)) batch.push_back(&state->decoder);
+      if (!state->feeds(t, n)) continue;
+      batch.push_back(&state->decoder);
+      feeding.push_back(state.get());
+      end = std::min(end, state->fed);
     }
     if (batch.empty()) break;
-    tokens.assign(batch.size(), s.tokens[t]);
-    Decoder::step_together(batch, tokens);
-    for (const auto& state : states) {
-      if (state->feeds(t, n)) state->scored(s, t, segment);
+    end = std::min<std::uint64_t>(end, t + Decoder::together_pass_tokens(batch.size()));
+    tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(t), s.tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    const std::span<const float> logits = Decoder::prefill_together(batch, tokens);
+    for (std::size_t k = 0; k < feeding.size(); ++k) {
+      for (std::uint64_t j = t; j < end; ++j) {
+        feeding[k]->scored(s, j, segment, logits.subspan((k * tokens.size() + (j - t)) * vocab, vocab));
+      }
     }
-    count.add(states.size());  // a run that stopped reading counts the token too
+    count.add(states.size() * tokens.size());  // a run that stopped reading counts the tokens too
+    t = end;
   }
   count.add((n - std::min(t, n)) * states.size());  // all stopped before the end: the rest
   std::vector<StreamRow> rows;

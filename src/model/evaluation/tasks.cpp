@@ -301,6 +301,11 @@ class TaskRun {
   void after_prompt_step(std::uint32_t i) {
     if (compressor_) compressor_->after_step(decoder_, i);
   }
+  // The first prompt token at or after i whose after_prompt_step reads the
+  // decoder (PrefillCompressor::next_read): a pass of several tokens ends there.
+  std::uint32_t next_read(std::uint32_t i) const noexcept {
+    return compressor_ ? compressor_->next_read(i) : PrefillCompressor::kNone;
+  }
 
   // The next answer token to feed, given the logits after the last one fed;
   // none once the answer is settled (right() then says how).
@@ -384,12 +389,21 @@ std::vector<TaskAnswer> answer_together_counted(const std::shared_ptr<const Mode
   }
   std::vector<TaskAnswer> answers(configs.size());
   if (runs.empty()) return answers;
-  std::vector<Token> tokens(runs.size());
-  for (std::size_t i = 0; i < prompt.tokens.size(); ++i) {
-    std::fill(tokens.begin(), tokens.end(), prompt.tokens[i]);
-    Decoder::step_together(batch, tokens);
-    for (const auto& run : runs) run->after_prompt_step(static_cast<std::uint32_t>(i));
-    if (count != nullptr) count->add(runs.size());
+  // The prompt, several tokens a pass (Decoder::prefill_together), each pass
+  // ending where a compressor reads the decoders.
+  std::vector<Token> tokens;
+  const auto prompt_length = static_cast<std::uint32_t>(prompt.tokens.size());
+  for (std::uint32_t i = 0; i < prompt_length;) {
+    std::uint32_t end = std::min(prompt_length, i + Decoder::together_pass_tokens(runs.size()));
+    for (const auto& run : runs) {
+      const std::uint32_t read = run->next_read(i);
+      if (read != PrefillCompressor::kNone) end = std::min(end, read + 1);
+    }
+    tokens.assign(prompt.tokens.begin() + i, prompt.tokens.begin() + end);
+    Decoder::prefill_together(batch, tokens);
+    for (const auto& run : runs) run->after_prompt_step(end - 1);
+    if (count != nullptr) count->add(runs.size() * tokens.size());
+    i = end;
   }
   // The answers: each run feeds its own greedy tokens; a run whose answer is
   // settled leaves the batch.

@@ -50,6 +50,16 @@ bool PrefillCompressor::after_step(Decoder& decoder, std::uint32_t i) {
   return i + 1 == prompt_;
 }
 
+std::uint32_t PrefillCompressor::next_read(std::uint32_t i) const noexcept {
+  if (i >= prompt_) return kNone;
+  if (!queries_.empty()) return i;  // every byte's queries are kept
+  // As after_step: the chunk's last `rows` bytes record a row, its last compresses.
+  const std::uint32_t chunk_begin = i / chunk_ * chunk_;
+  const std::uint32_t chunk_end = std::min(prompt_, chunk_begin + chunk_);
+  const std::uint32_t rows = std::min(window_, chunk_end - chunk_begin);
+  return std::max(i, chunk_end - std::max<std::uint32_t>(rows, 1));
+}
+
 void PrefillCompressor::compress(Decoder& decoder, std::uint32_t rows) {
   const bool reads_keys = (find_policy(spec_.policy).signals & kSignalKey) != 0;
   for (std::uint32_t h = 0; h < config_.head_count(); ++h) {

@@ -55,10 +55,58 @@ Median median_of(std::vector<double> seconds) {
   return {seconds[seconds.size() / 2], seconds.front(), seconds.back()};
 }
 
-}  // namespace
+// One run timed at one thread count: its decode passes and profile.
+struct Case {
+  const RunSpec* spec;
+  std::vector<double> seconds;
+  DecodeProfile profile;
+};
+// Every run at one thread count, and the passes timed over all of them.
+struct AtThreads {
+  int threads;
+  double bandwidth_gb_s;
+  std::vector<Case> cases;
+  std::vector<double> prefill_seconds;
+  std::vector<double> together_seconds;
+  // The prompt fed to every run together: a token a pass (step_together)
+  // and passes of several (prefill_together).
+  std::vector<double> prompt_stepped_seconds;
+  std::vector<double> prompt_passed_seconds;
+};
 
-std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, std::span<const std::uint8_t> text,
-                                          const DecodeBenchRequest& request) {
+// Every run's prompt fed together, a token a pass (step_together) and
+// Decoder::together_pass_tokens a pass (prefill_together), from empty caches:
+// the evaluations' way to read a window or a task's prompt. Only the lead of
+// a pass needs a chunk (at most the request's).
+void time_prompts_together(const std::shared_ptr<const Model>& model, AtThreads& at, std::span<const Token> prompt,
+                           std::uint32_t capacity, std::uint32_t most_chunk, float& sink) {
+  const std::uint32_t pass = std::min(Decoder::together_pass_tokens(at.cases.size()), most_chunk);
+  std::vector<Run> stepped, passed;
+  std::vector<Decoder*> one_a_pass, several_a_pass;
+  for (const Case& c : at.cases) {
+    const std::uint32_t chunk = stepped.empty() ? pass : 1;
+    stepped.push_back(prepared(model, c.spec, {}, capacity, 1, at.threads, nullptr));
+    passed.push_back(prepared(model, c.spec, {}, capacity, chunk, at.threads, nullptr));
+    one_a_pass.push_back(stepped.back().decoder.get());
+    several_a_pass.push_back(passed.back().decoder.get());
+  }
+  std::vector<Token> same(at.cases.size());
+  auto started = Clock::now();
+  for (const Token t : prompt) {
+    std::fill(same.begin(), same.end(), t);
+    Decoder::step_together(one_a_pass, same);
+  }
+  at.prompt_stepped_seconds.push_back(seconds_since(started));
+  sink += one_a_pass.front()->last_logits().front();
+  started = Clock::now();
+  for (std::size_t i = 0; i < prompt.size(); i += pass) {
+    (void)Decoder::prefill_together(several_a_pass, prompt.subspan(i, std::min<std::size_t>(pass, prompt.size() - i)));
+  }
+  at.prompt_passed_seconds.push_back(seconds_since(started));
+  sink += several_a_pass.front()->last_logits().front();
+}
+
+void check_request(std::span<const std::uint8_t> text, const DecodeBenchRequest& request) {
   if (text.empty()) throw InputError("bench --model: the text is empty");
   if (request.rounds < 1 || request.rounds > 1000) {
     throw ParameterError(fmt::format("bench --model: rounds ({}) must be in 1 ... 1000", request.rounds));
@@ -72,6 +120,13 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
   }
   if (request.tokens == 0) throw ParameterError("bench --model: no tokens to decode (--tokens 0)");
   if (!request.full_cache && request.runs.empty()) throw ParameterError("bench --model: no runs (no policy, no full cache)");
+}
+
+}  // namespace
+
+std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, std::span<const std::uint8_t> text,
+                                          const DecodeBenchRequest& request) {
+  check_request(text, request);
   const std::vector<Token> tokens_of_text = sequence_tokens(*model, text);
   const std::size_t available = std::min<std::size_t>(tokens_of_text.size(), model->config().context);
   if (request.prompt >= available) {
@@ -88,22 +143,10 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
   for (const RunSpec& spec : request.runs) (void)DecoderPolicies(spec, model->config(), {});
   if (request.on_start) request.on_start(tokens);
 
-  struct Case {
-    const RunSpec* spec;
-    std::vector<double> seconds;
-    DecodeProfile profile;
-  };
-  struct AtThreads {
-    int threads;
-    double bandwidth_gb_s;
-    std::vector<Case> cases;
-    std::vector<double> prefill_seconds;
-    std::vector<double> together_seconds;
-  };
   std::vector<AtThreads> counts;
   for (const int asked : request.threads) {
     const int t = asked == 0 ? default_threads() : asked;
-    AtThreads at{t, measure_parallel_read_bandwidth(std::size_t{512} << 20, 3, t), {}, {}, {}};
+    AtThreads at{t, measure_parallel_read_bandwidth(std::size_t{512} << 20, 3, t), {}, {}, {}, {}, {}};
     if (request.full_cache) at.cases.push_back({nullptr, {}, {}});
     for (const RunSpec& spec : request.runs) at.cases.push_back({&spec, {}, {}});
     counts.push_back(std::move(at));
@@ -141,6 +184,7 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
           sink += batch.front()->last_logits().front();
         }
         at.together_seconds.push_back(seconds_since(started));
+        if (!prompt.empty()) time_prompts_together(model, at, prompt, capacity, request.prefill_chunk, sink);
       }
     }
   }
@@ -199,6 +243,11 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
       for (const Case& c : at.cases) alone += median_of(c.seconds).median;
       row.speedup = alone / median_of(at.together_seconds).median;
       rows.push_back(row);
+      if (!at.prompt_passed_seconds.empty()) {
+        DecodeBenchRow fed = row_of("prefill together", "all runs", 0, n, request.prompt, at.prompt_passed_seconds);
+        fed.speedup = median_of(at.prompt_stepped_seconds).median / median_of(at.prompt_passed_seconds).median;
+        rows.push_back(fed);
+      }
     }
   }
   return rows;

@@ -36,6 +36,14 @@ class PrefillCompressor {
   // Returns true on the last prompt byte's step.
   bool after_step(Decoder& decoder, std::uint32_t i);
 
+  // The first prompt byte at or after i whose after_step() reads the decoder
+  // (a row, the queries, or a compression); kNone once none is left. A
+  // caller that feeds tokens several a pass ends the pass there and calls
+  // after_step() for that byte alone: on the bytes before it, after_step()
+  // does nothing.
+  static constexpr std::uint32_t kNone = 0xFFFFFFFFU;
+  std::uint32_t next_read(std::uint32_t i) const noexcept;
+
  private:
   void compress(Decoder& decoder, std::uint32_t rows);
   // Drops from cache `h` every held position whose index is not in `kept`.

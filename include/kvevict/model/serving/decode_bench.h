@@ -29,7 +29,9 @@ struct DecodeBenchRequest {
   std::uint32_t tokens = 1024;  // tokens decoded a pass after the prompt (prompt + tokens at most the text and the context)
   int rounds = 5;               // passes a run; each round runs every run once, in turn
   std::vector<int> threads = {0};  // the rows again at each count (0: every core, default_threads())
-  bool together = false;        // and a "together" row: every run stepped as one batch
+  // and a "together" row: every run stepped as one batch; with a prompt, a
+  // "prefill together" row too: every run's prompt fed as one batch
+  bool together = false;
   bool profile = true;          // a profiled pass a round (the shares); off: zeros
   // Called once the request is checked, before any timing, with the tokens
   // a pass decodes (the tool's progress line).
@@ -37,8 +39,10 @@ struct DecodeBenchRequest {
 };
 
 struct DecodeBenchRow {
-  // "decode" (a run alone), "prefill" (the prompt with the full cache) or
-  // "together" (every run stepped as one batch; policy "all runs").
+  // "decode" (a run alone), "prefill" (the prompt with the full cache),
+  // "together" (every run stepped as one batch; policy "all runs") or
+  // "prefill together" (every run's prompt fed as one batch, several tokens
+  // a pass: Decoder::prefill_together; policy "all runs").
   std::string mode = "decode";
   std::string policy;        // "full cache" for the full cache
   std::int64_t budget = 0;   // 0 for the full cache and the batch
@@ -59,7 +63,8 @@ struct DecodeBenchRow {
   double of_floor = 0.0;  // tokens_per_second / floor_tokens_per_second (1: memory speed)
   // prefill: over the full cache's decode at these threads; together: the
   // runs one at a time over the batch (their summed median times over its
-  // median time); 0 for a decode row.
+  // median time); prefill together: the prompts stepped together a token a
+  // pass (step_together) over the passes; 0 for a decode row.
   double speedup = 0.0;
   // Shares of a step's time, from a profiled pass a round (they sum to 1 with
   // `other`: residual adds, copies and bookkeeping). Decode rows only.
