@@ -303,6 +303,9 @@ LLAMA_MODELS = {
     "smollm2-q8_0": ("SmolLM2-135M Q8_0", SMOL + ["--type", "q8_0"]),
     "llama3.2-1b-q4_k": ("Llama-3.2-1B Q4_K", LLAMA_1B + ["--type", "q4_k"]),
 }
+# The models whose weights have 8-bit products (`--matmul int8`, llama.cpp's
+# rounding of the vectors): measured that way too, their own rows.
+LLAMA_INT8 = ("smollm2-q8_0", "llama3.2-1b-q4_k")
 LLAMA_THREADS = (1, 2)
 LLAMA_ROUNDS = 3
 # (prompt, decoded tokens): decode and prefill at 128, prefill at 512 (kvevict
@@ -333,9 +336,14 @@ def llama_cpp_version():
         return "node-llama-cpp's prebuilt CPU build"
 
 
-def kvevict_args(model, prompt, tokens, threads, target):
+def kvevict_args(model, prompt, tokens, threads, target, matmul="exact"):
     return ["bench", "--model", str(model), "--text", TEXT, "--prompt", str(prompt), "--tokens", str(tokens),
-            "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target]
+            "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target, "--matmul", matmul]
+
+
+def engines(key):
+    """The kvevict columns a model gets: exact products, and int8 where it has them."""
+    return ("k", "i") if key in LLAMA_INT8 else ("k",)
 
 
 def llama_args(model, ids, prompt, tokens, threads, variant):
@@ -368,27 +376,32 @@ def llama_cpp_measure(tmp, targets, best, model_keys, threads_list, rounds):
         for target in targets:
             variant = None if target == best else LLAMA_VARIANT[target]
             for threads in threads_list:
-                cell = {"k": {}, "l": {}, "floor": None, "llama": None}
+                cell = {"k": {}, "i": {}, "l": {}, "floor": None, "llama": None}
                 for r in range(rounds):
                     for prompt, tokens in LLAMA_PASSES:
                         print(f"[{target}] {name}, {threads} thread(s), prompt {prompt}, round {r + 1}/{rounds}: "
                               "kvevict, llama.cpp ...", file=sys.stderr)
-                        k = json.loads(run_or_die([str(TOOL)] + kvevict_args(model, prompt, tokens, threads, target)
-                                                  + ["--format", "json"], f"kvevict bench ({name})"))["rows"]
+                        for engine in engines(key):
+                            matmul = "int8" if engine == "i" else "exact"
+                            k = json.loads(run_or_die([str(TOOL)] + kvevict_args(model, prompt, tokens, threads,
+                                                                                 target, matmul)
+                                                      + ["--format", "json"], f"kvevict bench ({name}, {matmul})"))
+                            kd = next(x for x in k["rows"] if x["mode"] == "decode")
+                            kp = next(x for x in k["rows"] if x["mode"] == "prefill")
+                            cell[engine][f"prefill{prompt}"] = max(cell[engine].get(f"prefill{prompt}", 0.0),
+                                                                   kp["tokensPerSecond"])
+                            if (prompt, tokens) == LLAMA_PASSES[0]:  # the decode reported: 64 after 128
+                                cell[engine]["decode"] = max(cell[engine].get("decode", 0.0), kd["tokensPerSecond"])
+                                if engine == "k":  # the floor of the round whose read bandwidth measured highest
+                                    cell["floor"] = max(cell["floor"] or 0.0, kd["floorTokensPerSecond"])
                         lj = json.loads(run_or_die([str(LLAMA_BENCH)] + llama_args(model, ids, prompt, tokens,
                                                                                       threads, variant),
                                                    f"llama_cpp_bench ({name})"))
-                        kd = next(x for x in k if x["mode"] == "decode")
-                        kp = next(x for x in k if x["mode"] == "prefill")
                         lbest = lj["best"]
-                        for engine, phase, value in (("k", f"prefill{prompt}", kp["tokensPerSecond"]),
-                                                     ("l", f"prefill{prompt}", lbest["prefillTokensPerSecond"])):
-                            cell[engine][phase] = max(cell[engine].get(phase, 0.0), value)
-                        if (prompt, tokens) == LLAMA_PASSES[0]:  # the decode reported: 64 after 128
-                            cell["k"]["decode"] = max(cell["k"].get("decode", 0.0), kd["tokensPerSecond"])
+                        cell["l"][f"prefill{prompt}"] = max(cell["l"].get(f"prefill{prompt}", 0.0),
+                                                            lbest["prefillTokensPerSecond"])
+                        if (prompt, tokens) == LLAMA_PASSES[0]:
                             cell["l"]["decode"] = max(cell["l"].get("decode", 0.0), lbest["decodeTokensPerSecond"])
-                            # the floor of the round whose read bandwidth measured highest
-                            cell["floor"] = max(cell["floor"] or 0.0, kd["floorTokensPerSecond"])
                         cell["llama"] = lj
                 results[(key, target, threads)] = cell
     return results
@@ -447,28 +460,36 @@ def llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, 
                   "prefill 512 kvevict / llama.cpp tokens/s | ratio |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for key in model_keys:
-            for t in threads_list:
-                c = cells[(key, t)]
-                d = ratio_cell(c["k"]["decode"], c["l"]["decode"])
-                p1 = ratio_cell(c["k"]["prefill128"], c["l"]["prefill128"])
-                p5 = ratio_cell(c["k"]["prefill512"], c["l"]["prefill512"])
-                lines.append(f"| {LLAMA_MODELS[key][0]} | {t} | {d[0]} | {d[1]} | {c['floor']:.1f} | "
-                             f"{p1[0]} | {p1[1]} | {p5[0]} | {p5[1]} |")
+            for engine in engines(key):
+                for t in threads_list:
+                    c = cells[(key, t)]
+                    d = ratio_cell(c[engine]["decode"], c["l"]["decode"])
+                    p1 = ratio_cell(c[engine]["prefill128"], c["l"]["prefill128"])
+                    p5 = ratio_cell(c[engine]["prefill512"], c["l"]["prefill512"])
+                    lines.append(f"| {column_name(key, engine)} | {t} | {d[0]} | {d[1]} | {c['floor']:.1f} | "
+                                 f"{p1[0]} | {p1[1]} | {p5[0]} | {p5[1]} |")
         lines.append("")
     return lines
 
 
+def column_name(key, engine):
+    """A model's name, with `--matmul int8` for its 8-bit products' row or column."""
+    return LLAMA_MODELS[key][0] + (", `--matmul int8`" if engine == "i" else "")
+
+
 def llama_cpp_targets(results, targets, model_keys, threads_list):
-    """The targets' rows: met or not, and the measured ratio."""
-    rows = ["| target | SIMD | threads | " + " | ".join(LLAMA_MODELS[k][0] for k in model_keys) + " |",
-            "|---|---|---:|" + "---|" * len(model_keys)]
+    """The targets' rows: met or not, and the measured ratio (a column a
+    model, and one for its 8-bit products where it has them)."""
+    columns = [(key, engine) for key in model_keys for engine in engines(key)]
+    rows = ["| target | SIMD | threads | " + " | ".join(column_name(k, e) for k, e in columns) + " |",
+            "|---|---|---:|" + "---|" * len(columns)]
     for label, phase in (("decode >= 1.0x llama.cpp", "decode"), ("prefill of 512 >= 1.0x llama.cpp", "prefill512")):
         for target in targets:
             for t in threads_list:
                 cells = []
-                for key in model_keys:
+                for key, engine in columns:
                     c = results[(key, target, t)]
-                    ratio = c["k"][phase] / c["l"][phase]
+                    ratio = c[engine][phase] / c["l"][phase]
                     cells.append(f"{'met' if ratio >= 1.0 else '**not met**'}: {ratio:.2f}x")
                 rows.append(f"| {label} | {SIMD_NAME[target]} | {t} | " + " | ".join(cells) + " |")
     return rows
