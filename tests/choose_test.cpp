@@ -80,6 +80,28 @@ TEST(Choose, EveryRowIsWhatTheCommandsGiveAloneRankedByExtraBits) {
   EXPECT_EQ(j["rows"][0]["policy"], r.rows.front().policy);
 }
 
+// With the plan left to the clock (no --windows, no --samples), every stage
+// runs under its deadline to the end: the windows' length from the plan, then
+// the passkey samples at their own length (a timed choose once failed there,
+// handing the windows' length to the tasks, which refuse one).
+TEST(Choose, ATimedPlanRunsEveryStage) {
+  const std::shared_ptr<const Model> model = testing::committed_model();
+  const std::vector<std::uint8_t> text = testing::heldout_prefix(6000);
+  ChooseRequest request;
+  request.budget = 128;
+  request.policies = {"h2o", "streaming-llm"};
+  request.minutes = 0.1;
+  bool planned = false;
+  const ChooseResult r = choose(model, text, request, [&](const ChoosePlan& p) {
+    planned = true;
+    EXPECT_GT(p.probe_seconds, 0.0) << "a timed plan probes";
+  });
+  ASSERT_TRUE(planned);
+  ASSERT_EQ(r.rows.size(), 2U);
+  EXPECT_GE(r.windows, 2U) << "the interval needs two windows, deadline or not";
+  for (const ChooseRow& row : r.rows) EXPECT_GT(row.tokens_per_second, 0.0) << row.policy;
+}
+
 TEST(Choose, BadRequestsAreRefusedBeforeAnyWork) {
   const std::shared_ptr<const Model> model = testing::committed_model();
   const std::vector<std::uint8_t> text = testing::heldout_prefix(6000);

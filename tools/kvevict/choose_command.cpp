@@ -55,16 +55,17 @@ int run_choose(const ChooseArgs& f, const ModelLoad& context) {
     if (!human) return;
     if (p.probe_seconds == 0.0) {  // fixed: --windows and --samples
       std::cout << fmt::format(
-          "plan: {} of {} windows of {} positions, passkey at {} positions, {} samples at each of {} depths, decode "
+          "plan: {} of {} windows of {} positions, passkey at {} positions, {} sample{} at each of {} depths, decode "
           "speed over {} tokens\n\n",
-          p.windows, p.windows_available, p.context, p.length, p.samples, p.depths, p.decode_tokens);
+          p.windows, p.windows_available, p.context, p.length, p.samples, p.samples == 1 ? "" : "s", p.depths,
+          p.decode_tokens);
     } else {
       std::cout << fmt::format(
           "plan for {:.1f} min (from a probe of {:.1f} s): about {} of {} windows of {} positions (about {:.0f} s "
-          "each with every run), passkey at {} positions, about {} samples at each of {} depths (about {:.0f} s "
+          "each with every run), passkey at {} positions, about {} sample{} at each of {} depths (about {:.0f} s "
           "each), decode speed over {} tokens; each stage stops at its share of the time\n\n",
           f.minutes, p.probe_seconds, p.windows, p.windows_available, p.context, p.window_seconds, p.length, p.samples,
-          p.depths, p.sample_seconds, p.decode_tokens);
+          p.samples == 1 ? "" : "s", p.depths, p.sample_seconds, p.decode_tokens);
     }
     std::cout.flush();
   };

@@ -292,6 +292,9 @@ ChooseResult choose(const std::shared_ptr<const Model>& model, std::span<const s
   tasks.moments = {Moment::decode};
   tasks.depths = plan.depths;
   tasks.samples = request.samples == 0 ? kMaxSamples : plan.samples;
+  // The passkey samples are their own length (tasks refuse a window) and
+  // their own deadline.
+  options.window = 0;
   options.deadline.reset();
   if (request.samples == 0) {
     options.deadline = started + std::chrono::duration_cast<Clock::duration>(
