@@ -336,7 +336,19 @@ def llama_cpp_version():
         return "node-llama-cpp's prebuilt CPU build"
 
 
+# Whether this CPU runs kvevict's "avx512-vnni" (set in main): AVX-512 with
+# the 8-bit products in VNNI's multiply-adds, which the int8 rows then use.
+VNNI = False
+
+
+def int8_target(target):
+    """The target the `--matmul int8` runs of `target` ask for: at AVX-512 on a
+    CPU with VNNI, "avx512-vnni" (every other kernel is AVX-512's there)."""
+    return "avx512-vnni" if target == "avx512" and VNNI else target
+
+
 def kvevict_args(model, prompt, tokens, threads, target, matmul="exact"):
+    target = int8_target(target) if matmul == "int8" else target
     return ["bench", "--model", str(model), "--text", TEXT, "--prompt", str(prompt), "--tokens", str(tokens),
             "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target, "--matmul", matmul]
 
@@ -454,7 +466,10 @@ def llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, 
                 "--warmup 0 --threads T" + (f" --cpu-variant {LLAMA_VARIANT[target]}" if target != best else ""))
         lines += [f"### {SIMD_NAME[target]}", "",
                   f"kvevict's `{target}` kernels; llama.cpp's `{variant}` CPU build ({pick}; {features}).", "",
-                  f"`{kcmd}` and `{lcmd}`, {rounds} rounds alternating:", "",
+                  f"`{kcmd}` and `{lcmd}`, {rounds} rounds alternating"
+                  + (f"; the `--matmul int8` rows with `--simd {int8_target(target)}` (this CPU has AVX-512 "
+                     "VNNI: the 8-bit products in its 8-bit multiply-adds)" if int8_target(target) != target else "")
+                  + ":", "",
                   "| model | threads | decode (64 after 128) kvevict / llama.cpp tokens/s | ratio | "
                   "read floor tokens/s | prefill 128 kvevict / llama.cpp tokens/s | ratio | "
                   "prefill 512 kvevict / llama.cpp tokens/s | ratio |",
@@ -659,8 +674,10 @@ def parse_args():
 
 
 def main():
+    global VNNI
     args = parse_args()
     supported = [r["target"] for r in json.loads(run([str(TOOL), "simd", "--format", "json"]))["rows"] if r["supported"]]
+    VNNI = "avx512-vnni" in supported
     # The two best targets this CPU runs, the higher first.
     order = ["avx512", "avx2", "sse4", "baseline"]
     wanted = [t for t in order if t in supported][:2]

@@ -80,8 +80,41 @@ TEST_F(SimdTarget, ATargetTheCpuLacksIsRefusedAndTheSelectionStands) {
         << e.what();
   }
   EXPECT_EQ(simd::active_target(), "sse4");  // a refused request changes nothing
+  try {
+    simd::select_target("avx512-vnni");
+    FAIL() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_NE(std::string(e.what()).find("'avx512-vnni' cannot run on this CPU (it supports: baseline, sse4, avx2)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(simd::vnni_active());
   simd::select_target("best");
   EXPECT_EQ(simd::active_target(), "avx2");
+  EXPECT_FALSE(simd::vnni_active());
+}
+
+// "avx512-vnni" is AVX-512 with the 8-bit products on VNNI: selecting it
+// turns them on, any other target off, and the best target is it where the
+// CPU has it. (The products themselves are checked at both, tests/
+// matmul_int8_test.cpp, by the default run and ctest's simd_avx512.)
+TEST_F(SimdTarget, Avx512VnniIsAvx512WithTheEightBitProducts) {
+  const auto supported = simd::supported_targets();
+  if (std::find(supported.begin(), supported.end(), "avx512-vnni") == supported.end()) {
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  }
+  EXPECT_EQ(supported.back(), "avx512-vnni");
+  simd::select_target("avx512-vnni");
+  EXPECT_TRUE(simd::vnni_active());
+  EXPECT_EQ(simd::active_target(), "avx512-vnni");
+  simd::select_target("avx512");
+  EXPECT_FALSE(simd::vnni_active());
+  EXPECT_EQ(simd::active_target(), "avx512");
+  simd::select_target("avx2");
+  EXPECT_FALSE(simd::vnni_active());
+  simd::select_target("best");
+  EXPECT_TRUE(simd::vnni_active());
+  EXPECT_EQ(simd::active_target(), "avx512-vnni");
 }
 
 TEST_F(SimdTarget, TheEnvironmentVariableIsNamedInItsError) {

@@ -248,7 +248,7 @@ Command add_bench_command(CLI::App& app, const ModelContext& context) {
       ->check(CLI::Range(0.01, 60.0))->capture_default_str();
   cmd->add_flag("--no-compare", f->no_compare, "skip timing the canonical compare");
   cmd->add_option("--simd", f->simd,
-                  "run the kernels at this SIMD target: baseline, sse4, avx2, avx512 (default: $KVEVICT_SIMD, "
+                  "run the kernels at this SIMD target: baseline, sse4, avx2, avx512, avx512-vnni (default: $KVEVICT_SIMD, "
                   "else the best the CPU runs)");
   cmd->add_option("--bank-instances", f->bank_instances, "instances in the bank benchmark (0 skips it)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20))->capture_default_str();

@@ -212,7 +212,7 @@ Command add_simd_command(CLI::App& app) {
   auto format = std::make_shared<std::string>("table");
   auto* cmd = app.add_subcommand(
       "simd", "Show the SIMD targets this build holds, those the CPU runs, and the one in use "
-              "(set KVEVICT_SIMD=baseline|sse4|avx2|avx512 to narrow it)");
+              "(set KVEVICT_SIMD=baseline|sse4|avx2|avx512|avx512-vnni to narrow it)");
   cmd->add_option("--format", *format, "table or json")
       ->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   return {cmd, [format] {

@@ -5,7 +5,11 @@
 // benchmarks (AVX2 figures measured on an AVX-512 machine).
 //
 // Target names, lowest first: "baseline" (portable code for any x86-64 CPU),
-// "sse4", "avx2", "avx512". On other architectures "baseline" is the only one.
+// "sse4", "avx2", "avx512", "avx512-vnni". On other architectures "baseline"
+// is the only one. "avx512-vnni" is "avx512" with the 8-bit products
+// (MatmulMode::kInt8) in AVX-512 VNNI's 8-bit multiply-adds: Highway
+// (1.0.3) has none, so those kernels are kvevict's own and every other
+// kernel runs its AVX-512 code.
 #pragma once
 
 #include <string>
@@ -33,5 +37,9 @@ void select_target(std::string_view name);
 // select_target(getenv("KVEVICT_SIMD")) when the variable is set; the error
 // names the variable. The tool, the bindings and the tests call it at start.
 void select_from_environment();
+
+// Whether the 8-bit products run on AVX-512 VNNI now: the selection is
+// "avx512-vnni", or the best target and the CPU has it.
+bool vnni_active() noexcept;
 
 }  // namespace kvevict::simd

@@ -16,6 +16,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -69,6 +70,36 @@ std::int64_t cpu_bits() {
 
 std::int64_t current_disabled = 0;
 
+// "avx512-vnni" is not one of Highway's targets: Highway's AVX3 with the
+// VNNI 8-bit products on. Its name stands after "avx512" in the lists.
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX3)
+constexpr bool kVnniCompiled = true;
+constexpr const char* kVnniName = "avx512-vnni";
+bool cpu_has_vnni() {
+  return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+#else
+constexpr bool kVnniCompiled = false;
+constexpr const char* kVnniName = "";
+bool cpu_has_vnni() { return false; }
+#endif
+
+// Set at every selection; read by every 8-bit product.
+std::atomic<bool> vnni_on{false};
+// Whether VNNI runs with nothing selected (the best target): the CPU has
+// it and AVX-512 is the best target it supports.
+// (Called with no target disabled.)
+bool vnni_at_best() {
+  return kVnniCompiled && cpu_has_vnni() && compiled_bits().back() == HWY_AVX3 &&
+         (hwy::SupportedTargets() & HWY_AVX3) != 0;
+}
+// Before anything is selected: as the best target.
+[[maybe_unused]] const bool vnni_initialised = [] {
+  vnni_on.store(vnni_at_best(), std::memory_order_relaxed);
+  return true;
+}();
+
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -80,6 +111,7 @@ std::string joined(const std::vector<std::string>& names) {
 std::vector<std::string> compiled_targets() {
   std::vector<std::string> out;
   for (const std::int64_t b : compiled_bits()) out.emplace_back(name_of(b));
+  if (kVnniCompiled) out.emplace_back(kVnniName);
   return out;
 }
 
@@ -90,17 +122,26 @@ std::vector<std::string> supported_targets() {
   for (const std::int64_t b : compiled_bits()) {
     if ((cpu & b) != 0) out.emplace_back(name_of(b));
   }
+  if (kVnniCompiled && (cpu & HWY_AVX3) != 0 && cpu_has_vnni()) out.emplace_back(kVnniName);
   return out;
 }
 
-std::string active_target() { return name_of(HWY_DYNAMIC_DISPATCH(RunningTarget)()); }
+std::string active_target() {
+  const std::int64_t running = HWY_DYNAMIC_DISPATCH(RunningTarget)();
+  return running == HWY_AVX3 && vnni_active() ? kVnniName : name_of(running);
+}
+
+bool vnni_active() noexcept { return vnni_on.load(std::memory_order_relaxed); }
 
 void select_target(std::string_view name) {
   if (name.empty() || name == "best") {
     current_disabled = 0;
     hwy::DisableTargets(0);
+    vnni_on.store(vnni_at_best(), std::memory_order_relaxed);
     return;
   }
+  const bool vnni = kVnniCompiled && name == kVnniName;
+  if (vnni) name = "avx512";
   std::int64_t bit = 0;
   for (const std::int64_t b : compiled_bits()) {
     if (name == name_of(b)) bit = b;
@@ -110,11 +151,12 @@ void select_target(std::string_view name) {
                                      joined(compiled_targets())));
   }
   const std::int64_t cpu = cpu_bits();
-  if ((cpu & bit) == 0) {
+  if ((cpu & bit) == 0 || (vnni && !cpu_has_vnni())) {
     hwy::DisableTargets(current_disabled);
-    throw ParameterError(fmt::format("SIMD target '{}' cannot run on this CPU (it supports: {})", name,
-                                     joined(supported_targets())));
+    throw ParameterError(fmt::format("SIMD target '{}' cannot run on this CPU (it supports: {})",
+                                     vnni ? kVnniName : name, joined(supported_targets())));
   }
+  vnni_on.store(vnni, std::memory_order_relaxed);
   // Highway prefers lower bit values: disabling every bit below `bit` leaves
   // `bit` the best target, and dispatch re-chooses on the next call.
   current_disabled = bit - 1;

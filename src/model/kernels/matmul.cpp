@@ -556,7 +556,8 @@ Rounding rounding_of(WeightType type, MatmulMode mode) noexcept {
 // to the largest product it has made, then reused (no allocation a step once
 // a decoder has made one of each).
 struct Rounded {
-  std::vector<std::int16_t> values;
+  std::vector<std::int16_t> values;     // kSplit: the coarse part
+  std::vector<std::int8_t> bytes;         // kQ8_0 and kQ8_K: the values
   std::vector<std::int16_t> residuals;  // kSplit: the fine part; kQ8_K: the sums by 32
   std::vector<float> scales;
   std::vector<std::uint8_t> usable;  // per vector: 0 takes the float kernel
@@ -566,7 +567,8 @@ struct Rounded {
   std::atomic<std::size_t> held{0};
 
   void size_for(Rounding kind, std::size_t vectors, std::size_t cols) {
-    if (values.size() < vectors * cols) values.resize(vectors * cols);
+    if (kind == Rounding::kSplit && values.size() < vectors * cols) values.resize(vectors * cols);
+    if (kind != Rounding::kSplit && bytes.size() < vectors * cols) bytes.resize(vectors * cols);
     const std::size_t fine = kind == Rounding::kSplit ? vectors * cols : kind == Rounding::kQ8_K ? vectors * cols / 32 : 0;
     if (residuals.size() < fine) residuals.resize(fine);
     const std::size_t block = kind == Rounding::kQ8_K ? 256 : 32;
@@ -584,11 +586,11 @@ struct Rounded {
                                 scales.data() + first * cols / 32, usable.data() + first);
         break;
       case Rounding::kQ8_0:
-        good = round_q8_0(from, x_stride, cols, n, values.data() + first * cols, scales.data() + first * cols / 32,
+        good = round_q8_0(from, x_stride, cols, n, bytes.data() + first * cols, scales.data() + first * cols / 32,
                           usable.data() + first);
         break;
       default:
-        good = round_q8_k(from, x_stride, cols, n, values.data() + first * cols, scales.data() + first * cols / 256,
+        good = round_q8_k(from, x_stride, cols, n, bytes.data() + first * cols, scales.data() + first * cols / 256,
                           residuals.data() + first * cols / 32, usable.data() + first);
         break;
     }
@@ -657,7 +659,7 @@ void matmul_group(const Product* products, std::size_t count, const float* x, st
                        p.y, p.y_stride, r0, r1);
     } else {
       const std::int16_t* sums = kind == Rounding::kQ8_K ? r->residuals.data() : nullptr;
-      matmul_int8(*p.w, Int8Vectors{r->values.data(), r->scales.data(), sums, cols, vectors}, p.y, p.y_stride, r0, r1);
+      matmul_int8(*p.w, Int8Vectors{r->bytes.data(), r->scales.data(), sums, cols, vectors}, p.y, p.y_stride, r0, r1);
     }
     for (std::size_t v = 0; held < vectors && v < vectors; ++v) {
       if (r->usable[v] == 0) run(*p.w, r0, r1, x + v * x_stride, x_stride, p.y + v * p.y_stride, p.y_stride, 1);

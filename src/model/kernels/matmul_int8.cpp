@@ -13,9 +13,11 @@
 // is turned into a float. The rounding is llama.cpp's, so the logits come
 // near its own: that is the mode's other purpose.
 //
-// The values are held in int16 (each in [-127, 127]): Highway (1.0.3, the
-// packaged one) has no 8-bit multiply-add, and int16 x int16 keeps every
-// target -- down to the baseline -- on the same exact integer sums.
+// The values are held in int8 (each in [-127, 127]). Highway (1.0.3, the
+// packaged one) has no 8-bit multiply-add: its kernels here widen both sides
+// to int16, which keeps every target -- down to the baseline -- on the same
+// exact integer sums; on a CPU with AVX-512 VNNI the products run in 8 bits
+// (matmul_int8_vnni.cpp), to the same integer sums.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul_int8.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -66,17 +68,17 @@ HWY_INLINE float LargestMagnitude(const float* x, std::size_t n, bool& finite) {
 
 // n values round(x * inverse), ties to even (the CPU's rounding, as
 // llama.cpp's _mm256_round_ps and its nearest_int), at most `top`.
-HWY_INLINE void RoundValues(const float* x, std::size_t n, float inverse, std::int32_t top, std::int16_t* out) {
+HWY_INLINE void RoundValues(const float* x, std::size_t n, float inverse, std::int32_t top, std::int8_t* out) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const hn::Rebind<std::int16_t, decltype(di)> d16;
+  const hn::Rebind<std::int8_t, decltype(di)> d8;
   for (std::size_t e = 0; e < n; e += hn::Lanes(df)) {
     const auto rounded = hn::Min(hn::NearestInt(hn::Mul(hn::LoadU(df, x + e), hn::Set(df, inverse))), hn::Set(di, top));
-    hn::StoreU(hn::DemoteTo(d16, rounded), d16, out + e);
+    hn::StoreU(hn::DemoteTo(d8, rounded), d8, out + e);
   }
 }
 
-std::size_t RoundQ8_0(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int16_t* values,
+std::size_t RoundQ8_0(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int8_t* values,
                       float* scales, std::uint8_t* usable) {
   const std::size_t blocks = cols / 32;
   std::size_t good = 0;
@@ -95,7 +97,7 @@ std::size_t RoundQ8_0(const float* x, std::size_t xs, std::size_t cols, std::siz
       RoundValues(at, 32, m != 0.0F ? 127.0F / m : 0.0F, 127, values + v * cols + block * 32);
     }
     if (!ok) {
-      std::memset(values + v * cols, 0, cols * sizeof(std::int16_t));
+      std::memset(values + v * cols, 0, cols);
       std::memset(scales + v * blocks, 0, blocks * sizeof(float));
     }
     usable[v] = ok ? 1 : 0;
@@ -104,7 +106,7 @@ std::size_t RoundQ8_0(const float* x, std::size_t xs, std::size_t cols, std::siz
   return good;
 }
 
-std::size_t RoundQ8_K(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int16_t* values,
+std::size_t RoundQ8_K(const float* x, std::size_t xs, std::size_t cols, std::size_t vectors, std::int8_t* values,
                       float* scales, std::int16_t* sums, std::uint8_t* usable) {
   const std::size_t blocks = cols / 256;
   std::size_t good = 0;
@@ -112,11 +114,11 @@ std::size_t RoundQ8_K(const float* x, std::size_t xs, std::size_t cols, std::siz
     bool ok = true;
     for (std::size_t block = 0; block < blocks && ok; ++block) {
       const float* at = x + v * xs + block * 256;
-      std::int16_t* out = values + v * cols + block * 256;
+      std::int8_t* out = values + v * cols + block * 256;
       const float m = LargestMagnitude(at, 256, ok);
       if (!ok) break;
       if (m == 0.0F) {
-        std::memset(out, 0, 256 * sizeof(std::int16_t));
+        std::memset(out, 0, 256);
         scales[v * blocks + block] = 0.0F;
       } else {
         // llama.cpp's quantize_row_q8_K: the first element of the largest
@@ -134,7 +136,7 @@ std::size_t RoundQ8_K(const float* x, std::size_t xs, std::size_t cols, std::siz
       }
     }
     if (!ok) {
-      std::memset(values + v * cols, 0, cols * sizeof(std::int16_t));
+      std::memset(values + v * cols, 0, cols);
       std::memset(scales + v * blocks, 0, blocks * sizeof(float));
       std::memset(sums + v * (cols / 32), 0, cols / 32 * sizeof(std::int16_t));
     }
@@ -179,7 +181,7 @@ HWY_INLINE void TileQ8_0(const kvevict::WeightMatrix& w, std::size_t r0, const k
         q[r] = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(b[r] + 2 + e)));
       }
       for (int v = 0; v < V; ++v) {
-        const auto xv = hn::LoadU(d16, qx.values + (v0 + v) * qx.stride + block * 32 + e);
+        const auto xv = hn::PromoteTo(d16, hn::LoadU(d8, qx.values + (v0 + v) * qx.stride + block * 32 + e));
         for (int r = 0; r < R; ++r) sum[r][v] = hn::ReorderWidenMulAccumulate(d32, q[r], xv, sum[r][v], odd[r][v]);
       }
     }
@@ -234,6 +236,7 @@ HWY_INLINE void TileQ4_K(const kvevict::WeightMatrix& w, std::size_t r0, const k
   const DI32 d32;
   const DF32 df;
   const hn::Rebind<std::uint8_t, DI16> d8;
+  const hn::Rebind<std::int8_t, DI16> ds8;
   const hn::RebindToUnsigned<DI16> du16;
   const std::size_t N = hn::Lanes(d16);
   const std::size_t blocks = w.cols / 256;
@@ -271,9 +274,9 @@ HWY_INLINE void TileQ4_K(const kvevict::WeightMatrix& w, std::size_t r0, const k
           hi[r] = hn::Mul(hn::ShiftRight<4>(raw), hn::Set(d16, sc[r][2 * g + 1]));
         }
         for (int v = 0; v < V; ++v) {
-          const std::int16_t* xv = qx.values + (v0 + v) * qx.stride + block * 256 + 64 * g + e;
-          const auto xl = hn::LoadU(d16, xv);
-          const auto xh = hn::LoadU(d16, xv + 32);
+          const std::int8_t* xv = qx.values + (v0 + v) * qx.stride + block * 256 + 64 * g + e;
+          const auto xl = hn::PromoteTo(d16, hn::LoadU(ds8, xv));
+          const auto xh = hn::PromoteTo(d16, hn::LoadU(ds8, xv + 32));
           for (int r = 0; r < R; ++r) {
             sum[r][v] = hn::ReorderWidenMulAccumulate(d32, lo[r], xl, sum[r][v], odd[r][v]);
             sum[r][v] = hn::ReorderWidenMulAccumulate(d32, hi[r], xh, sum[r][v], odd[r][v]);
@@ -363,7 +366,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <fmt/format.h>
 
+#include "kernels/matmul_int8_vnni.h"
 #include "kvevict/core/errors.h"
+#include "kvevict/core/simd.h"
 
 namespace kvevict {
 namespace kernels {
@@ -383,17 +388,23 @@ const char* matmul_mode_name(MatmulMode mode) noexcept { return mode == MatmulMo
 bool has_int8_kernel(WeightType type) noexcept { return type == WeightType::kQ8_0 || type == WeightType::kQ4_K; }
 
 std::size_t round_q8_0(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                       std::int16_t* values, float* scales, std::uint8_t* usable) noexcept {
+                       std::int8_t* values, float* scales, std::uint8_t* usable) noexcept {
   return HWY_DYNAMIC_DISPATCH(kernels::RoundQ8_0)(x, x_stride, cols, vectors, values, scales, usable);
 }
 
 std::size_t round_q8_k(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                       std::int16_t* values, float* scales, std::int16_t* sums, std::uint8_t* usable) noexcept {
+                       std::int8_t* values, float* scales, std::int16_t* sums, std::uint8_t* usable) noexcept {
   return HWY_DYNAMIC_DISPATCH(kernels::RoundQ8_K)(x, x_stride, cols, vectors, values, scales, sums, usable);
 }
 
 void matmul_int8(const WeightMatrix& w, const Int8Vectors& x, float* y, std::size_t y_stride, std::size_t begin,
                  std::size_t end) noexcept {
+#if KVEVICT_HAS_VNNI_KERNELS
+  if (simd::vnni_active()) {
+    kernels::matmul_int8_vnni(w, x, y, y_stride, begin, end);
+    return;
+  }
+#endif
   HWY_DYNAMIC_DISPATCH(kernels::MatMulRowsInt8)(w, begin, end, x, y, y_stride);
 }
 

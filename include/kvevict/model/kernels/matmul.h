@@ -112,12 +112,12 @@ void matmul_quantized(const WeightMatrix& w, const QuantizedVectors& x, float* y
                       std::size_t begin, std::size_t end) noexcept;
 
 // Vectors rounded to 8 bits a value (kInt8): `values` (vectors x stride,
-// each in [-127, 127], held in int16 for the kernels' multiply-adds),
+// each in [-127, 127]),
 // `scales` (one a block: 32 values for Q8_0 blocks, 256 for Q8_K) and, for
 // Q8_K, `sums` (each 32 values' sum, vectors x stride / 32). Element j of
 // vector v is about values[v * stride + j] * scales[(v * stride + j) / block].
 struct Int8Vectors {
-  const std::int16_t* values = nullptr;
+  const std::int8_t* values = nullptr;
   const float* scales = nullptr;
   const std::int16_t* sums = nullptr;  // Q8_K only
   std::size_t stride = 0;              // the columns, a multiple of the block
@@ -131,13 +131,13 @@ struct Int8Vectors {
 // vector holding a NaN or an infinity, or a block with m / 127 past 65504
 // (float16's largest). Returns the usable vectors.
 std::size_t round_q8_0(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                       std::int16_t* values, float* scales, std::uint8_t* usable) noexcept;
+                       std::int8_t* values, float* scales, std::uint8_t* usable) noexcept;
 // The same into Q8_K blocks (cols a multiple of 256): each block's element
 // of largest magnitude M (the first such), iscale = -127 / M, each value
 // min(127, round(iscale * x)) with ties to even, the scale 1 / iscale, and
 // the sums of each 32 values.
 std::size_t round_q8_k(const float* x, std::size_t x_stride, std::size_t cols, std::size_t vectors,
-                       std::int16_t* values, float* scales, std::int16_t* sums, std::uint8_t* usable) noexcept;
+                       std::int8_t* values, float* scales, std::int16_t* sums, std::uint8_t* usable) noexcept;
 
 // Rows [begin, end) of a Q8_0 matrix against Q8_0-rounded vectors,
 // or of a Q4_K matrix against Q8_K-rounded ones: y[v * y_stride + r] for v <
