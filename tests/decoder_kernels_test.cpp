@@ -145,6 +145,7 @@ void check_prefill(const std::shared_ptr<const Model>& model, const std::string&
     const std::string where = name + ", " + s.label;
     DecodeRun one = make_run(model, s, 1);
     DecodeRun chunked = make_run(model, s, 7);
+    DecodeRun last_only = make_run(model, s, 7);  // PromptLogits::kLast
     std::vector<float> expected;
     for (const Token t : tokens) {
       const auto l = one.decoder->step(t);
@@ -162,8 +163,16 @@ void check_prefill(const std::shared_ptr<const Model>& model, const std::string&
       ASSERT_EQ(std::vector<float>(last.begin(), last.end()),
                 std::vector<float>(rows.end() - static_cast<std::ptrdiff_t>(vocab), rows.end()))
           << where;
+      // The last token's logits alone: that row, to the bit.
+      const auto row = last_only.decoder->prefill(std::span<const Token>(tokens).subspan(at, n), PromptLogits::kLast);
+      const std::vector<float> want(expected.begin() + static_cast<std::ptrdiff_t>((at + n - 1) * vocab),
+                                    expected.begin() + static_cast<std::ptrdiff_t>((at + n) * vocab));
+      ASSERT_EQ(std::vector<float>(row.begin(), row.end()), want) << where << ", last only: chunk at " << at;
+      const auto kept = last_only.decoder->last_logits();
+      ASSERT_EQ(std::vector<float>(kept.begin(), kept.end()), want) << where << ", last only";
     }
     expect_same_caches(*one.decoder, *chunked.decoder, where);
+    expect_same_caches(*one.decoder, *last_only.decoder, where + ", last only");
     // And decoding goes on from there alike.
     const Token next = tokens[3];
     const auto a = one.decoder->step(next);
@@ -178,6 +187,33 @@ TEST(WeightKernelsDecoder, APrefillGivesEachTokensLogitsAsStepsDo) {
   check_prefill(random_model("llama", WeightType::kQ8_0, 64, dir), "llama Q8_0");
   check_prefill(random_model("qwen2", WeightType::kF16, 64, dir), "qwen2 F16");
   check_prefill(random_model("mistral", WeightType::kQ4_K, 256, dir), "mistral Q4_K");
+}
+
+// A sequence budget's prefill runs a pass a token (its eviction comes
+// between tokens); asked for the last logits only, it returns that row.
+TEST(WeightKernelsDecoder, ALastLogitsPrefillUnderASequenceBudgetIsItsLastStep) {
+  const testing::ScratchFolder dir("kvevict-kernels-test");
+  const auto model = random_model("llama", WeightType::kQ8_0, 64, dir);
+  const std::vector<Token> tokens = tokens_for(*model, 30);
+  PagedOptions sequence;
+  sequence.set_granularity(Granularity::kSequence);
+  const RunSpec h2o{"h2o", {{"recentWindow", 4}}, 12};
+  std::vector<DecodeRun> runs(2);
+  for (DecodeRun& r : runs) {
+    r.decoder = std::make_unique<Decoder>(model, DecoderOptions{.threads = 2, .prefill_chunk = 10});
+    r.policies = DecoderPolicies(h2o, model->config(), sequence);
+    r.policies.attach(*r.decoder);
+  }
+  for (std::size_t at = 0; at < tokens.size(); at += 10) {
+    std::vector<float> want;
+    for (std::size_t i = at; i < at + 10; ++i) {
+      const auto l = runs[0].decoder->step(tokens[i]);
+      want.assign(l.begin(), l.end());
+    }
+    const auto row = runs[1].decoder->prefill(std::span<const Token>(tokens).subspan(at, 10), PromptLogits::kLast);
+    ASSERT_EQ(std::vector<float>(row.begin(), row.end()), want) << "chunk at " << at;
+  }
+  expect_same_caches(*runs[0].decoder, *runs[1].decoder, "sequence budget, last only");
 }
 
 TEST(WeightKernelsDecoder, TheTinyModelsPrefillKeepsItsArithmetic) {

@@ -505,7 +505,7 @@ if [[ $(grep -c '"instances":' "$tmp/bench.json") -eq 1 && $(grep -B1 '"instance
 else
   fail "bench --policies h2o,snapkv: bank rows $(grep -c '"instances":' "$tmp/bench.json")"
 fi
-bad "bench text alone" "bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --threads and --together need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
+bad "bench text alone" "bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --prompt-logits, --threads and --together need --model" -- bench --text "$heldout" --policies h2o --budgets 64 --no-compare --bank-instances 0
 ok  "bench item"       '"policy": "expected-attention:evictEvery=8",' -- bench --policies knorm,expected-attention:evictEvery=8 --budgets 64 --seconds 0.01 --no-compare --bank-instances 0 --format json
 bad "bench item bad"   "evictEvery" -- bench --policies expected-attention:evictEvery=0 --budgets 64 --seconds 0.01 --no-compare --bank-instances 0
 bad "bench model bank" "bench --model times a decoder: --seconds, --no-compare and --bank-* do not apply" -- bench --model "$model" --bank-instances 4

@@ -106,6 +106,7 @@ struct BenchArgs {
   int rounds = 5;
   std::uint32_t prompt = 0;
   std::uint32_t chunk = 256;
+  std::string prompt_logits = "all";
   std::string threads = "0";
   bool together = false;
 };
@@ -123,6 +124,7 @@ int run_bench_model(const BenchArgs& f, const CLI::App* cmd, const ModelLoad& co
   request.rounds = f.rounds;
   request.prompt = f.prompt;
   request.prefill_chunk = f.chunk;
+  request.prompt_logits = f.prompt_logits == "last" ? PromptLogits::kLast : PromptLogits::kEvery;
   request.together = f.together;
   request.threads.clear();
   for (const std::int64_t t : parse_integer_list(f.threads, "--threads")) {
@@ -153,10 +155,11 @@ int run_bench_model(const BenchArgs& f, const CLI::App* cmd, const ModelLoad& co
 
 // bench without --model: the policies' decode steps and the banks.
 int run_bench_policies(const BenchArgs& f, const CLI::App* cmd) {
-  for (const char* flag : {"--text", "--tokens", "--rounds", "--prompt", "--prefill-chunk", "--threads", "--together"}) {
+  for (const char* flag :
+       {"--text", "--tokens", "--rounds", "--prompt", "--prefill-chunk", "--prompt-logits", "--threads", "--together"}) {
     if (cmd->get_option(flag)->count() > 0) {
-      throw ParameterError("bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --threads and --together "
-                           "need --model");
+      throw ParameterError("bench: --text, --tokens, --rounds, --prompt, --prefill-chunk, --prompt-logits, --threads "
+                           "and --together need --model");
     }
   }
   if (f.format == "csv") {
@@ -269,6 +272,10 @@ Command add_bench_command(CLI::App& app, const ModelContext& context) {
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", f->chunk, "with --model: tokens a prefill pass takes at once (1 ... 4096)")
       ->check(CLI::Range(1U, 4096U))->capture_default_str();
+  cmd->add_option("--prompt-logits", f->prompt_logits,
+                  "with --model: the prompt's logits computed: all (every token's, as perplexity scores them) or "
+                  "last (the last token's only, as a server needs; llama.cpp's default)")
+      ->check(CLI::IsMember({"all", "last"}))->capture_default_str();
   cmd->add_option("--threads", f->threads, "with --model: comma-separated thread counts, each timed (0: every core)")
       ->capture_default_str();
   cmd->add_flag("--together", f->together,

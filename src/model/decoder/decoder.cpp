@@ -690,6 +690,7 @@ struct Decoder::Lanes {
   Impl::Scratch* scratch = nullptr;
   int threads = 1;
   DecodeProfile* profile = nullptr;
+  bool last_logits_only = false;  // the last lane's logits alone (one decoder's prefill)
 };
 
 void Decoder::check_ready(std::span<const Token> tokens, const std::string& who) const {
@@ -739,7 +740,7 @@ std::span<const float> Decoder::step(Token token) {
   return last_logits();
 }
 
-std::span<const float> Decoder::prefill(std::span<const Token> tokens) {
+std::span<const float> Decoder::prefill(std::span<const Token> tokens, PromptLogits logits) {
   Impl& m = *impl_;
   if (tokens.empty()) return {};
   if (tokens.size() > m.chunk) {
@@ -760,13 +761,16 @@ std::span<const float> Decoder::prefill(std::span<const Token> tokens) {
     }
     std::copy_n(m.led_logits.data(), vocab, m.own.logits.data());
     m.last = m.own.logits.data() + (tokens.size() - 1) * vocab;
+    if (logits == PromptLogits::kLast) return {m.last, vocab};
     return {m.own.logits.data(), tokens.size() * vocab};
   }
   // Every lane is this decoder: the pass takes the tokens in order.
   std::array<Decoder*, 4096> self{};
   std::fill_n(self.begin(), tokens.size(), this);
-  Lanes lanes{std::span<Decoder* const>(self.data(), tokens.size()), tokens, &m.own, m.threads, profile_};
+  Lanes lanes{std::span<Decoder* const>(self.data(), tokens.size()), tokens, &m.own, m.threads, profile_,
+              logits == PromptLogits::kLast};
   forward(lanes);
+  if (logits == PromptLogits::kLast) return {m.last, vocab};
   return {m.own.logits.data(), tokens.size() * vocab};
 }
 
@@ -985,11 +989,15 @@ void Decoder::forward(Lanes& lanes) {
     }
     lane = 0;
     lap.skip();
-    for (std::uint32_t i = 0; i < n; ++i) {
+    // Each row's logits are its own, whatever the rows beside it
+    // (matmul's contract): the last alone is the same row to the bit.
+    const std::uint32_t first = lanes.last_logits_only ? n - 1 : 0;
+    for (std::uint32_t i = first; i < n; ++i) {
       rms_norm(s.x.data() + std::size_t{i} * width, model.final_norm(), s.h.data() + std::size_t{i} * width, width,
                c.norm_eps);
     }
-    product(model, model.output(), s.h.data(), width, s.logits.data(), c.vocab, n, threads);
+    product(model, model.output(), s.h.data() + std::size_t{first} * width, width,
+            s.logits.data() + std::size_t{first} * c.vocab, c.vocab, n - first, threads);
     lap.charge(&DecodeProfile::projections);
   } catch (const std::exception& e) {
     // The strong guarantee would need every policy's state rolled back, which

@@ -199,16 +199,28 @@ HWY_INLINE void TileQ8_0(const kvevict::WeightMatrix& w, std::size_t r0, const k
   }
 }
 
-// A Q4_K block's 6-bit sub-block scales and mins (as dequantize's).
+// A Q4_K block's 6-bit sub-block scales and mins (as dequantize's: scale
+// j < 4 in the low 6 bits of byte j, min j < 4 of byte j + 4; for j >= 4 the
+// low 4 bits in byte j + 4's low (scale) or high (min) nibble and the top 2
+// in bits 6-7 of byte j - 4 (scale) or j (min)), unpacked four bytes a
+// 32-bit word, then widened.
 HWY_INLINE void ScalesMins(const std::uint8_t* q, std::int16_t* sc, std::int16_t* m) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = static_cast<std::int16_t>(q[j] & 63);
-      m[j] = static_cast<std::int16_t>(q[j + 4] & 63);
-    } else {
-      sc[j] = static_cast<std::int16_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-      m[j] = static_cast<std::int16_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
+  std::uint32_t word[3];
+  std::memcpy(word, q, sizeof word);
+  constexpr std::uint32_t kLow6 = 0x3F3F3F3F;
+  constexpr std::uint32_t kLow4 = 0x0F0F0F0F;
+  constexpr std::uint32_t kTop2 = 0x03030303;
+  const std::uint32_t unpacked[4] = {word[0] & kLow6, (word[2] & kLow4) | (((word[0] >> 6) & kTop2) << 4),
+                                     word[1] & kLow6, ((word[2] >> 4) & kLow4) | (((word[1] >> 6) & kTop2) << 4)};
+  std::uint8_t bytes[16];
+  std::memcpy(bytes, unpacked, sizeof bytes);
+  const hn::CappedTag<std::int16_t, 8> d16;
+  const hn::Rebind<std::uint8_t, decltype(d16)> d8;
+  for (std::size_t j = 0; j < 8; j += hn::Lanes(d16)) {
+    hn::StoreU(hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(), hn::LoadU(d8, bytes + j))), d16,
+               sc + j);
+    hn::StoreU(hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(), hn::LoadU(d8, bytes + 8 + j))),
+               d16, m + j);
   }
 }
 

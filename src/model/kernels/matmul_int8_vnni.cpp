@@ -121,17 +121,23 @@ KVEVICT_VNNI void tile_q8_0(const WeightMatrix& w, std::size_t r0, const Int8Vec
   }
 }
 
-// A Q4_K block's 6-bit sub-block scales and mins (as dequantize's).
-KVEVICT_VNNI void scales_mins(const std::uint8_t* q, std::int16_t* sc, std::int16_t* m) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = static_cast<std::int16_t>(q[j] & 63);
-      m[j] = static_cast<std::int16_t>(q[j + 4] & 63);
-    } else {
-      sc[j] = static_cast<std::int16_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-      m[j] = static_cast<std::int16_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-  }
+// A Q4_K block's 12 bytes of 6-bit sub-block scales and mins as 16 bytes:
+// the eight scales, then the eight mins (dequantize's layout: scale j < 4
+// in the low 6 bits of byte j, min j < 4 of byte j + 4; for j >= 4 the low
+// 4 bits in byte j + 4's low (scale) or high (min) nibble and the top 2 in
+// bits 6-7 of byte j - 4 (scale) or j (min)), four bytes a 32-bit word.
+KVEVICT_VNNI __m128i scales_mins(const std::uint8_t* q) {
+  std::uint32_t word[3];
+  std::memcpy(word, q, sizeof word);
+  constexpr std::uint32_t kLow6 = 0x3F3F3F3F;
+  constexpr std::uint32_t kLow4 = 0x0F0F0F0F;
+  constexpr std::uint32_t kTop2 = 0x03030303;
+  const std::uint32_t scales_low = word[0] & kLow6;
+  const std::uint32_t scales_high = (word[2] & kLow4) | (((word[0] >> 6) & kTop2) << 4);
+  const std::uint32_t mins_low = word[1] & kLow6;
+  const std::uint32_t mins_high = ((word[2] >> 4) & kLow4) | (((word[1] >> 6) & kTop2) << 4);
+  return _mm_set_epi32(static_cast<int>(mins_high), static_cast<int>(mins_low), static_cast<int>(scales_high),
+                       static_cast<int>(scales_low));
 }
 
 // Q4_K rows against Q8_K-rounded vectors, 64 values a step: the low
@@ -151,6 +157,11 @@ KVEVICT_VNNI void tile_q4_k(const WeightMatrix& w, std::size_t r0, const Int8Vec
   const std::uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = w.row(static_cast<std::uint32_t>(r0 + r));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
+  // Group g's scales: sub-block 2g's in lanes 0-7, 2g + 1's in 8-15.
+  __m512i pick[4];
+  for (int g = 0; g < 4; ++g) {
+    pick[g] = _mm512_inserti64x4(_mm512_set1_epi32(2 * g), _mm256_set1_epi32(2 * g + 1), 1);
+  }
   __m512 acc[R][V];
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -162,13 +173,10 @@ KVEVICT_VNNI void tile_q4_k(const WeightMatrix& w, std::size_t r0, const Int8Vec
     for (int r = 0; r < R; ++r) {
       b[r] = rows[r] + block * 144;
       _mm_prefetch(reinterpret_cast<const char*>(b[r] + kPrefetchBytes), _MM_HINT_T0);
-      alignas(16) std::int16_t sc[8];
-      alignas(16) std::int16_t m[8];
-      scales_mins(b[r] + 4, sc, m);
-      for (int g = 0; g < 4; ++g) {
-        scale[r][g] = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * g]), _mm256_set1_epi32(sc[2 * g + 1]), 1);
-      }
-      mins[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(m));
+      const __m128i packed = scales_mins(b[r] + 4);
+      const __m512i wide = _mm512_cvtepu8_epi32(packed);
+      for (int g = 0; g < 4; ++g) scale[r][g] = _mm512_permutexvar_epi32(pick[g], wide);
+      mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
     }
     __m512i sum[R][V];
     for (int r = 0; r < R; ++r) {

@@ -30,7 +30,7 @@ struct Run {
 };
 
 Run prepared(const std::shared_ptr<const Model>& model, const RunSpec* spec, std::span<const Token> prompt,
-             std::uint32_t capacity, std::uint32_t chunk, int threads, double* prefill_seconds) {
+             std::uint32_t capacity, std::uint32_t chunk, PromptLogits logits, int threads, double* prefill_seconds) {
   DecoderOptions options;
   options.capacity = capacity;
   options.prefill_chunk = chunk;
@@ -41,7 +41,7 @@ Run prepared(const std::shared_ptr<const Model>& model, const RunSpec* spec, std
   run.policies.attach(*run.decoder);
   const auto started = Clock::now();
   for (std::size_t at = 0; at < prompt.size(); at += chunk) {
-    (void)run.decoder->prefill(prompt.subspan(at, std::min<std::size_t>(chunk, prompt.size() - at)));
+    (void)run.decoder->prefill(prompt.subspan(at, std::min<std::size_t>(chunk, prompt.size() - at)), logits);
   }
   if (prefill_seconds != nullptr) *prefill_seconds = seconds_since(started);
   return run;
@@ -85,8 +85,8 @@ void time_prompts_together(const std::shared_ptr<const Model>& model, AtThreads&
   std::vector<Decoder*> one_a_pass, several_a_pass;
   for (const Case& c : at.cases) {
     const std::uint32_t chunk = stepped.empty() ? pass : 1;
-    stepped.push_back(prepared(model, c.spec, {}, capacity, 1, at.threads, nullptr));
-    passed.push_back(prepared(model, c.spec, {}, capacity, chunk, at.threads, nullptr));
+    stepped.push_back(prepared(model, c.spec, {}, capacity, 1, PromptLogits::kEvery, at.threads, nullptr));
+    passed.push_back(prepared(model, c.spec, {}, capacity, chunk, PromptLogits::kEvery, at.threads, nullptr));
     one_a_pass.push_back(stepped.back().decoder.get());
     several_a_pass.push_back(passed.back().decoder.get());
   }
@@ -158,13 +158,13 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
     for (AtThreads& at : counts) {
       for (Case& c : at.cases) {
         double prefill = 0.0;
-        Run run = prepared(model, c.spec, prompt, capacity, request.prefill_chunk, at.threads, &prefill);
+        Run run = prepared(model, c.spec, prompt, capacity, request.prefill_chunk, request.prompt_logits, at.threads, &prefill);
         if (c.spec == nullptr && !prompt.empty()) at.prefill_seconds.push_back(prefill);
         const auto started = Clock::now();
         for (const Token t : decoded) sink += run.decoder->step(t).front();
         c.seconds.push_back(seconds_since(started));
         if (request.profile) {
-          Run profiled = prepared(model, c.spec, prompt, capacity, request.prefill_chunk, at.threads, nullptr);
+          Run profiled = prepared(model, c.spec, prompt, capacity, request.prefill_chunk, request.prompt_logits, at.threads, nullptr);
           profiled.decoder->set_profile(&c.profile);
           for (const Token t : decoded) sink += profiled.decoder->step(t).front();
         }
@@ -173,7 +173,7 @@ std::vector<DecodeBenchRow> bench_decoder(std::shared_ptr<const Model> model, st
         std::vector<Run> runs;
         std::vector<Decoder*> batch;
         for (const Case& c : at.cases) {
-          runs.push_back(prepared(model, c.spec, prompt, capacity, request.prefill_chunk, at.threads, nullptr));
+          runs.push_back(prepared(model, c.spec, prompt, capacity, request.prefill_chunk, request.prompt_logits, at.threads, nullptr));
           batch.push_back(runs.back().decoder.get());
         }
         std::vector<Token> same(batch.size());

@@ -26,6 +26,13 @@ class LayerBudget;
 class SequenceBudget;
 // How a decoder stores its keys and values (docs/paged.md, "The decoder on a
 // paged store").
+// Which logits a prefill computes: every prompt token's (what perplexity
+// scores) or the last token's only (what a server needs before it decodes;
+// llama.cpp's default). The output head is a fifth of a small model's
+// weights (SmolLM2-135M's, Llama-3.2-1B's): kLast reads it once a pass
+// instead of once a token.
+enum class PromptLogits { kEvery, kLast };
+
 struct DecoderOptions {
   // Positions per cache, at most the model's context (0: the context).
   std::uint32_t capacity = 0;
@@ -146,8 +153,10 @@ class Decoder {
   // caches, the policies' calls and the logits; tested), so perplexity can
   // score every row. Throws as step() does; InputError, changing nothing,
   // for more tokens than the chunk or when a cache without a policy would
-  // pass the capacity within them.
-  std::span<const float> prefill(std::span<const Token> tokens);
+  // pass the capacity within them. With PromptLogits::kLast only the last
+  // token's row is computed and returned ([vocab], the same to the bit);
+  // everything else is as with kEvery.
+  std::span<const float> prefill(std::span<const Token> tokens, PromptLogits logits = PromptLogits::kEvery);
 
   // Steps decoders[i] on tokens[i] for every i as one pass through the
   // layers: each weight is read once for them all (many runs over the same

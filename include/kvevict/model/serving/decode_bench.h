@@ -26,6 +26,9 @@ struct DecodeBenchRequest {
   // times the prefill itself (a "prefill" row a thread count).
   std::uint32_t prompt = 0;
   std::uint32_t prefill_chunk = 256;
+  // The prompt's logits (Decoder::prefill): every token's, as perplexity
+  // needs them, or the last's only, as a server does (llama.cpp's default).
+  PromptLogits prompt_logits = PromptLogits::kEvery;
   std::uint32_t tokens = 1024;  // tokens decoded a pass after the prompt (prompt + tokens at most the text and the context)
   int rounds = 5;               // passes a run; each round runs every run once, in turn
   std::vector<int> threads = {0};  // the rows again at each count (0: every core, default_threads())
