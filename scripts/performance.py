@@ -350,7 +350,8 @@ def int8_target(target):
 def kvevict_args(model, prompt, tokens, threads, target, matmul="exact"):
     target = int8_target(target) if matmul == "int8" else target
     return ["bench", "--model", str(model), "--text", TEXT, "--prompt", str(prompt), "--tokens", str(tokens),
-            "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target, "--matmul", matmul]
+            "--rounds", "1", "--policies", "none", "--threads", str(threads), "--simd", target, "--matmul", matmul,
+            "--prompt-logits", "last"]
 
 
 def engines(key):
@@ -446,8 +447,10 @@ def llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, 
              f"(resolved: {first['flashAttnResolved'] or 'not logged'}), `n_batch` 2048 and `n_ubatch` 512",
              "(`n_batch` cut to the context, so either prompt is one ubatch), the logits of the prompt's last",
              "token only (`--prompt-logits all` asks for every one's); kvevict at its own: float32 caches, the",
-             "prompt in chunks of 256, the logits after every prompt token (`Decoder::prefill` returns them",
-             "all). The ratio is kvevict's tokens/s over llama.cpp's. The read",
+             "prompt in chunks of 256, and as llama.cpp the logits of the prompt's last token only",
+             "(`--prompt-logits last`: `Decoder::prefill(tokens, PromptLogits::kLast)`; the output head, a fifth",
+             "of both models' weights, once a chunk instead of once a token). The ratio is kvevict's tokens/s",
+             "over llama.cpp's. The read",
              "floor is kvevict bench's: the file's weight bytes a token over the read bandwidth of as many",
              "threads, measured in each kvevict process (the highest of the rounds).", ""]
     if apart:
@@ -461,7 +464,7 @@ def llama_cpp_section(results, targets, best, model_keys, threads_list, rounds, 
         features = " ".join(f for f in sample["cpuFeatures"] if f.startswith(("AVX", "F16C", "FMA", "AMX")))
         pick = "its own pick" if target == best else "`--cpu-variant`"
         kcmd = (f"build/kvevict bench --model M.gguf --text {TEXT} --prompt 128|512 --tokens 64|1 --rounds 1 "
-                f"--policies none --threads T --simd {target}")
+                f"--policies none --threads T --simd {target} --prompt-logits last")
         lcmd = ("build/bench/llama_cpp_bench M.gguf --ids IDS --prompt 128|512 --tokens 64|1 --rounds 1 "
                 "--warmup 0 --threads T" + (f" --cpu-variant {LLAMA_VARIANT[target]}" if target != best else ""))
         lines += [f"### {SIMD_NAME[target]}", "",

@@ -343,9 +343,175 @@ HWY_INLINE void RowGroup(const kvevict::WeightMatrix& w, std::size_t r0, const k
       [&](std::size_t v) { TileQ8_0<R, 1>(w, r0, qx, v, y, ys); });
 }
 
+#if HWY_TARGET == HWY_AVX2
+// AVX2's own 8-bit products (raw intrinsics; Highway 1.0.3 has no 8-bit
+// multiply-add): vpmaddubsw multiplies 32 unsigned bytes by 32 signed ones
+// into 16 sums of two, vpmaddwd widens those to 32 bits -- 32 weights two
+// instructions, where the kernels above take four (two widenings, two
+// multiply-adds) at 16 lanes. The integer sums are the same; as with the
+// VNNI kernels (matmul_int8_vnni.cpp), the lanes they sit in before the
+// float sum are this target's own. Two rows, two vectors a tile: AVX2's 16
+// registers hold their accumulators, weights and vectors.
+
+HWY_INLINE float HalfAvx2(const std::uint8_t* p) {
+  std::uint16_t h = 0;
+  std::memcpy(&h, p, sizeof h);
+  return _cvtsh_ss(h);
+}
+
+HWY_INLINE float SumLanesAvx2(__m256 v) {
+  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
+}
+
+// Q8_0: vpmaddubsw wants one side unsigned: each weight's magnitude (128
+// for -128, read unsigned) against the vector's value with the weight's
+// sign (vpsignb), so no pair passes 2 x 128 x 127 (no saturation).
+template <int R, int V>
+HWY_INLINE void TileQ8_0Avx2(const kvevict::WeightMatrix& w, std::size_t r0, const kvevict::Int8Vectors& qx,
+                             std::size_t v0, float* HWY_RESTRICT y, std::size_t ys) {
+  const std::size_t blocks = w.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const std::uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.row(static_cast<std::uint32_t>(r0 + r));
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+  for (std::size_t block = 0; block < blocks; ++block) {
+    __m256i wq[R];
+    __m256i magnitude[R];
+    float d[R];
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* b = rows[r] + block * 34;
+      hwy::Prefetch(b + kPrefetchBytes);
+      wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+      magnitude[r] = _mm256_sign_epi8(wq[r], wq[r]);
+      d[r] = HalfAvx2(b);
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256i xv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx.values + (v0 + v) * qx.stride + block * 32));
+      const float dx = qx.scales[(v0 + v) * blocks + block];
+      for (int r = 0; r < R; ++r) {
+        const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[r], _mm256_sign_epi8(xv, wq[r])), ones);
+        acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d[r] * dx), acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) y[(v0 + v) * ys + r0 + r] = SumLanesAvx2(acc[r][v]);
+  }
+}
+
+// Q4_K: the nibbles (0..15) are the unsigned side, against the vector's
+// values; each sub-block's pairs then multiply-add by its 6-bit scale
+// (vpmaddwd), so no pair passes 2 x 15 x 127 and no sum 2 x 3810 x 63.
+template <int R, int V>
+HWY_INLINE void TileQ4_KAvx2(const kvevict::WeightMatrix& w, std::size_t r0, const kvevict::Int8Vectors& qx,
+                             std::size_t v0, float* HWY_RESTRICT y, std::size_t ys) {
+  const std::size_t blocks = w.cols / 256;
+  const std::size_t groups32 = qx.stride / 32;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const std::uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = w.row(static_cast<std::uint32_t>(r0 + r));
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+  for (std::size_t block = 0; block < blocks; ++block) {
+    const std::uint8_t* b[R];
+    alignas(16) std::int16_t sc[R][8];
+    alignas(16) std::int16_t m[R][8];
+    for (int r = 0; r < R; ++r) {
+      b[r] = rows[r] + block * 144;
+      hwy::Prefetch(b[r] + kPrefetchBytes);
+      ScalesMins(b[r] + 4, sc[r], m[r]);
+    }
+    __m256i sum[R][V];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < V; ++v) sum[r][v] = _mm256_setzero_si256();
+    }
+    for (int g = 0; g < 4; ++g) {
+      __m256i lo[R];
+      __m256i hi[R];
+      for (int r = 0; r < R; ++r) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[r] + 16 + 32 * g));
+        lo[r] = _mm256_and_si256(raw, nibble);
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+      }
+      for (int v = 0; v < V; ++v) {
+        const std::int8_t* xv = qx.values + (v0 + v) * qx.stride + block * 256 + 64 * g;
+        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xv));
+        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xv + 32));
+        for (int r = 0; r < R; ++r) {
+          const __m256i low = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], xl), _mm256_set1_epi16(sc[r][2 * g]));
+          const __m256i high =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], xh), _mm256_set1_epi16(sc[r][2 * g + 1]));
+          sum[r][v] = _mm256_add_epi32(sum[r][v], _mm256_add_epi32(low, high));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float d = HalfAvx2(b[r]);
+      const float dmin = HalfAvx2(b[r] + 2);
+      const __m128i mins = _mm_load_si128(reinterpret_cast<const __m128i*>(m[r]));
+      for (int v = 0; v < V; ++v) {
+        const float dx = qx.scales[(v0 + v) * blocks + block];
+        const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx.sums + (v0 + v) * groups32 + block * 8));
+        // The block: d * dx * (its integer sum) - dmin * dx * (the mins'
+        // sum), lane by lane; the mins' four lanes in lanes 0-3.
+        const __m256 whole = _mm256_mul_ps(_mm256_cvtepi32_ps(sum[r][v]), _mm256_set1_ps(d * dx));
+        const __m128 less = _mm_mul_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, xs)), _mm_set1_ps(dmin * dx));
+        acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_sub_ps(whole, _mm256_insertf128_ps(_mm256_setzero_ps(), less, 0)));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) y[(v0 + v) * ys + r0 + r] = SumLanesAvx2(acc[r][v]);
+  }
+}
+
+// Q8_0: four vectors a tile where there are (the weights' magnitudes and
+// signs made once for four), then two, then one; Q4_K two at most (its
+// integer sums take a register each as well).
+template <int R>
+HWY_INLINE void RowGroupAvx2(const kvevict::WeightMatrix& w, std::size_t r0, const kvevict::Int8Vectors& qx,
+                             float* y, std::size_t ys) {
+  std::size_t v = 0;
+  if (w.type == kvevict::WeightType::kQ4_K) {
+    for (; v + 2 <= qx.vectors; v += 2) TileQ4_KAvx2<R, 2>(w, r0, qx, v, y, ys);
+    if (v < qx.vectors) TileQ4_KAvx2<R, 1>(w, r0, qx, v, y, ys);
+    return;
+  }
+  if constexpr (R <= 2) {
+    for (; v + 4 <= qx.vectors; v += 4) TileQ8_0Avx2<R, 4>(w, r0, qx, v, y, ys);
+  }
+  for (; v + 2 <= qx.vectors; v += 2) TileQ8_0Avx2<R, 2>(w, r0, qx, v, y, ys);
+  if (v < qx.vectors) TileQ8_0Avx2<R, 1>(w, r0, qx, v, y, ys);
+}
+
+// A decode step's one vector takes four rows a tile (four independent
+// accumulations over the weights' read); more vectors two rows.
+HWY_INLINE void RowsAvx2(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end,
+                         const kvevict::Int8Vectors& qx, float* y, std::size_t ys) {
+  std::size_t r = begin;
+  if (qx.vectors == 1) {
+    for (; r + 4 <= end; r += 4) RowGroupAvx2<4>(w, r, qx, y, ys);
+  }
+  for (; r + 2 <= end; r += 2) RowGroupAvx2<2>(w, r, qx, y, ys);
+  if (r < end) RowGroupAvx2<1>(w, r, qx, y, ys);
+}
+#endif  // HWY_TARGET == HWY_AVX2
+
 void RowsOf(const kvevict::WeightMatrix& w, std::size_t begin, std::size_t end, const kvevict::Int8Vectors& qx,
             float* y, std::size_t ys) {
   std::size_t r = begin;
+#if HWY_TARGET == HWY_AVX2
+  RowsAvx2(w, begin, end, qx, y, ys);
+  return;
+#endif
   if (qx.vectors >= 4) {
     for (; r + 2 <= end; r += 2) RowGroup<2>(w, r, qx, y, ys);
   } else {
