@@ -3,7 +3,9 @@
 same GGUF files, prompt ids and thread counts (issue 54, docs/performance.md
 "8-bit products"): decode (64 tokens after a prompt of 128) and prefill of
 128 and 512 tokens, rounds alternating engine by engine, each engine's best
-round. Prints a markdown table.
+round. Both engines compute the prompt's last logits only (kvevict:
+--prompt-logits last). At --simd avx512 the int8 runs take avx512-vnni where
+the CPU has it (as make performance does). Prints a markdown table.
 
 Usage: scripts/matmul-int8-bench.py MODEL.gguf [MODEL.gguf ...] [--threads 1,2] [--rounds 2]
        [--simd avx512|avx2] (llama.cpp: its own best build, or haswell for avx2)
@@ -39,6 +41,8 @@ def main():
         if not exe.exists():
             sys.exit(f"matmul-int8-bench: {exe} is missing (build it first)")
     variant = [] if a.simd == "avx512" else ["--cpu-variant", "haswell"]
+    supported = [r["target"] for r in json.loads(run([TOOL, "simd", "--format", "json"]))["rows"] if r["supported"]]
+    int8_simd = "avx512-vnni" if a.simd == "avx512" and "avx512-vnni" in supported else a.simd
     print("| model | threads | decode exact / int8 / llama.cpp tokens/s | int8 ratio | prefill 128 exact / int8 / "
           "llama.cpp | int8 ratio | prefill 512 exact / int8 / llama.cpp | int8 ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -54,7 +58,8 @@ def main():
                     for mode in ("exact", "int8"):
                         rows = json.loads(run([TOOL, "bench", "--model", model, "--text", TEXT, "--prompt", prompt,
                                                "--tokens", tokens, "--rounds", 1, "--policies", "none", "--threads",
-                                               threads, "--simd", a.simd, "--matmul", mode, "--format", "json"]))["rows"]
+                                               threads, "--simd", int8_simd if mode == "int8" else a.simd,
+                                               "--matmul", mode, "--prompt-logits", "last", "--format", "json"]))["rows"]
                         for row in rows:
                             phase = "decode" if row["mode"] == "decode" else f"prefill{prompt}"
                             if phase == "decode" and prompt != 128:
