@@ -453,18 +453,23 @@ HWY_INLINE void TileQ4_KAvx2(const kvevict::WeightMatrix& w, std::size_t r0, con
         }
       }
     }
+    // The block: (d * (its integer sum) - dmin * (the mins' sum)) * dx,
+    // lane by lane, the mins' four lanes in lanes 0-3.
+    __m256 d[R];
+    __m256 dmin[R];
+    __m128i mins[R];
     for (int r = 0; r < R; ++r) {
-      const float d = HalfAvx2(b[r]);
-      const float dmin = HalfAvx2(b[r] + 2);
-      const __m128i mins = _mm_load_si128(reinterpret_cast<const __m128i*>(m[r]));
-      for (int v = 0; v < V; ++v) {
-        const float dx = qx.scales[(v0 + v) * blocks + block];
-        const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx.sums + (v0 + v) * groups32 + block * 8));
-        // The block: d * dx * (its integer sum) - dmin * dx * (the mins'
-        // sum), lane by lane; the mins' four lanes in lanes 0-3.
-        const __m256 whole = _mm256_mul_ps(_mm256_cvtepi32_ps(sum[r][v]), _mm256_set1_ps(d * dx));
-        const __m128 less = _mm_mul_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, xs)), _mm_set1_ps(dmin * dx));
-        acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_sub_ps(whole, _mm256_insertf128_ps(_mm256_setzero_ps(), less, 0)));
+      d[r] = _mm256_set1_ps(HalfAvx2(b[r]));
+      dmin[r] = _mm256_set1_ps(HalfAvx2(b[r] + 2));
+      mins[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(m[r]));
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256 dx = _mm256_set1_ps(qx.scales[(v0 + v) * blocks + block]);
+      const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx.sums + (v0 + v) * groups32 + block * 8));
+      for (int r = 0; r < R; ++r) {
+        const __m256 less = _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_cvtepi32_ps(_mm_madd_epi16(mins[r], xs)), 0);
+        const __m256 block_sum = _mm256_fnmadd_ps(less, dmin[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum[r][v]), d[r]));
+        acc[r][v] = _mm256_fmadd_ps(block_sum, dx, acc[r][v]);
       }
     }
   }

@@ -168,14 +168,13 @@ KVEVICT_VNNI void tile_q4_k(const WeightMatrix& w, std::size_t r0, const Int8Vec
   }
   for (std::size_t block = 0; block < blocks; ++block) {
     const std::uint8_t* b[R];
-    __m512i scale[R][4];
+    __m512i wide[R];  // the eight scales then the eight mins, a 32-bit lane each
     __m128i mins[R];
     for (int r = 0; r < R; ++r) {
       b[r] = rows[r] + block * 144;
       _mm_prefetch(reinterpret_cast<const char*>(b[r] + kPrefetchBytes), _MM_HINT_T0);
       const __m128i packed = scales_mins(b[r] + 4);
-      const __m512i wide = _mm512_cvtepu8_epi32(packed);
-      for (int g = 0; g < 4; ++g) scale[r][g] = _mm512_permutexvar_epi32(pick[g], wide);
+      wide[r] = _mm512_cvtepu8_epi32(packed);
       mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
     }
     __m512i sum[R][V];
@@ -184,7 +183,9 @@ KVEVICT_VNNI void tile_q4_k(const WeightMatrix& w, std::size_t r0, const Int8Vec
     }
     for (int g = 0; g < 4; ++g) {
       __m512i q[R];
+      __m512i scale[R];  // sub-block 2g's scale in lanes 0-7, 2g + 1's in 8-15
       for (int r = 0; r < R; ++r) {
+        scale[r] = _mm512_permutexvar_epi32(pick[g], wide[r]);
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[r] + 16 + 32 * g));
         q[r] = _mm512_and_si512(
             _mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), nibble);
@@ -193,22 +194,26 @@ KVEVICT_VNNI void tile_q4_k(const WeightMatrix& w, std::size_t r0, const Int8Vec
         const __m512i xv = _mm512_loadu_si512(qx.values + (v0 + v) * qx.stride + block * 256 + 64 * g);
         for (int r = 0; r < R; ++r) {
           const __m512i four = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], xv);
-          sum[r][v] = _mm512_dpwssd_epi32(sum[r][v], four, scale[r][g]);
+          sum[r][v] = _mm512_dpwssd_epi32(sum[r][v], four, scale[r]);
         }
       }
     }
+    // The block: (d * (its integer sum) - dmin * (the mins' sum)) * dx,
+    // lane by lane, the mins' four lanes in lanes 0-3 -- each factor a
+    // broadcast made once a row or once a vector, none a product of two.
+    __m512 d[R];
+    __m512 dmin[R];
     for (int r = 0; r < R; ++r) {
-      const float d = half_at(b[r]);
-      const float dmin = half_at(b[r] + 2);
-      for (int v = 0; v < V; ++v) {
-        const float dx = qx.scales[(v0 + v) * blocks + block];
-        const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx.sums + (v0 + v) * groups32 + block * 8));
-        const __m128i min_sum = _mm_madd_epi16(mins[r], xs);
-        // The block: d * dx * (its integer sum) - dmin * dx * (the mins'
-        // sum), lane by lane; the mins' four lanes in lanes 0-3.
-        const __m512 whole = _mm512_mul_ps(_mm512_cvtepi32_ps(sum[r][v]), _mm512_set1_ps(d * dx));
-        const __m512 less = _mm512_zextps128_ps512(_mm_mul_ps(_mm_cvtepi32_ps(min_sum), _mm_set1_ps(dmin * dx)));
-        acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_sub_ps(whole, less));
+      d[r] = _mm512_set1_ps(half_at(b[r]));
+      dmin[r] = _mm512_set1_ps(half_at(b[r] + 2));
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m512 dx = _mm512_set1_ps(qx.scales[(v0 + v) * blocks + block]);
+      const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qx.sums + (v0 + v) * groups32 + block * 8));
+      for (int r = 0; r < R; ++r) {
+        const __m512 less = _mm512_zextps128_ps512(_mm_cvtepi32_ps(_mm_madd_epi16(mins[r], xs)));
+        const __m512 block_sum = _mm512_fnmadd_ps(less, dmin[r], _mm512_mul_ps(_mm512_cvtepi32_ps(sum[r][v]), d[r]));
+        acc[r][v] = _mm512_fmadd_ps(block_sum, dx, acc[r][v]);
       }
     }
   }
