@@ -989,8 +989,7 @@ void Decoder::forward(Lanes& lanes) {
     }
     lane = 0;
     lap.skip();
-    // Each row's logits are its own, whatever the rows beside it
-    // (matmul's contract): the last alone is the same row to the bit.
+    // A row's logits do not depend on the rows beside it: the last alone is the same row.
     const std::uint32_t first = lanes.last_logits_only ? n - 1 : 0;
     for (std::uint32_t i = first; i < n; ++i) {
       rms_norm(s.x.data() + std::size_t{i} * width, model.final_norm(), s.h.data() + std::size_t{i} * width, width,
