@@ -258,10 +258,13 @@ TEST(WeightKernelsDecoder, StepTogetherIsEachDecoderStepAlone) {
 // steps alone. Policies of every kind evict within the passes (budgets
 // below the text), a paged store and keys by index among them, plus a
 // decoder whose caches share one sequence budget (a pass a token); the
-// passes' lengths vary (7, then 1, 5, ...).
+// passes' lengths vary (7, then 1, 5, ...). With PromptLogits::kLast the
+// rows are each decoder's last alone, and everything else the same.
 TEST(WeightKernelsDecoder, PrefillTogetherIsEachDecoderStepAlone) {
   const testing::ScratchFolder dir("kvevict-kernels-test");
-  for (const auto& model : {random_model("llama", WeightType::kQ8_0, 64, dir), tiny()}) {
+  const auto q8 = random_model("llama", WeightType::kQ8_0, 64, dir);
+  for (const PromptLogits mode : {PromptLogits::kEvery, PromptLogits::kLast})
+  for (const auto& model : {q8, tiny()}) {
     const std::vector<Token> tokens = tokens_for(*model, 60);
     std::vector<PolicySetup> runs = setups();
     std::vector<DecodeRun> alone;
@@ -281,7 +284,8 @@ TEST(WeightKernelsDecoder, PrefillTogetherIsEachDecoderStepAlone) {
       r.policies.attach(*r.decoder);
       group->push_back(std::move(r));
     }
-    const std::string arch = model->config().architecture;
+    const bool every = mode == PromptLogits::kEvery;
+    const std::string arch = model->config().architecture + (every ? "" : ", kLast");
     for (const bool with_sequence : {false, true}) {
       std::vector<Decoder*> group;
       for (std::size_t i = 0; i < together.size(); ++i) {
@@ -300,15 +304,18 @@ TEST(WeightKernelsDecoder, PrefillTogetherIsEachDecoderStepAlone) {
       for (std::size_t at = from, pass = 0; at < to; ++pass) {
         const std::size_t n = std::min<std::size_t>(pass % 3 == 1 ? 1U : 7U - pass % 4, to - at);
         const std::span<const Token> some = std::span<const Token>(tokens).subspan(at, n);
-        const std::span<const float> rows = Decoder::prefill_together(group, some);
-        ASSERT_EQ(rows.size(), group.size() * n * vocab) << arch;
+        const std::span<const float> rows = Decoder::prefill_together(group, some, mode);
+        const std::size_t kept = every ? n : 1;  // rows a decoder
+        ASSERT_EQ(rows.size(), group.size() * kept * vocab) << arch;
         for (std::size_t k = 0; k < group.size(); ++k) {
           for (std::size_t j = 0; j < n; ++j) {
             const auto a = alone[k].decoder->step(some[j]);
             const std::vector<float> want(a.begin(), a.end());
-            const auto row = rows.subspan((k * n + j) * vocab, vocab);
-            ASSERT_EQ(want, std::vector<float>(row.begin(), row.end()))
-                << arch << ", run " << k << ", token " << at + j;
+            if (every || j + 1 == n) {
+              const auto row = rows.subspan((k * kept + (every ? j : 0)) * vocab, vocab);
+              ASSERT_EQ(want, std::vector<float>(row.begin(), row.end()))
+                  << arch << ", run " << k << ", token " << at + j;
+            }
             if (j + 1 == n) {
               const auto last = group[k]->last_logits();
               ASSERT_EQ(want, std::vector<float>(last.begin(), last.end())) << arch << ", run " << k;

@@ -526,12 +526,25 @@ export interface ModelConfig {
  * whole file is read and checked at construction: InputError naming the file
  * and what is wrong (missing, truncated, corrupt). Immutable.
  */
+/** How the weight products are computed (`--matmul`; docs/performance.md, "8-bit products"). */
+export type MatmulMode = 'exact' | 'int8';
+
+/** Options of new Model(), as the tool's model flags take them. */
+export interface ModelOptions {
+  /** Positions to run at (0, the default: the trained context, at most 4096; over it throws). */
+  context?: number;
+  /** 'exact' (default) or 'int8': against activations rounded to 8-bit blocks as llama.cpp rounds them; a kvevict-tiny .kvm refuses it. */
+  matmul?: MatmulMode;
+}
+
+/** A model file kvevict reads (.kvm, .gguf, safetensors), loaded and checked. */
 export class Model {
-  constructor(path: string);
+  constructor(path: string, options?: ModelOptions);
   /** A fresh object on each read. */
   readonly config: ModelConfig;
   readonly parameterCount: number;
   readonly path: string;
+  readonly matmul: MatmulMode;
 }
 
 /**
@@ -922,6 +935,10 @@ export interface BenchModelOptions {
   threads?: readonly number[];
   /** And a row stepping every run together as one batch, and with a prompt a "prefill together" row feeding every run's prompt as one batch (default false). */
   together?: boolean;
+  /** Tokens a prefill pass takes at once, 1 ... 4096 (default 256). */
+  prefillChunk?: number;
+  /** The prompt's logits computed: 'all' (every token's, the default) or 'last' (the last token's only, llama.cpp's default). */
+  promptLogits?: 'all' | 'last';
 }
 /** A row of `kvevict bench --model --format json` (kvevict/model/serving/decode_bench.h). */
 export interface DecodeBenchRow {

@@ -207,8 +207,8 @@ function runVectors(paths) {
  * evaluations. `config`, `parameterCount`, `path`.
  */
 class Model extends native.Model {
-  constructor(path) {
-    super(path);
+  constructor(path, options) {
+    super(path, options);
   }
 }
 Object.defineProperty(Model.prototype, Symbol.for('nodejs.util.inspect.custom'), {

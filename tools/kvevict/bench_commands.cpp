@@ -124,7 +124,7 @@ int run_bench_model(const BenchArgs& f, const CLI::App* cmd, const ModelLoad& co
   request.rounds = f.rounds;
   request.prompt = f.prompt;
   request.prefill_chunk = f.chunk;
-  request.prompt_logits = f.prompt_logits == "last" ? PromptLogits::kLast : PromptLogits::kEvery;
+  request.prompt_logits = parse_prompt_logits(f.prompt_logits);
   request.together = f.together;
   request.threads.clear();
   for (const std::int64_t t : parse_integer_list(f.threads, "--threads")) {

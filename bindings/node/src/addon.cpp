@@ -1178,20 +1178,24 @@ double shortest(float x) {
   return ec == std::errc{} ? std::stod(std::string(buf, end)) : static_cast<double>(x);
 }
 
+kvevict::ModelOptions model_load_options(const Napi::Value& v);
+
 class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "NativeModel",
                        {InstanceAccessor<&ModelWrap::Config>("config"),
                         InstanceAccessor<&ModelWrap::ParameterCount>("parameterCount"),
-                        InstanceAccessor<&ModelWrap::Path>("path")});
+                        InstanceAccessor<&ModelWrap::Path>("path"),
+                        InstanceAccessor<&ModelWrap::Matmul>("matmul")});
   }
 
-  // new NativeModel(path): reads and checks the whole .kvm file.
+  // new NativeModel(path, {context?, matmul?}?): reads and checks the whole
+  // model file (.kvm, .gguf, safetensors).
   explicit ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
     guard(info.Env(), [&](Call&) {
       const std::string file = to_string(info[0], "Model: path");
-      model_ = kvevict::Model::load(file);
+      model_ = kvevict::Model::load(file, model_load_options(info[1]));
     });
     external_ = static_cast<std::int64_t>(model_->parameter_count() * sizeof(float));
     Napi::MemoryManagement::AdjustExternalMemory(info.Env(), external_);
@@ -1224,6 +1228,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Napi::Number::New(info.Env(), static_cast<double>(model_->parameter_count()));
   }
   Napi::Value Path(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), model_->path()); }
+  Napi::Value Matmul(const Napi::CallbackInfo& info) {
+    return Napi::String::New(info.Env(), kvevict::matmul_mode_name(model_->matmul_mode()));
+  }
 
   std::shared_ptr<const kvevict::Model> model_;
   std::int64_t external_ = 0;
@@ -1281,6 +1288,20 @@ kvevict::PositionMode position_mode_of(const Napi::Value& v, const std::string& 
   try {
     return kvevict::parse_position_mode(v.As<Napi::String>().Utf8Value());
   } catch (const kvevict::InputError& e) {
+    throw kvevict::ParameterError(what + ": " + e.what());
+  }
+}
+
+// A string naming one of the library's choices, parsed by `parse`
+// (`fallback` when undefined); TypeError for a non-string, the parse's
+// ParameterError prefixed with `what` otherwise.
+template <typename T, typename Parse>
+T choice_of(const Napi::Value& v, const std::string& what, const char* choices, T fallback, Parse parse) {
+  if (v.IsUndefined()) return fallback;
+  if (!v.IsString()) throw Napi::TypeError::New(v.Env(), what + " must be " + choices + ", got " + type_name(v));
+  try {
+    return parse(v.As<Napi::String>().Utf8Value());
+  } catch (const kvevict::ParameterError& e) {
     throw kvevict::ParameterError(what + ": " + e.what());
   }
 }
@@ -1576,6 +1597,22 @@ void check_known_options(const Napi::Object& options, std::initializer_list<cons
   }
 }
 
+// new Model(path, {context?, matmul?}): the tool's --context and --matmul.
+kvevict::ModelOptions model_load_options(const Napi::Value& v) {
+  kvevict::ModelOptions options;
+  if (v.IsUndefined()) return options;
+  const Napi::Object o = to_object(v, "Model: options");
+  check_known_options(o, {"context", "matmul"}, "Model");
+  if (!o.Get("context").IsUndefined()) {
+    options.context = to_u32(o.Get("context"), "Model: options.context",
+                             "must be at least 0 (0: the trained context, at most " +
+                                 std::to_string(kvevict::ModelOptions::kDefaultContextCap) + ")");
+  }
+  options.matmul = choice_of(o.Get("matmul"), "Model: options.matmul", "'exact' or 'int8'", kvevict::MatmulMode::kExact,
+                             [](const std::string& name) { return kvevict::parse_matmul_mode(name); });
+  return options;
+}
+
 // The policies a model run names (its decoder feeds every signal), as the
 // tool's --policies: "all" is all ten; a string "a,b" or an array of names.
 std::vector<std::string> model_policy_names(const Napi::Value& v, const std::string& what) {
@@ -1667,7 +1704,8 @@ Napi::Value Tasks(const Napi::CallbackInfo& info) {
   });
 }
 
-// benchModel(model, text?, {tokens?, rounds?, policies?, budgets?, prompt?, threads?, together?}?) -> the rows `kvevict bench --model
+// benchModel(model, text?, {tokens?, rounds?, policies?, budgets?, prompt?, threads?, together?, prefillChunk?,
+// promptLogits?}?) -> the rows `kvevict bench --model
 // --format json` prints: the library's decode_bench_json, parsed (kvevict/model/serving/decode_bench.h). text
 // undefined or null: model/heldout-sample.txt from the working folder, the tool's default --text.
 Napi::Value BenchModel(const Napi::CallbackInfo& info) {
@@ -1677,7 +1715,9 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
     const std::vector<std::uint8_t> text =
         absent(info[1]) ? kvevict::read_text("model/heldout-sample.txt") : text_of(info[1], "benchModel");
     const Napi::Object o = options_object(info[2], "benchModel");
-    check_known_options(o, {"tokens", "rounds", "policies", "budgets", "prompt", "threads", "together"}, "benchModel");
+    check_known_options(o, {"tokens", "rounds", "policies", "budgets", "prompt", "threads", "together", "prefillChunk",
+                            "promptLogits"},
+                        "benchModel");
     const std::string w = "benchModel: options.";
     kvevict::DecodeBenchRequest request;
     if (!o.Get("tokens").IsUndefined()) {
@@ -1694,6 +1734,16 @@ Napi::Value BenchModel(const Napi::CallbackInfo& info) {
     if (!o.Get("prompt").IsUndefined()) {
       request.prompt = to_u32(o.Get("prompt"), w + "prompt", "must be at least 0 (tokens prefilled before the timed ones)");
     }
+    if (!o.Get("prefillChunk").IsUndefined()) {
+      request.prefill_chunk = to_u32(o.Get("prefillChunk"), w + "prefillChunk", "must be in 1 ... 4096");
+      if (request.prefill_chunk < 1 || request.prefill_chunk > 4096) {
+        throw Napi::RangeError::New(env, w + "prefillChunk (" + std::to_string(request.prefill_chunk) +
+                                             ") must be in 1 ... 4096");
+      }
+    }
+    request.prompt_logits = choice_of(o.Get("promptLogits"), w + "promptLogits", "'all' or 'last'",
+                                      kvevict::PromptLogits::kEvery,
+                                      [](const std::string& name) { return kvevict::parse_prompt_logits(name); });
     if (!o.Get("threads").IsUndefined()) {
       request.threads.clear();
       for (const std::int64_t t : integer_items(o.Get("threads"), w + "threads", call)) {

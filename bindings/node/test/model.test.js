@@ -11,7 +11,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { kv, repoRoot } = require('./support');
+const { kv, repoRoot, readNpy } = require('./support');
 
 const modelDir = process.env.KVEVICT_MODEL_DIR ? path.resolve(process.env.KVEVICT_MODEL_DIR) : path.join(repoRoot, 'model');
 const files = ['kvevict-tiny.kvm', 'heldout-sample.txt', 'reference-prompt.txt', 'reference.npy'];
@@ -44,23 +44,6 @@ function cachesInFile() {
   return layers * (kvWord === 0 ? heads : kvWord);
 }
 const HEADS = skip ? 0 : cachesInFile();
-
-// A little-endian float32 .npy file: {shape, data}.
-function readNpy(file) {
-  const bytes = fs.readFileSync(file);
-  assert.equal(bytes.subarray(0, 6).toString('latin1'), '\x93NUMPY');
-  const major = bytes[6];
-  const headerLength = major === 1 ? bytes.readUInt16LE(8) : bytes.readUInt32LE(8);
-  const start = (major === 1 ? 10 : 12) + headerLength;
-  const header = bytes.subarray(major === 1 ? 10 : 12, start).toString('latin1');
-  assert.match(header, /'descr': '<f4'/);
-  assert.match(header, /'fortran_order': False/);
-  const shape = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((s) => s.trim() !== '').map(Number);
-  const count = shape.reduce((a, b) => a * b, 1);
-  const data = new Float32Array(count);
-  for (let i = 0; i < count; i++) data[i] = bytes.readFloatLE(start + 4 * i);
-  return { shape, data };
-}
 
 test.describe('real model', { skip }, () => {
   test('Model: config, parameterCount, path', () => {

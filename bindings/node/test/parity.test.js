@@ -12,7 +12,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFileSync } = require('node:child_process');
-const { kv, repoRoot, toolFile, noTool, toolJson: tool, toolRows, withoutSeconds } = require('./support');
+const { kv, repoRoot, toolFile, noTool, toolJson: tool, toolRows, withoutSeconds, readNpy } = require('./support');
 
 const kvm = path.join(repoRoot, 'model', 'kvevict-tiny.kvm');
 const sampleFile = path.join(repoRoot, 'model', 'heldout-sample.txt');
@@ -106,6 +106,60 @@ test('tasks() names the bad argument', () => {
   assert.throws(() => kv.tasks({ text: sample }), { name: 'TypeError', message: /tasks: model must be a kvevict.Model/ });
 });
 
+// ---- new Model(path, {context, matmul}) -------------------------------------------
+
+// A small random Llama Q8_0 GGUF written by the tool, and the tool's logits
+// after `tokens` (an .npy) with the given model flags.
+let q8File;
+function q8() {
+  if (q8File === undefined) {
+    q8File = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kvevict-node-q8-')), 'q8.gguf');
+    execFileSync(toolFile, ['random-model', '--type', 'q8_0', '--out', q8File, '--width', '64', '--heads', '4',
+      '--kv-heads', '2', '--ff', '128', '--context', '256'], { cwd: repoRoot, stdio: 'pipe' });
+  }
+  return q8File;
+}
+function toolLogits(tokens, ...flags) {
+  const out = path.join(path.dirname(q8()), `logits-${flags.join('_') || 'exact'}.npy`);
+  execFileSync(toolFile, ['logits', '--model', q8(), '--tokens', tokens.join(','), '--out', out, '--force',
+    '--progress', 'off', ...flags], { cwd: repoRoot, stdio: 'pipe' });
+  return readNpy(out).data;
+}
+
+test('new Model() takes the tool\'s --context and --matmul: the same logits to the bit', { skip: noTool }, () => {
+  const exact = new kv.Model(q8());
+  const int8 = new kv.Model(q8(), { context: 128, matmul: 'int8' });
+  assert.deepEqual([exact.matmul, int8.matmul], ['exact', 'int8']);
+  assert.deepEqual([exact.config.context, int8.config.context], [256, 128]);
+  const tokens = [1, 5, 9, 40, 3, 77, 2, 11];
+  const steps = (m) => {
+    const d = new kv.Decoder(m);
+    const rows = tokens.map((t) => d.step(t));
+    const out = new Float32Array(rows.length * rows[0].length);
+    rows.forEach((r, i) => out.set(r, i * r.length));
+    return out;
+  };
+  const wantInt8 = toolLogits(tokens, '--context', '128', '--matmul', 'int8');
+  const wantExact = toolLogits(tokens);
+  assert.deepEqual(steps(int8), wantInt8);
+  assert.deepEqual(steps(exact), wantExact);
+  // The modes compute different products (rounded vectors), near each other.
+  assert.notDeepEqual(wantInt8, wantExact);
+  assert.ok(wantInt8.every((v, i) => Math.abs(v - wantExact[i]) < 0.5));
+  assert.throws(() => new kv.Decoder(int8, 129), /capacity/);
+});
+
+test('new Model() names bad options', { skip: noTool }, () => {
+  assert.throws(() => new kv.Model(q8(), { matmul: 'int4' }),
+    { name: 'ParameterError', message: /Model: options\.matmul: matmul mode 'int4' is not exact or int8/ });
+  assert.throws(() => new kv.Model(q8(), { matmul: 8 }), { name: 'TypeError', message: /options\.matmul must be 'exact' or 'int8'/ });
+  assert.throws(() => new kv.Model(q8(), { context: -1 }), { name: 'RangeError', message: /options\.context \(-1\) must be at least 0/ });
+  assert.throws(() => new kv.Model(q8(), { context: 257 }), { name: 'InputError', message: /q8\.gguf/ });
+  assert.throws(() => new kv.Model(q8(), { matmull: 'int8' }), { name: 'TypeError', message: /Model: unknown option 'matmull'/ });
+  assert.throws(() => new kv.Model(kvm, { matmul: 'int8' }),
+    { name: 'ParameterError', message: /matmul mode int8: .*kvevict-tiny\.kvm .*\(only exact applies\)/ });
+});
+
 // ---- benchModel ---------------------------------------------------------------------
 
 test('benchModel() is shaped like the tool\'s JSON', { skip: noTool }, () => {
@@ -139,6 +193,22 @@ test('benchModel() reads the tool\'s default text and names bad arguments', () =
   assert.throws(() => kv.benchModel(model, sample, { tokens: 0 }), { name: 'RangeError', message: /options\.tokens \(0\) must be at least 1/ });
   assert.throws(() => kv.benchModel(model, sample, { budgets: 128 }), { name: 'TypeError', message: /options\.budgets must be an array/ });
   assert.throws(() => kv.benchModel(model, sample, { round: 1 }), { name: 'TypeError', message: /unknown option 'round'/ });
+  assert.throws(() => kv.benchModel(model, sample, { tokens: 8, rounds: 1, prefillChunk: 0 }),
+    { name: 'RangeError', message: /options\.prefillChunk \(0\) must be in 1 \.\.\. 4096/ });
+  assert.throws(() => kv.benchModel(model, sample, { tokens: 8, rounds: 1, promptLogits: 'first' }),
+    { name: 'ParameterError', message: /options\.promptLogits: prompt logits 'first' are not all or last/ });
+});
+
+test('benchModel() takes the prompt\'s chunk and logits as the tool does', { skip: noTool }, () => {
+  setup();
+  const got = kv.benchModel(model, sample, { tokens: 8, rounds: 1, policies: 'h2o', budgets: [48], prompt: 40,
+    prefillChunk: 16, promptLogits: 'last', threads: [1] });
+  const want = toolRows('bench', '--model', kvm, '--text', sampleFile, '--tokens', 8, '--rounds', 1, '--policies', 'h2o',
+    '--budgets', 48, '--prompt', 40, '--prefill-chunk', 16, '--prompt-logits', 'last', '--threads', 1);
+  const keep = (rows) => rows.map((r) => [r.mode, r.policy, r.budget, r.threads, r.prompt, r.tokens]);
+  assert.deepEqual(keep(got), keep(want));
+  assert.deepEqual(keep(got), [['prefill', 'full cache', 0, 1, 40, 40], ['decode', 'full cache', 0, 1, 40, 8],
+    ['decode', 'h2o', 48, 1, 40, 8]]);
 });
 
 // ---- replay from recorded keys, values and queries ------------------------------------

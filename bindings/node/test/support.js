@@ -2,6 +2,7 @@
 // Shared by the test files: the binding, where the data lives, and a replay of
 // language-neutral vector files (spec/vectors.md) through the JavaScript API.
 
+const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const kv = require('..');
@@ -193,4 +194,21 @@ function toolRows(...args) {
 // Rows without their wall-clock seconds, which no two runs share.
 const withoutSeconds = (rows) => rows.map(({ seconds, ...rest }) => rest);
 
-module.exports = { kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile, toolFile, noTool, toolJson, toolRows, withoutSeconds };
+// A little-endian float32 .npy file: {shape, data}.
+function readNpy(file) {
+  const bytes = fs.readFileSync(file);
+  assert.equal(bytes.subarray(0, 6).toString('latin1'), '\x93NUMPY');
+  const major = bytes[6];
+  const headerLength = major === 1 ? bytes.readUInt16LE(8) : bytes.readUInt32LE(8);
+  const start = (major === 1 ? 10 : 12) + headerLength;
+  const header = bytes.subarray(major === 1 ? 10 : 12, start).toString('latin1');
+  assert.match(header, /'descr': '<f4'/);
+  assert.match(header, /'fortran_order': False/);
+  const shape = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((s) => s.trim() !== '').map(Number);
+  const count = shape.reduce((a, b) => a * b, 1);
+  const data = new Float32Array(count);
+  for (let i = 0; i < count; i++) data[i] = bytes.readFloatLE(start + 4 * i);
+  return { shape, data };
+}
+
+module.exports = { readNpy, kv, repoRoot, ownVectorsDir, conformanceDir, vectorFiles, equal, replayCase, loadVectorFile, toolFile, noTool, toolJson, toolRows, withoutSeconds };

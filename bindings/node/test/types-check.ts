@@ -61,6 +61,8 @@ s.onDecodeStep(5, new Float64Array(4));
 kv.run({ budget: 256 });
 
 const model = new kv.Model('model/kvevict-tiny.kvm');
+const int8Model = new kv.Model('model.gguf', { context: 1024, matmul: 'int8' });
+const matmul: kv.MatmulMode = int8Model.matmul;
 const ctx: number = model.config.context + model.parameterCount;
 const bytes = new Uint8Array([72, 105, 33]);
 const prows: kv.PerplexityRow[] = kv.perplexity(model, bytes, ['h2o', new kv.TOVA({ budget: 8 }), ['h2o', 64, { recentWindow: 8 }],
@@ -122,6 +124,7 @@ kv.tasks(model, bytes, { moments: ['later'] });
 const benchRows: kv.DecodeBenchRow[] = kv.benchModel(model, bytes, { tokens: 64, rounds: 1, policies: ['h2o'], budgets: [32] });
 const benchShare: number = benchRows[0]!.shares.attention + benchRows[0]!.tokensPerSecondSpread.median;
 const benchDefault: kv.DecodeBenchRow[] = kv.benchModel({ model, rounds: 1 });
+const benchLast: kv.DecodeBenchRow[] = kv.benchModel(model, bytes, { prompt: 64, prefillChunk: 32, promptLogits: 'last' });
 const replayed: kv.RunResult = kv.run({ policy: 'knorm', budget: 32, trace: 'a.npy', keys: 'k.npy' });
 const replayedAll: kv.CompareResult = kv.compare({ trace: 'a.npy', keys: 'k.npy', values: 'v.npy', queries: 'q.npy' });
 const sweptSkipping: kv.SweepRows = kv.sweepModel(model, bytes, { policy: 'h2o', param: 'recentWindow', values: [8, 96],
@@ -133,7 +136,7 @@ const weights: Float32Array = kv.attentionFromKeys(new Float32Array(8), [1, 2, 3
 const rotated: Float32Array = kv.ropeNeox([1, 2, 3, 4], 7, model.config.ropeBase);
 // @ts-expect-error -- stepAll takes the ids and the tokens
 batch.stepAll([0]);
-export const parityUsed = [taskAccuracy, taskRowsToo, benchShare, benchDefault, replayed, replayedAll, skippedLines, tick,
+export const parityUsed = [taskAccuracy, taskRowsToo, benchShare, benchDefault, benchLast, matmul, replayed, replayedAll, skippedLines, tick,
   weights, rotated];
 
 // Streaming past the context (docs/streaming.md): stream, sinkShares, positions.

@@ -652,6 +652,21 @@ kvevict::PositionMode position_mode_of(py::handle value, const std::string& what
   }
 }
 
+// A str naming one of the library's choices, parsed by `parse` (whose
+// ParameterError becomes ValueError, prefixed with `what`).
+template <typename Parse>
+auto choice_of(py::handle value, const std::string& what, const char* choices, Parse parse) {
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error(what + " must be a str (" + choices + "), got " + type_name(value) + " (" +
+                         short_repr(value) + ")");
+  }
+  try {
+    return parse(value.cast<std::string>());
+  } catch (const kvevict::ParameterError& e) {
+    throw py::value_error(what + ": " + e.what());
+  }
+}
+
 // One sequence through the model. Holds a reference to every policy it
 // drives (so a policy cannot be collected under it) and marks each as driven,
 // so a policy serves one head of one decoder at a time.
@@ -1216,9 +1231,15 @@ const PyModel& model_of(py::handle model) {
   return checked<PyModel>(model);
 }
 
-std::unique_ptr<PyModel> load_model(const PathArg& path_arg) {
+std::unique_ptr<PyModel> load_model(const PathArg& path_arg, const Int& context_arg, const py::object& matmul_arg) {
   const std::string file = path_of(path_arg.obj, "path");
-  return std::make_unique<PyModel>(without_gil([&] { return kvevict::Model::load(file); }));
+  kvevict::ModelOptions options;
+  options.context = to_u32(context_arg.obj, "context",
+                           "must be at least 0 (0: the trained context, at most " +
+                               std::to_string(kvevict::ModelOptions::kDefaultContextCap) + ")");
+  options.matmul = choice_of(matmul_arg, "matmul", "'exact' or 'int8'",
+                             [](const std::string& name) { return kvevict::parse_matmul_mode(name); });
+  return std::make_unique<PyModel>(without_gil([&] { return kvevict::Model::load(file, options); }));
 }
 
 // The text's bytes: any 1-D buffer of 1-byte items (bytes, bytearray,
@@ -1499,7 +1520,8 @@ py::list model_tasks(const ModelArg& model_arg, const Text& text_arg, const Poli
 // the library has no row description for them yet).
 py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, const Int& tokens_arg,
                      const Int& rounds_arg, const PolicyList& policies_arg, const IntList& budgets_arg,
-                     const Int& prompt_arg, const IntList& threads_arg, const py::object& together) {
+                     const Int& prompt_arg, const IntList& threads_arg, const py::object& together,
+                     const Int& prefill_chunk_arg, const py::object& prompt_logits_arg) {
   const std::shared_ptr<const kvevict::Model> model = model_of(model_arg.obj).shared();
   // None: the tool's default text, model/heldout-sample.txt from the working folder.
   const std::vector<std::uint8_t> text =
@@ -1514,6 +1536,12 @@ py::object model_bench(const ModelArg& model_arg, const py::object& text_arg, co
   }
   request.rounds = static_cast<int>(rounds);
   request.prompt = to_u32(prompt_arg.obj, "prompt", "must be at least 0 (tokens prefilled before the timed ones)");
+  request.prefill_chunk = to_u32(prefill_chunk_arg.obj, "prefill_chunk", "must be in 1 ... 4096");
+  if (request.prefill_chunk < 1 || request.prefill_chunk > 4096) {
+    throw py::value_error("prefill_chunk (" + std::to_string(request.prefill_chunk) + ") must be in 1 ... 4096");
+  }
+  request.prompt_logits = choice_of(prompt_logits_arg, "prompt_logits", "'all' or 'last'",
+                                    [](const std::string& name) { return kvevict::parse_prompt_logits(name); });
   if (py::isinstance<py::str>(threads_arg.obj) || !py::isinstance<py::iterable>(threads_arg.obj)) {
     throw py::type_error("threads must be a sequence of integers, got " + type_name(threads_arg.obj));
   }
@@ -2591,14 +2619,25 @@ runner; returns {"passed": int, "failed": int, "failures": [one line each]}
 // The real model: Model.
 void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model", R"doc(
-The byte-level transformer of model/FORMAT.md, loaded from a .kvm file.
+A model file kvevict reads (docs/models.md): a .kvm file (the byte-level
+transformer of model/FORMAT.md), a .gguf, or a safetensors model (a folder
+with config.json, or its model.safetensors).
 
-Model(path): reads and checks the whole file (magic, version, sizes, every
-tensor, the CRC-32); a missing, truncated or corrupt file raises RuntimeError
-naming the file and what is wrong. Immutable once loaded: one Model serves any
+Model(path, context=0, matmul="exact"): reads and checks the whole file; a
+missing, truncated or corrupt file raises RuntimeError naming the file and
+what is wrong. context: positions to run at (0: the trained context, at most
+4096; over the trained context raises RuntimeError), as the tool's
+--context. matmul: how the weight products are computed, as the tool's
+--matmul: "exact", or "int8" (against activations rounded to 8-bit blocks as
+llama.cpp rounds them; docs/performance.md, "8-bit products"), which a
+kvevict-tiny .kvm refuses. Immutable once loaded: one Model serves any
 number of Decoders and evaluations.
 )doc")
-      .def(py::init(&load_model), py::arg("path"), "Loads and checks the .kvm file at `path`.")
+      .def(py::init(&load_model), py::arg("path"), py::arg("context") = 0, py::arg("matmul") = "exact",
+           "Loads and checks the model file at `path`.")
+      .def_property_readonly(
+          "matmul", [](const ModelSelf& self) { return kvevict::matmul_mode_name(self.get().get().matmul_mode()); },
+          "How its products are computed: \"exact\" or \"int8\".")
       .def_property_readonly(
           "config", [](const ModelSelf& self) { return config_dict(self.get().get().config()); },
           "The model's shape, a new dict each time: {\"vocab\", \"layers\", \"heads\" (per layer), "
@@ -2995,7 +3034,7 @@ Runs on every core without the GIL.
   m.def("bench_model", &model_bench, py::arg("model"), py::arg("text") = py::none(), py::arg("tokens") = 1024,
         py::arg("rounds") = 5, py::arg("policies") = py::make_tuple("h2o", "scissorhands", "snapkv", "sliding-window"),
         py::arg("budgets") = py::make_tuple(128), py::arg("prompt") = 0, py::arg("threads") = py::make_tuple(0),
-        py::arg("together") = false, R"doc(
+        py::arg("together") = false, py::arg("prefill_chunk") = 256, py::arg("prompt_logits") = "all", R"doc(
 `kvevict bench --model`: decode speed on `model` with the full cache and with
 each policy x budget, where a step's time goes (the decode profile), against
 the floor of reading the weights once a token. Returns the rows `kvevict bench
@@ -3016,6 +3055,10 @@ prompt: tokens prefilled before the timed ones (and a prefill row timing them).
 threads: thread counts, each timed (0: every core). together: and a row
     stepping every run as one batch (with a prompt, and a "prefill together"
     row feeding every run's prompt as one batch, several tokens a pass).
+prefill_chunk: tokens a prefill pass takes at once (1 ... 4096).
+prompt_logits: the prompt's logits computed: "all" (every token's, as
+    perplexity scores them) or "last" (the last token's only, as a server
+    needs; llama.cpp's default).
 )doc");
 }
 

@@ -192,6 +192,64 @@ def test_tasks_refuse_bad_arguments(model, text):
         kvevict.tasks(model, text, lengths=[256], depths=1.5)
 
 
+# ---- Model(path, context=, matmul=) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def q8_file(tmp_path_factory):
+    """A small random Llama Q8_0 GGUF, written by the tool."""
+    tool = cli()
+    if tool is None:
+        pytest.skip("the kvevict tool is not in this build folder")
+    path = tmp_path_factory.mktemp("q8") / "q8.gguf"
+    subprocess.run([str(tool), "random-model", "--type", "q8_0", "--out", str(path), "--width", "64", "--heads", "4",
+                    "--kv-heads", "2", "--ff", "128", "--context", "256"], check=True, capture_output=True,
+                   cwd=SOURCE_ROOT)
+    return path
+
+
+def tool_logits(tmp_path, *args):
+    out = tmp_path / f"logits-{len(list(tmp_path.iterdir()))}.npy"
+    subprocess.run([str(cli()), "logits", *map(str, args), "--out", str(out), "--progress", "off"], check=True,
+                   capture_output=True, cwd=SOURCE_ROOT)
+    return np.load(out)
+
+
+def test_model_takes_the_tools_context_and_matmul(q8_file, tmp_path):
+    exact = kvevict.Model(q8_file)
+    int8 = kvevict.Model(q8_file, context=128, matmul="int8")
+    assert (exact.matmul, int8.matmul) == ("exact", "int8")
+    assert (exact.config["context"], int8.config["context"]) == (256, 128)
+    tokens = [1, 5, 9, 40, 3, 77, 2, 11]
+    steps = lambda model: np.stack([d.step(t) for d in [kvevict.Decoder(model)] for t in tokens])
+    want_int8 = tool_logits(tmp_path, "--model", q8_file, "--tokens", ",".join(map(str, tokens)), "--context", "128",
+                            "--matmul", "int8")
+    want_exact = tool_logits(tmp_path, "--model", q8_file, "--tokens", ",".join(map(str, tokens)))
+    # The decoder's logits are the tool's to the bit, in each mode...
+    np.testing.assert_array_equal(steps(int8), want_int8)
+    np.testing.assert_array_equal(steps(exact), want_exact)
+    # ...and the modes compute different products (rounded vectors), near each other.
+    assert not np.array_equal(want_int8, want_exact)
+    assert np.max(np.abs(want_int8 - want_exact)) < 0.5
+    # A decoder's capacity is the model's context: 128 here.
+    with pytest.raises(RuntimeError, match="capacity"):
+        kvevict.Decoder(int8, capacity=129)
+
+
+def test_model_refuses_bad_options(q8_file):
+    with pytest.raises(ValueError, match="matmul: matmul mode 'int4' is not exact or int8"):
+        kvevict.Model(q8_file, matmul="int4")
+    with pytest.raises(TypeError, match="matmul must be a str"):
+        kvevict.Model(q8_file, matmul=8)
+    with pytest.raises(ValueError, match=r"context \(-1\) must be at least 0"):
+        kvevict.Model(q8_file, context=-1)
+    with pytest.raises(RuntimeError, match="q8.gguf"):
+        kvevict.Model(q8_file, context=257)  # over the trained context
+    # kvevict-tiny multiplies without the weight kernels: no 8-bit products.
+    with pytest.raises(ValueError, match=r"matmul mode int8: .*kvevict-tiny\.kvm .*\(only exact applies\)"):
+        kvevict.Model(MODEL_PATH, matmul="int8")
+
+
 # ---- bench_model ------------------------------------------------------------------
 
 
@@ -227,6 +285,24 @@ def test_bench_model_refuses_bad_arguments(model, text):
         kvevict.bench_model(model, text, tokens=8, rounds=1, policies="nope")
     with pytest.raises(RuntimeError, match="nowhere.txt"):
         kvevict.bench_model(model, Path("nowhere.txt"), tokens=8, rounds=1)
+    with pytest.raises(ValueError, match=r"prefill_chunk \(0\) must be in 1 ... 4096"):
+        kvevict.bench_model(model, text, tokens=8, rounds=1, prefill_chunk=0)
+    with pytest.raises(ValueError, match="prompt_logits: prompt logits 'first' are not all or last"):
+        kvevict.bench_model(model, text, tokens=8, rounds=1, prompt_logits="first")
+
+
+def test_bench_model_takes_the_prompts_chunk_and_logits(model, text):
+    # A prompt of 40 in chunks of 16 with the last logits only: the rows are
+    # the tool's for the same flags (the timings aside).
+    got = kvevict.bench_model(model, text, tokens=8, rounds=1, policies="h2o", budgets=[48], prompt=40,
+                              prefill_chunk=16, prompt_logits="last", threads=[1])
+    want, _ = tool_rows("bench", "--model", MODEL_PATH, "--text", TEXT_PATH, "--tokens", "8", "--rounds", "1",
+                        "--policies", "h2o", "--budgets", "48", "--prompt", "40", "--prefill-chunk", "16",
+                        "--prompt-logits", "last", "--threads", "1")
+    keep = ("mode", "policy", "budget", "threads", "prompt", "tokens")
+    assert [{k: r[k] for k in keep} for r in got] == [{k: r[k] for k in keep} for r in want]
+    assert [(r["mode"], r["policy"], r["prompt"], r["tokens"]) for r in got] == \
+        [("prefill", "full cache", 40, 40), ("decode", "full cache", 40, 8), ("decode", "h2o", 40, 8)]
 
 
 # ---- replay from recorded keys, values and queries ------------------------------------

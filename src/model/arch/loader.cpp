@@ -65,8 +65,8 @@ std::shared_ptr<const Model> Model::load(const std::filesystem::path& path, cons
   const std::shared_ptr<const Model> built = load_any(path, options);
   const bool kvm = built->config().format == "kvm";
   if (options.matmul == MatmulMode::kInt8 && !built->uses_kernels()) {
-    throw ParameterError(fmt::format("--matmul int8: {} ({}) multiplies float32 matrices one vector at a time, not by "
-                                     "the weight kernels, so it has no 8-bit products (--matmul exact)",
+    throw ParameterError(fmt::format("matmul mode int8: {} ({}) multiplies float32 matrices one vector at a time, not "
+                                     "by the weight kernels, so it has no 8-bit products (only exact applies)",
                                      path.string(), built->config().architecture));
   }
   if ((!kvm || options.context == 0) && options.matmul == MatmulMode::kExact) return built;

@@ -684,13 +684,43 @@ void add_bias(const float* b, float* y, std::size_t width, std::uint32_t n) {
 
 }  // namespace
 
+namespace {
+
+// The final norm and the output head for the lanes a pass keeps logits of
+// (Lanes::logits_stride): row r of `logits` is lane r * stride + stride -
+// 1's; stride 0 computes none. A row's logits do not depend on the rows
+// beside it, so a decoder's last alone is the same row, to the bit. `h` is
+// scratch of the lanes' width.
+void output_rows(const Model& model, const float* x, float* h, float* logits, std::uint32_t n, std::uint32_t stride,
+                 int threads) {
+  const ModelConfig& c = model.config();
+  const std::uint32_t rows = stride == 0 ? 0 : n / stride;
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    rms_norm(x + (std::size_t{r} * stride + stride - 1) * c.width, model.final_norm(), h + std::size_t{r} * c.width,
+             c.width, c.norm_eps);
+  }
+  if (rows > 0) product(model, model.output(), h, c.width, logits, c.vocab, rows, threads);
+}
+
+}  // namespace
+
+PromptLogits parse_prompt_logits(std::string_view name) {
+  if (name == "all") return PromptLogits::kEvery;
+  if (name == "last") return PromptLogits::kLast;
+  throw ParameterError(fmt::format("prompt logits '{}' are not all or last", name));
+}
+
 struct Decoder::Lanes {
   std::span<Decoder* const> decoders;  // lane i's decoder
   std::span<const Token> tokens;       // and token
   Impl::Scratch* scratch = nullptr;
   int threads = 1;
   DecodeProfile* profile = nullptr;
-  bool last_logits_only = false;  // the last lane's logits alone (one decoder's prefill)
+  // Which lanes' logits the pass computes: every one (1), or each decoder's
+  // last only (its count of lanes: decoder-major lanes of one prefill or of
+  // prefill_together), or none (0). Those computed sit in order at the
+  // start of the scratch's rows.
+  std::uint32_t logits_stride = 1;
 };
 
 void Decoder::check_ready(std::span<const Token> tokens, const std::string& who) const {
@@ -752,23 +782,26 @@ std::span<const float> Decoder::prefill(std::span<const Token> tokens, PromptLog
   if (m.sequence != nullptr && tokens.size() > 1) {
     // The sequence's eviction after a token must come before the next
     // token's first layer: one pass a token, each token's logits kept in
-    // its row (the first token's aside until the last pass, which writes row 0).
+    // its row (the first token's aside until the last pass, which writes
+    // row 0); with kLast only the last pass computes its row.
     Decoder* self = this;
+    const bool every = logits == PromptLogits::kEvery;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
-      Lanes one{std::span<Decoder* const>(&self, 1), tokens.subspan(i, 1), &m.own, m.threads, profile_};
+      Lanes one{std::span<Decoder* const>(&self, 1), tokens.subspan(i, 1), &m.own, m.threads, profile_,
+                every || i + 1 == tokens.size() ? 1U : 0U};
       forward(one);
-      std::copy_n(m.own.logits.data(), vocab, i == 0 ? m.led_logits.data() : m.own.logits.data() + i * vocab);
+      if (every) std::copy_n(m.own.logits.data(), vocab, i == 0 ? m.led_logits.data() : m.own.logits.data() + i * vocab);
     }
+    if (!every) return {m.last, vocab};
     std::copy_n(m.led_logits.data(), vocab, m.own.logits.data());
     m.last = m.own.logits.data() + (tokens.size() - 1) * vocab;
-    if (logits == PromptLogits::kLast) return {m.last, vocab};
     return {m.own.logits.data(), tokens.size() * vocab};
   }
   // Every lane is this decoder: the pass takes the tokens in order.
   std::array<Decoder*, 4096> self{};
   std::fill_n(self.begin(), tokens.size(), this);
   Lanes lanes{std::span<Decoder* const>(self.data(), tokens.size()), tokens, &m.own, m.threads, profile_,
-              logits == PromptLogits::kLast};
+              logits == PromptLogits::kLast ? static_cast<std::uint32_t>(tokens.size()) : 1U};
   forward(lanes);
   if (logits == PromptLogits::kLast) return {m.last, vocab};
   return {m.own.logits.data(), tokens.size() * vocab};
@@ -814,7 +847,8 @@ void Decoder::step_together(std::span<Decoder* const> decoders, std::span<const 
   }
 }
 
-std::span<const float> Decoder::prefill_together(std::span<Decoder* const> decoders, std::span<const Token> tokens) {
+std::span<const float> Decoder::prefill_together(std::span<Decoder* const> decoders, std::span<const Token> tokens,
+                                                 PromptLogits logits) {
   if (decoders.empty() || tokens.empty()) return {};
   check_together("prefill_together", decoders, tokens, true);
   Impl& lead = *decoders[0]->impl_;
@@ -831,21 +865,25 @@ std::span<const float> Decoder::prefill_together(std::span<Decoder* const> decod
   // Grown only when this decoder leads a larger pass than before.
   const std::size_t widest = sequence ? runs : runs * n;
   if (lead.together.lanes < widest) lead.together.size(lead.cfg, static_cast<std::uint32_t>(widest));
+  const bool every = logits == PromptLogits::kEvery;
+  const std::size_t kept = every ? n : 1;  // rows returned a decoder
   const float* rows = lead.together.logits.data();
   if (sequence && n > 1) {
     // A sequence budget evicts after a token's last layer, before the next
-    // token's first: a pass a token, each decoder's rows gathered.
-    lead.together_rows.resize(runs * n * vocab);
+    // token's first: a pass a token, each decoder's rows gathered (with
+    // kLast the last pass's rows alone, computed by it alone).
+    if (every) lead.together_rows.resize(runs * n * vocab);
     lead.together_tokens.assign(runs, 0);
     for (std::size_t j = 0; j < n; ++j) {
       std::fill(lead.together_tokens.begin(), lead.together_tokens.end(), tokens[j]);
-      Lanes pass{decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_};
+      Lanes pass{decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_,
+                 every || j + 1 == n ? 1U : 0U};
       forward(pass);
-      for (std::size_t i = 0; i < runs; ++i) {
+      for (std::size_t i = 0; every && i < runs; ++i) {
         std::copy_n(lead.together.logits.data() + i * vocab, vocab, lead.together_rows.data() + (i * n + j) * vocab);
       }
     }
-    rows = lead.together_rows.data();
+    if (every) rows = lead.together_rows.data();
   } else {
     // Decoder-major lanes: each decoder's tokens follow each other, as a
     // prefill's do.
@@ -855,16 +893,17 @@ std::span<const float> Decoder::prefill_together(std::span<Decoder* const> decod
       std::fill_n(lead.together_decoders.begin() + static_cast<std::ptrdiff_t>(i * n), n, decoders[i]);
       std::copy(tokens.begin(), tokens.end(), lead.together_tokens.begin() + static_cast<std::ptrdiff_t>(i * n));
     }
-    Lanes pass{lead.together_decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_};
+    Lanes pass{lead.together_decoders, lead.together_tokens, &lead.together, lead.threads, decoders[0]->profile_,
+               every ? 1U : static_cast<std::uint32_t>(n)};
     forward(pass);
   }
   // Each decoder owns its last logits (the rows are the lead's scratch).
   for (std::size_t i = 0; i < runs; ++i) {
     Impl& m = *decoders[i]->impl_;
-    std::copy_n(rows + (i * n + n - 1) * vocab, vocab, m.led_logits.data());
+    std::copy_n(rows + (i * kept + kept - 1) * vocab, vocab, m.led_logits.data());
     m.last = m.led_logits.data();
   }
-  return {rows, runs * n * vocab};
+  return {rows, runs * kept * vocab};
 }
 
 std::span<const float> Decoder::last_logits() const noexcept {
@@ -989,14 +1028,7 @@ void Decoder::forward(Lanes& lanes) {
     }
     lane = 0;
     lap.skip();
-    // A row's logits do not depend on the rows beside it: the last alone is the same row.
-    const std::uint32_t first = lanes.last_logits_only ? n - 1 : 0;
-    for (std::uint32_t i = first; i < n; ++i) {
-      rms_norm(s.x.data() + std::size_t{i} * width, model.final_norm(), s.h.data() + std::size_t{i} * width, width,
-               c.norm_eps);
-    }
-    product(model, model.output(), s.h.data() + std::size_t{first} * width, width,
-            s.logits.data() + std::size_t{first} * c.vocab, c.vocab, n - first, threads);
+    output_rows(model, s.x.data(), s.h.data(), s.logits.data(), n, lanes.logits_stride, threads);
     lap.charge(&DecodeProfile::projections);
   } catch (const std::exception& e) {
     // The strong guarantee would need every policy's state rolled back, which
@@ -1016,7 +1048,9 @@ void Decoder::forward(Lanes& lanes) {
     }
     throw;
   }
-  for (std::uint32_t i = 0; i < n; ++i) lanes.decoders[i]->impl_->last = s.logits.data() + std::size_t{i} * c.vocab;
+  for (std::uint32_t r = 0; lanes.logits_stride != 0 && r < n / lanes.logits_stride; ++r) {
+    lanes.decoders[(r + 1) * lanes.logits_stride - 1]->impl_->last = s.logits.data() + std::size_t{r} * c.vocab;
+  }
   if (lanes.profile != nullptr) {
     lanes.profile->total += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     lanes.profile->tokens += n;

@@ -390,7 +390,9 @@ std::vector<TaskAnswer> answer_together_counted(const std::shared_ptr<const Mode
   std::vector<TaskAnswer> answers(configs.size());
   if (runs.empty()) return answers;
   // The prompt, several tokens a pass (Decoder::prefill_together), each pass
-  // ending where a compressor reads the decoders.
+  // ending where a compressor reads the decoders. Only each run's last row
+  // of logits is read (the answer's first guess): kLast skips the output
+  // head on the rest, the same bits.
   std::vector<Token> tokens;
   const auto prompt_length = static_cast<std::uint32_t>(prompt.tokens.size());
   for (std::uint32_t i = 0; i < prompt_length;) {
@@ -400,7 +402,7 @@ std::vector<TaskAnswer> answer_together_counted(const std::shared_ptr<const Mode
       if (read != PrefillCompressor::kNone) end = std::min(end, read + 1);
     }
     tokens.assign(prompt.tokens.begin() + i, prompt.tokens.begin() + end);
-    Decoder::prefill_together(batch, tokens);
+    Decoder::prefill_together(batch, tokens, PromptLogits::kLast);
     for (const auto& run : runs) run->after_prompt_step(end - 1);
     if (count != nullptr) count->add(runs.size() * tokens.size());
     i = end;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "kvevict/core/policy.h"
@@ -24,14 +25,16 @@ namespace kvevict {
 
 class LayerBudget;
 class SequenceBudget;
-// How a decoder stores its keys and values (docs/paged.md, "The decoder on a
-// paged store").
+
 // Which logits a prefill computes: every prompt token's (what perplexity
 // scores) or the last token's only (what a server needs before it decodes;
 // llama.cpp's default). The output head is a fifth of a small model's
 // weights (SmolLM2-135M's, Llama-3.2-1B's): kLast reads it once a pass
 // instead of once a token.
 enum class PromptLogits { kEvery, kLast };
+// "all" or "last" (the tool's --prompt-logits); ParameterError naming the
+// value otherwise.
+PromptLogits parse_prompt_logits(std::string_view name);
 
 struct DecoderOptions {
   // Positions per cache, at most the model's context (0: the context).
@@ -178,9 +181,12 @@ class Decoder {
   // on each decoder and token in turn, to the bit. A decoder with a
   // sequence budget takes the tokens one pass a token (its eviction comes
   // after each token's last layer). Checks and threads as step_together();
-  // InputError, changing nothing, for more tokens than the chunk.
-  static std::span<const float> prefill_together(std::span<Decoder* const> decoders,
-                                                 std::span<const Token> tokens);
+  // InputError, changing nothing, for more tokens than the chunk. With
+  // PromptLogits::kLast only each decoder's row after the last token is
+  // computed and returned, [decoders x vocab] (the same to the bit; a task's
+  // prompt, whose answer reads the last row only).
+  static std::span<const float> prefill_together(std::span<Decoder* const> decoders, std::span<const Token> tokens,
+                                                 PromptLogits logits = PromptLogits::kEvery);
   // Tokens a prefill_together pass of `decoders` decoders best takes: about
   // 64 vectors a weight read (1 at 64 decoders or more). Measured on a
   // SmolLM2-135M-shaped Q8_0, four policies and the full cache over 256
