@@ -245,7 +245,11 @@ KVEVICT_VNNI void row_group(const WeightMatrix& w, std::size_t r0, const Int8Vec
 }  // namespace
 
 // The vectors 16 at a time through every row (as matmul_int8.cpp: a share
-// stays in L2 across the rows).
+// stays in L2 across the rows). Q8_0 tiles four rows by four vectors (its
+// row overheads -- the weights' loads, scales and start lanes -- then serve
+// four vectors, its vectors' four rows: 5 % more prefill tokens/s than two
+// rows on the SmolLM2-135M-shaped file, three alternating pairs); Q4_K's
+// integer sums by vector and row fill the registers at two rows by four.
 KVEVICT_VNNI_ENTRY void matmul_int8_vnni(const WeightMatrix& w, const Int8Vectors& qx, float* y, std::size_t ys,
                                          std::size_t begin, std::size_t end) noexcept {
   constexpr std::size_t kShare = 16;
@@ -258,7 +262,9 @@ KVEVICT_VNNI_ENTRY void matmul_int8_vnni(const WeightMatrix& w, const Int8Vector
     share.vectors = qx.vectors - v < kShare ? qx.vectors - v : kShare;
     float* out = y + v * ys;
     std::size_t r = begin;
-    if (share.vectors >= 4) {
+    if (share.vectors >= 4 && w.type == WeightType::kQ8_0) {
+      for (; r + 4 <= end; r += 4) row_group<4>(w, r, share, out, ys);
+    } else if (share.vectors >= 4) {
       for (; r + 2 <= end; r += 2) row_group<2>(w, r, share, out, ys);
     } else {
       for (; r + 4 <= end; r += 4) row_group<4>(w, r, share, out, ys);
