@@ -682,10 +682,6 @@ void add_bias(const float* b, float* y, std::size_t width, std::uint32_t n) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The final norm and the output head for the lanes a pass keeps logits of
 // (Lanes::logits_stride): row r of `logits` is lane r * stride + stride -
 // 1's; stride 0 computes none. A row's logits do not depend on the rows
