@@ -580,7 +580,7 @@ for x, y in zip(a, b):
     assert abs(x["bitsPerByte"] - y["bitsPerByte"]) < 0.01 * x["bitsPerByte"], (x["bitsPerByte"], y["bitsPerByte"])
 PY
 then pass; else fail "perplexity --matmul int8 against exact: $(head -c 300 "$tmp/ppl-int8.json")"; fi
-bad   "matmul tiny"      "--matmul int8: $model (kvevict-tiny) multiplies float32 matrices one vector at a time" -- perplexity --model "$model" --text "$tmp/text.txt" --matmul int8
+bad   "matmul tiny"      "matmul mode int8: $model (kvevict-tiny) multiplies float32 matrices one vector at a time, not by the weight kernels, so it has no 8-bit products (only exact applies)" -- perplexity --model "$model" --text "$tmp/text.txt" --matmul int8
 usage "matmul mode"      "--matmul: int4 not in {exact,int8}" -- perplexity --model "$tmp/q8.gguf" --text "$tmp/text.txt" --matmul int4
 ok  "ppl gguf paged"   '"peakBlocks"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --block-size 16 --format json
 ok  "ppl gguf layer"   '"peakPositions"' -- perplexity --model "$tmp/tiny.gguf" --text "$tmp/text.txt" --policy tova --budget 64 --layer-budget --format json
