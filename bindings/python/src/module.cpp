@@ -831,15 +831,8 @@ kvevict::EvaluateOptions options_of(py::handle trace, py::handle steps) {
 // A granularity (eval/paged.h): "head", "layer" or "sequence"; TypeError for
 // a non-str, ValueError naming `what` and the core's message otherwise.
 kvevict::Granularity granularity_of(py::handle value, const std::string& what) {
-  if (!py::isinstance<py::str>(value)) {
-    throw py::type_error(what + " must be a str ('head', 'layer' or 'sequence'), got " + type_name(value) + " (" +
-                         short_repr(value) + ")");
-  }
-  try {
-    return kvevict::parse_granularity(value.cast<std::string>());
-  } catch (const kvevict::ParameterError& e) {
-    throw py::value_error(what + ": " + e.what());
-  }
+  return choice_of(value, what, "'head', 'layer' or 'sequence'",
+                   [](const std::string& name) { return kvevict::parse_granularity(name); });
 }
 
 // paged={"block_size", "start_blocks", "recent_blocks", "block_score",
